@@ -1,0 +1,2 @@
+//! Job topology: the cluster-config TOML schema and its validation.
+#![forbid(unsafe_code)]

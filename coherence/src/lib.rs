@@ -1,0 +1,2 @@
+//! Page-grain coherence protocols as pure state machines (no I/O).
+#![forbid(unsafe_code)]

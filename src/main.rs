@@ -1,0 +1,2 @@
+//! `multigrain`: command-line front end of the multigrain DSM system.
+fn main() {}
