@@ -1,2 +1,142 @@
 //! Job topology: the cluster-config TOML schema and its validation.
+//!
+//! A TOML file describes a multigrain job: its clusters (host, UDP base
+//! port, compute threads), the INI (protocol) threads and their scheduling
+//! policy, the substrate between clusters on one host, the DSM protocol and
+//! region, network emulation, fault injection and how remote clusters are
+//! started. [`JobConfig::from_path`] parses and validates such a file;
+//! every error names the file, line and column, the key, the value and what
+//! is allowed, e.g.
+//!
+//! ```text
+//! jobs/2x2.toml:14:10: ini.window = 0: must be between 1 and 2147483648 (half the 32-bit sequence space)
+//! ```
+//!
+//! `examples/*.toml` in this crate are ready topologies; `examples/2x2.toml`
+//! is [`JobConfig::embedded_default`] and comments every key.
+//!
+//! # Schema
+//!
+//! Every table rejects unknown keys. Every section except the cluster list
+//! is optional, and so is every key marked with a default.
+//!
+//! | key | default | allowed |
+//! |---|---|---|
+//! | `job.name` | none | string without control characters |
+//! | `job.key` | `0x6d75_6c74_6900_0001` | 0 ..= 2^64−1 (integer, or string above 2^63−1) |
+//! | `job.startup_timeout_ms` | 10000 | ≥ 1 |
+//! | `job.peer_timeout_ms` | 3000 | ≥ 1, and × 1000 > `ini.send_timeout_us` |
+//! | `local.clusters` | required | 1 ..= 1024 |
+//! | `local.threads` | 1 | 1 ..= 1024 |
+//! | `cluster[i].host` | required | hostname or IP: letters, digits, `.-_:%`, not starting with `-` |
+//! | `cluster[i].port` | 0 (any free port) | 0 ..= 65535; INI *k* uses port + *k* |
+//! | `cluster[i].threads` | 1 | 1 ..= 1024 |
+//! | `ini.per_cluster` | 1 | 1 ..= 64 |
+//! | `ini.policy` | `"static"` | `static`, `round-robin`, `least-loaded` |
+//! | `ini.substrate` | `"auto"` | `auto`, `shm`, `udp` |
+//! | `ini.window` | 32 | 1 ..= 2^31 frames |
+//! | `ini.send_timeout_us` | 2000 | ≥ 1 µs |
+//! | `ini.ack_timeout_us` | 200 | ≥ 1 µs, < `ini.send_timeout_us` |
+//! | `ini.mtu` | 1472 | 512 ..= 65507 bytes |
+//! | `ini.queue_capacity` | 4096 | 1 ..= 2^32−1 messages |
+//! | `dsm.protocol` | `"hlrc"` | `hlrc`, `sc` |
+//! | `dsm.home` | `"round-robin"` | `round-robin`, `block`, `first-touch` |
+//! | `dsm.region_base` | `0x5000_0000_0000` | page-aligned, 0x10000 ..= 2^47 − 4096 |
+//! | `dsm.region_size` | 1073741824 | bytes or `"1GiB"`-style string; multiple of 4096; base + size ≤ 2^47 |
+//! | `dsm.page_size` | 4096 | 4096 only |
+//! | `emulation.send_overhead_us`, `recv_overhead_us`, `gap_us`, `latency_us` | 0 | finite, ≥ 0 µs |
+//! | `emulation.per_byte_gap_ns` | 0 | finite, ≥ 0 ns per byte |
+//! | `faults.drop`, `duplicate`, `reorder`, `corrupt` | 0 | 0 ..= 1 |
+//! | `faults.seed` | 1 | 0 ..= 2^64−1 |
+//! | `launch.ssh` | `["ssh", "-o", "BatchMode=yes"]` | non-empty list of strings |
+//!
+//! The cluster list is either `[local]` (N clusters on 127.0.0.1, port 0)
+//! or one `[[cluster]]` table per cluster, not both, with at least one
+//! cluster. Clusters on one host with non-zero ports must not share an INI
+//! port, and `ini.substrate = "shm"` needs every cluster on one host.
+//!
+//! # Launchers
+//!
+//! Under `srun` or an MPI launcher, [`detect_rank`] finds the process's
+//! cluster id from the launcher's rank variables, and
+//! [`JobConfig::check_launch_rank`] checks that one process was started per
+//! cluster.
 #![forbid(unsafe_code)]
+
+mod error;
+mod launcher;
+mod model;
+mod raw;
+mod render;
+mod resolve;
+mod size;
+
+use std::path::Path;
+
+pub use error::{ConfigError, Location};
+pub use launcher::{LaunchRank, Launcher, RankError, detect_rank, detect_rank_from_env};
+pub use model::{
+    ClusterSpec, DEFAULT_JOB_KEY, DsmConfig, EmulationConfig, FaultConfig, HomePolicy, IniConfig,
+    IniPolicy, JobConfig, JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS,
+    MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_THREADS_PER_CLUSTER, MAX_WINDOW, MIN_MTU, MIN_REGION_BASE,
+    PAGE_SIZE, ParseChoiceError, Protocol, Substrate, USER_SPACE_END, is_loopback, same_host,
+};
+pub use size::{ParseSizeError, format_bytes, parse_byte_size};
+
+/// The text of `examples/2x2.toml`, the default job: 2 clusters × 2 compute
+/// threads on 127.0.0.1 talking UDP through one INI each.
+pub const EMBEDDED_DEFAULT_TOML: &str = include_str!("../examples/2x2.toml");
+
+/// The origin [`JobConfig::embedded_default`] reports in errors.
+const EMBEDDED_ORIGIN: &str = "<embedded examples/2x2.toml>";
+
+impl JobConfig {
+    /// Reads and validates the configuration file at `path`; errors name the
+    /// path as given.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Read`] if the file cannot be read (or is not UTF-8),
+    /// otherwise as [`JobConfig::from_str_named`].
+    pub fn from_path(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        Self::from_str_named(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates a configuration text; `origin` (a file name or a
+    /// label) starts every error message.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Syntax`] for invalid TOML, [`ConfigError::UnknownKey`],
+    /// [`ConfigError::Missing`], [`ConfigError::Conflict`] or
+    /// [`ConfigError::Invalid`] for a file that breaks the schema.
+    ///
+    /// ```
+    /// use multigrain_cluster_config::JobConfig;
+    /// let cfg = JobConfig::from_str_named("[local]\nclusters = 3\nthreads = 2\n", "inline")?;
+    /// assert_eq!(cfg.total_threads(), 6);
+    /// let err = JobConfig::from_str_named("[local]\nclusters = 0\n", "inline").unwrap_err();
+    /// assert_eq!(err.to_string(), "inline:2:12: local.clusters = 0: must be between 1 and 1024");
+    /// # Ok::<(), multigrain_cluster_config::ConfigError>(())
+    /// ```
+    pub fn from_str_named(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let src = error::Source { origin, text };
+        if let Err(e) = toml::de::DeTable::parse(text) {
+            return Err(src.toml_error(&e, true));
+        }
+        let raw: raw::RawFile = toml::from_str(text).map_err(|e| src.toml_error(&e, false))?;
+        resolve::resolve(raw, &src)
+    }
+
+    /// The default job, [`EMBEDDED_DEFAULT_TOML`]: 2 clusters × 2 compute
+    /// threads on 127.0.0.1, one INI each, `static` policy, `udp` substrate.
+    /// It cannot fail: this crate's tests parse the same text.
+    pub fn embedded_default() -> Self {
+        Self::from_str_named(EMBEDDED_DEFAULT_TOML, EMBEDDED_ORIGIN)
+            .expect("examples/2x2.toml is valid: checked by this crate's tests")
+    }
+}

@@ -1,0 +1,463 @@
+//! The plain-threads backend of [`Runtime`]: scoped OS threads in one process, shared
+//! arrays of relaxed atomics, `std::sync::Mutex` locks and a condition-variable barrier.
+//!
+//! Clusters are only labels here ([`ThreadsRuntime::with_clusters`]): all threads share
+//! hardware-coherent memory, but the apps see the same thread → cluster table they would
+//! see on the DSM runtime, so EM3D layouts can be exercised and tested.
+//!
+//! Relaxed atomic loads and stores compile to plain moves; the happens-before edges the
+//! programming model promises come from the mutexes and the barrier's mutex.
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::storage::{F64Words, U64Words};
+use crate::team::{Runtime, RuntimeError, Team, Topology};
+
+/// A shared `f64` array of the threads backend (each word an `AtomicU64` holding the bits).
+#[derive(Debug)]
+pub struct AtomicF64s {
+    words: Box<[AtomicU64]>,
+}
+
+impl AtomicF64s {
+    /// `len` words, all `0.0`.
+    #[must_use]
+    pub fn zeroed(len: usize) -> Self {
+        Self {
+            words: (0..len).map(|_| AtomicU64::new(0.0f64.to_bits())).collect(),
+        }
+    }
+}
+
+impl F64Words for AtomicF64s {
+    #[inline]
+    fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> f64 {
+        f64::from_bits(self.words[i].load(Ordering::Relaxed))
+    }
+
+    #[inline]
+    fn set(&self, i: usize, value: f64) {
+        self.words[i].store(value.to_bits(), Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn get_array<const N: usize>(&self, start: usize) -> [f64; N] {
+        let block = &self.words[start..start + N];
+        let mut out = [0.0; N];
+        for (o, w) in out.iter_mut().zip(block) {
+            *o = f64::from_bits(w.load(Ordering::Relaxed));
+        }
+        out
+    }
+}
+
+/// A shared `u64` array of the threads backend.
+#[derive(Debug)]
+pub struct AtomicU64s {
+    words: Box<[AtomicU64]>,
+}
+
+impl AtomicU64s {
+    /// `len` words, all `0`.
+    #[must_use]
+    pub fn zeroed(len: usize) -> Self {
+        Self {
+            words: (0..len).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl U64Words for AtomicU64s {
+    #[inline]
+    fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> u64 {
+        self.words[i].load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn set(&self, i: usize, value: u64) {
+        self.words[i].store(value, Ordering::Relaxed);
+    }
+}
+
+/// Runtime made of plain OS threads in this process.
+#[derive(Debug)]
+pub struct ThreadsRuntime {
+    topology: Topology,
+    num_locks: usize,
+}
+
+impl ThreadsRuntime {
+    /// `num_threads` threads in a single cluster.
+    ///
+    /// # Errors
+    /// [`RuntimeError::BadTopology`] if `num_threads` is zero.
+    pub fn new(num_threads: usize) -> Result<Self, RuntimeError> {
+        Self::with_clusters(1, num_threads)
+    }
+
+    /// `clusters × threads_per_cluster` threads, numbered cluster-major (thread `t` is in
+    /// cluster `t / threads_per_cluster`).
+    ///
+    /// # Errors
+    /// [`RuntimeError::BadTopology`] if either count is zero.
+    pub fn with_clusters(
+        clusters: usize,
+        threads_per_cluster: usize,
+    ) -> Result<Self, RuntimeError> {
+        Ok(Self::with_topology(Topology::uniform(
+            clusters,
+            threads_per_cluster,
+        )?))
+    }
+
+    /// Threads grouped as `topology` says.
+    #[must_use]
+    pub fn with_topology(topology: Topology) -> Self {
+        Self {
+            topology,
+            num_locks: 0,
+        }
+    }
+}
+
+/// Panic payload of a thread released from a barrier or lock because another thread
+/// panicked first.
+struct Abandoned;
+
+/// Barrier that releases (and fails) every waiter once some thread has panicked.
+struct PoisonBarrier {
+    parties: usize,
+    state: Mutex<BarrierState>,
+    wake: Condvar,
+}
+
+struct BarrierState {
+    arrived: usize,
+    generation: u64,
+    poisoned: bool,
+}
+
+impl PoisonBarrier {
+    fn new(parties: usize) -> Self {
+        Self {
+            parties,
+            state: Mutex::new(BarrierState {
+                arrived: 0,
+                generation: 0,
+                poisoned: false,
+            }),
+            wake: Condvar::new(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, BarrierState> {
+        // The state is only mutated in small non-panicking sections; a poisoned mutex
+        // still holds consistent data.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn wait(&self) {
+        let mut s = self.state();
+        if s.poisoned {
+            drop(s);
+            resume_unwind(Box::new(Abandoned));
+        }
+        let generation = s.generation;
+        s.arrived += 1;
+        if s.arrived == self.parties {
+            s.arrived = 0;
+            s.generation += 1;
+            drop(s);
+            self.wake.notify_all();
+            return;
+        }
+        while s.generation == generation && !s.poisoned {
+            s = self
+                .wake
+                .wait(s)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        if s.generation == generation {
+            drop(s);
+            resume_unwind(Box::new(Abandoned));
+        }
+    }
+
+    fn poison(&self) {
+        self.state().poisoned = true;
+        self.wake.notify_all();
+    }
+}
+
+struct Shared {
+    topology: Topology,
+    barrier: PoisonBarrier,
+    locks: Box<[Mutex<()>]>,
+}
+
+/// The [`Team`] handle of the threads backend.
+pub struct ThreadsTeam {
+    id: usize,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for ThreadsTeam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadsTeam").field("id", &self.id).finish()
+    }
+}
+
+impl Team for ThreadsTeam {
+    fn thread_id(&self) -> usize {
+        self.id
+    }
+
+    fn topology(&self) -> &Topology {
+        &self.shared.topology
+    }
+
+    fn barrier(&self) {
+        self.shared.barrier.wait();
+    }
+
+    fn lock(&self, id: usize) -> impl Sized + '_ {
+        let Some(mutex) = self.shared.locks.get(id) else {
+            panic!(
+                "lock id {id} was never allocated ({} locks exist)",
+                self.shared.locks.len()
+            );
+        };
+        match mutex.lock() {
+            Ok(guard) => guard,
+            // A previous holder panicked: the job is being abandoned.
+            Err(_) => resume_unwind(Box::new(Abandoned)),
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> Option<String> {
+    if payload.is::<Abandoned>() {
+        None
+    } else if let Some(s) = payload.downcast_ref::<&str>() {
+        Some((*s).to_owned())
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        Some(s.clone())
+    } else {
+        Some("non-string panic payload".to_owned())
+    }
+}
+
+impl Runtime for ThreadsRuntime {
+    type F64s = AtomicF64s;
+    type U64s = AtomicU64s;
+    type Team = ThreadsTeam;
+
+    fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    fn alloc_f64s(&mut self, len: usize) -> Result<AtomicF64s, RuntimeError> {
+        Ok(AtomicF64s::zeroed(len))
+    }
+
+    fn alloc_u64s(&mut self, len: usize) -> Result<AtomicU64s, RuntimeError> {
+        Ok(AtomicU64s::zeroed(len))
+    }
+
+    fn alloc_locks(&mut self, count: usize) -> Result<usize, RuntimeError> {
+        let first = self.num_locks;
+        self.num_locks = first
+            .checked_add(count)
+            .ok_or_else(|| RuntimeError::Alloc {
+                words: count,
+                reason: "lock id space exhausted".to_owned(),
+            })?;
+        Ok(first)
+    }
+
+    fn run<T, F>(&mut self, body: F) -> Result<Vec<T>, RuntimeError>
+    where
+        T: Send,
+        F: Fn(&Self::Team) -> T + Sync,
+    {
+        run_threads(&self.topology, self.num_locks, body)
+    }
+}
+
+fn run_threads<T, F>(topology: &Topology, num_locks: usize, body: F) -> Result<Vec<T>, RuntimeError>
+where
+    T: Send,
+    F: Fn(&ThreadsTeam) -> T + Sync,
+{
+    let n = topology.num_threads();
+    let shared = Arc::new(Shared {
+        topology: topology.clone(),
+        barrier: PoisonBarrier::new(n),
+        locks: (0..num_locks).map(|_| Mutex::new(())).collect(),
+    });
+    let body = &body;
+    let mut spawn_error = None;
+    let outcomes: Vec<Result<T, Box<dyn Any + Send>>> = std::thread::scope(|scope| {
+        let mut handles = Vec::with_capacity(n);
+        for id in 0..n {
+            let mine = Arc::clone(&shared);
+            let spawned = std::thread::Builder::new()
+                .name(format!("compute-{id}"))
+                .spawn_scoped(scope, move || {
+                    let team = ThreadsTeam { id, shared: mine };
+                    let out = catch_unwind(AssertUnwindSafe(|| body(&team)));
+                    if out.is_err() {
+                        team.shared.barrier.poison();
+                    }
+                    out
+                });
+            match spawned {
+                Ok(handle) => handles.push(handle),
+                Err(e) => {
+                    // The threads already started would wait for this one forever.
+                    shared.barrier.poison();
+                    spawn_error = Some(e);
+                    break;
+                }
+            }
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(Err))
+            .collect()
+    });
+    if let Some(e) = spawn_error {
+        return Err(RuntimeError::Backend(Box::new(e)));
+    }
+    let mut results = Vec::with_capacity(n);
+    let mut first_abandoned = None;
+    for (thread, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(v) => results.push(v),
+            Err(payload) => match panic_message(payload.as_ref()) {
+                Some(message) => return Err(RuntimeError::ThreadPanicked { thread, message }),
+                None => {
+                    first_abandoned.get_or_insert(thread);
+                }
+            },
+        }
+    }
+    if let Some(thread) = first_abandoned {
+        return Err(RuntimeError::ThreadPanicked {
+            thread,
+            message: "abandoned after another thread failed".to_owned(),
+        });
+    }
+    Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance;
+
+    #[test]
+    fn conformance_suite_passes() {
+        for (clusters, per) in [(1, 1), (1, 4), (2, 3)] {
+            conformance::all(&mut ThreadsRuntime::with_clusters(clusters, per).unwrap());
+        }
+    }
+
+    #[test]
+    fn results_carry_cluster_membership() {
+        let mut rt = ThreadsRuntime::with_clusters(2, 3).unwrap();
+        let out = rt
+            .run(|team| {
+                (
+                    team.thread_id(),
+                    team.topology().cluster_of(team.thread_id()),
+                )
+            })
+            .unwrap();
+        assert_eq!(out, [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 1)]);
+    }
+
+    #[test]
+    fn a_panicking_thread_fails_the_run_without_hanging() {
+        let mut rt = ThreadsRuntime::new(3).unwrap();
+        let err = rt
+            .run(|team| {
+                if team.thread_id() == 1 {
+                    panic!("boom in thread one");
+                }
+                team.barrier();
+                team.barrier();
+            })
+            .unwrap_err();
+        match err {
+            RuntimeError::ThreadPanicked { thread, message } => {
+                assert_eq!(thread, 1);
+                assert!(message.contains("boom"), "{message}");
+            }
+            other => panic!("unexpected {other}"),
+        }
+        // The runtime is reusable afterwards.
+        assert_eq!(rt.run(|team| team.thread_id()).unwrap(), [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_panic_while_holding_a_lock_releases_the_waiters() {
+        let mut rt = ThreadsRuntime::new(2).unwrap();
+        let l = rt.alloc_locks(1).unwrap();
+        let err = rt
+            .run(|team| {
+                if team.thread_id() == 0 {
+                    let _g = team.lock(l);
+                    panic!("failed under the lock");
+                }
+                team.barrier();
+                let _g = team.lock(l);
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("failed under the lock"), "{err}");
+    }
+
+    #[test]
+    fn unallocated_lock_is_reported() {
+        let mut rt = ThreadsRuntime::new(1).unwrap();
+        let err = rt
+            .run(|team| {
+                let _g = team.lock(5);
+            })
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("lock id 5 was never allocated"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn zero_threads_is_an_error() {
+        assert!(ThreadsRuntime::new(0).is_err());
+        assert!(ThreadsRuntime::with_clusters(2, 0).is_err());
+    }
+
+    #[test]
+    fn block_reads_match_word_reads() {
+        let a = AtomicF64s::zeroed(5);
+        a.set(2, 1.5);
+        a.set(4, -0.0);
+        assert_eq!(a.get_array::<3>(2), [1.5, 0.0, -0.0]);
+        assert_eq!(a.get_array::<3>(2)[2].to_bits(), (-0.0f64).to_bits());
+    }
+}

@@ -1,0 +1,678 @@
+//! The resolved, validated job configuration.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::ops::RangeInclusive;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Job key used when `[job] key` is not given: the ASCII bytes of `"multi"`,
+/// a zero byte and the version 1 (`0x6d75_6c74_6900_0001`).
+pub const DEFAULT_JOB_KEY: u64 = 0x6d75_6c74_6900_0001;
+/// The only DSM page size supported now, in bytes (the x86-64 and default
+/// aarch64 base page size that userfaultfd installs pages at).
+pub const PAGE_SIZE: u64 = 4096;
+/// Lowest DSM region base address, in bytes (Linux's default `vm.mmap_min_addr`).
+pub const MIN_REGION_BASE: u64 = 0x1_0000;
+/// End of the user address space that every 64-bit Linux target provides
+/// without opting into 5-level paging: 2^47 bytes. The DSM region must end
+/// at or below it.
+pub const USER_SPACE_END: u64 = 1 << 47;
+/// Largest sliding-window size in frames: half the 32-bit sequence space, so
+/// that a sequence number is never ambiguous between two windows.
+pub const MAX_WINDOW: u32 = 1 << 31;
+/// Smallest allowed `ini.mtu`, in bytes.
+pub const MIN_MTU: usize = 512;
+/// Largest allowed `ini.mtu`, in bytes: the largest UDP payload over IPv4
+/// (65535 − 20 bytes IP header − 8 bytes UDP header).
+pub const MAX_MTU: usize = 65_507;
+/// Most clusters a job may have.
+pub const MAX_CLUSTERS: usize = 1024;
+/// Most compute threads a cluster may have.
+pub const MAX_THREADS_PER_CLUSTER: usize = 1024;
+/// Most INI (protocol) threads a cluster may have.
+pub const MAX_INIS_PER_CLUSTER: usize = 64;
+/// Host of the clusters the `[local]` shorthand creates.
+pub const LOCAL_HOST: &str = "127.0.0.1";
+
+/// The error of parsing one of the configuration's keyword values
+/// (`static`, `round-robin`, `hlrc`, …) from a string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{value}` is not a valid {what}; must be one of: {allowed}")]
+pub struct ParseChoiceError {
+    /// What was being parsed, e.g. `INI scheduling policy`.
+    pub what: &'static str,
+    /// The rejected text.
+    pub value: String,
+    /// The accepted spellings, comma-separated.
+    pub allowed: String,
+}
+
+/// Defines a keyword enum with its TOML spelling, `FromStr`, `Display` and a
+/// string-based `Deserialize` whose error lists the allowed spellings.
+macro_rules! choice_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident ($what:literal) {
+            $( $(#[$vmeta:meta])* $variant:ident = $text:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant, )+
+        }
+
+        impl $name {
+            /// Every value, in the order the schema documents them.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The spelling used in the TOML file.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( $name::$variant => $text, )+
+                }
+            }
+
+            fn allowed() -> String {
+                Self::ALL.iter().map(|v| v.as_str()).collect::<Vec<_>>().join(", ")
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ParseChoiceError;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::ALL.iter().copied().find(|v| v.as_str() == s).ok_or_else(|| {
+                    ParseChoiceError { what: $what, value: s.to_owned(), allowed: Self::allowed() }
+                })
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = crate::raw::Text::deserialize(d)?.0;
+                text.parse().map_err(|_| {
+                    serde::de::Error::custom(format!("must be one of: {}", Self::allowed()))
+                })
+            }
+        }
+    };
+}
+
+choice_enum! {
+    /// How a compute thread picks the INI that sends its inter-cluster message
+    /// (`ini.policy`).
+    pub enum IniPolicy ("INI scheduling policy") {
+        /// Compute thread *i* always uses INI *i* mod K (`static`, the default).
+        #[default]
+        Static = "static",
+        /// Successive messages of a thread go to successive INIs (`round-robin`).
+        RoundRobin = "round-robin",
+        /// The INI with the shortest send queue (`least-loaded`).
+        LeastLoaded = "least-loaded",
+    }
+}
+
+choice_enum! {
+    /// What carries messages between two clusters on the same host
+    /// (`ini.substrate`). Clusters on different hosts always use UDP.
+    pub enum Substrate ("substrate") {
+        /// Shared memory between clusters on one host, UDP across hosts
+        /// (`auto`, the default).
+        #[default]
+        Auto = "auto",
+        /// Shared memory; every cluster must be on one host (`shm`).
+        Shm = "shm",
+        /// UDP through the INIs for every pair of clusters, even on one
+        /// host (`udp`).
+        Udp = "udp",
+    }
+}
+
+choice_enum! {
+    /// The page coherence protocol (`dsm.protocol`).
+    pub enum Protocol ("coherence protocol") {
+        /// Home-based lazy release consistency, multiple writers (`hlrc`,
+        /// the default).
+        #[default]
+        Hlrc = "hlrc",
+        /// Sequential consistency, single writer, write-invalidate (`sc`).
+        Sc = "sc",
+    }
+}
+
+choice_enum! {
+    /// How pages are assigned their home cluster (`dsm.home`).
+    pub enum HomePolicy ("home policy") {
+        /// Page *p* lives at cluster *p* mod N (`round-robin`, the default).
+        #[default]
+        RoundRobin = "round-robin",
+        /// The region is cut into N contiguous blocks, block *c* at cluster
+        /// *c* (`block`).
+        Block = "block",
+        /// The cluster that touches a page first becomes its home
+        /// (`first-touch`).
+        FirstTouch = "first-touch",
+    }
+}
+
+/// What carries messages between two clusters, as resolved by
+/// [`JobConfig::link_between`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Link {
+    /// Both ends are the same cluster: in-process queues.
+    InProcess,
+    /// Queues in a shared-memory segment mapped by both cluster processes.
+    Shm,
+    /// The INIs' reliable protocol over UDP.
+    Udp,
+}
+
+impl Link {
+    /// Short lower-case name: `in-process`, `shm` or `udp`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Link::InProcess => "in-process",
+            Link::Shm => "shm",
+            Link::Udp => "udp",
+        }
+    }
+}
+
+impl fmt::Display for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `[job]` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSettings {
+    /// `name`: optional label shown in reports. Default: none.
+    pub name: Option<String>,
+    /// `key`: 64-bit job key; datagrams carrying another key are rejected.
+    /// Default: [`DEFAULT_JOB_KEY`].
+    pub key: u64,
+    /// `startup_timeout_ms`: start-up must complete within this many
+    /// milliseconds, else it fails naming the clusters that never registered.
+    /// Default: 10000.
+    pub startup_timeout_ms: u64,
+    /// `peer_timeout_ms`: a dead or silent peer is reported within this many
+    /// milliseconds. Default: 3000.
+    pub peer_timeout_ms: u64,
+}
+
+impl Default for JobSettings {
+    fn default() -> Self {
+        Self {
+            name: None,
+            key: DEFAULT_JOB_KEY,
+            startup_timeout_ms: 10_000,
+            peer_timeout_ms: 3_000,
+        }
+    }
+}
+
+impl JobSettings {
+    /// [`startup_timeout_ms`](Self::startup_timeout_ms) as a `Duration`.
+    pub fn startup_timeout(&self) -> Duration {
+        Duration::from_millis(self.startup_timeout_ms)
+    }
+
+    /// [`peer_timeout_ms`](Self::peer_timeout_ms) as a `Duration`.
+    pub fn peer_timeout(&self) -> Duration {
+        Duration::from_millis(self.peer_timeout_ms)
+    }
+}
+
+/// One cluster: an OS process on one host with its compute threads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClusterSpec {
+    /// The cluster's index in the topology (its `SiteId`), from 0.
+    pub id: usize,
+    /// Hostname or IP address the cluster runs on and its INIs bind to.
+    pub host: String,
+    /// UDP base port: INI *k* of this cluster uses `port + k`. 0 means each
+    /// INI picks a free port (exchanged at start-up).
+    pub port: u16,
+    /// Number of compute threads, at least 1.
+    pub threads: usize,
+}
+
+impl ClusterSpec {
+    /// The UDP ports of this cluster's `inis` INIs, or `None` when the port is
+    /// 0 (picked at start-up). Validation guarantees the range fits in `u16`.
+    pub fn ini_ports(&self, inis: usize) -> Option<RangeInclusive<u16>> {
+        if self.port == 0 || inis == 0 {
+            return None;
+        }
+        let last = usize::from(self.port).saturating_add(inis - 1);
+        Some(self.port..=u16::try_from(last).unwrap_or(u16::MAX))
+    }
+
+    /// Whether the cluster runs on this machine's loopback interface (see
+    /// [`is_loopback`]), so it can be started without ssh.
+    pub fn is_loopback(&self) -> bool {
+        is_loopback(&self.host)
+    }
+}
+
+/// The `[ini]` section: the inter-cluster message path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IniConfig {
+    /// `per_cluster`: INI (protocol) threads per cluster, K, 1 to
+    /// [`MAX_INIS_PER_CLUSTER`]. Default: 1.
+    pub per_cluster: usize,
+    /// `policy`: how compute threads pick an INI. Default: `static`.
+    pub policy: IniPolicy,
+    /// `substrate`: transport between clusters on one host. Default: `auto`.
+    pub substrate: Substrate,
+    /// `window`: sliding-window size in frames, 1 to [`MAX_WINDOW`].
+    /// Default: 32.
+    pub window: u32,
+    /// `send_timeout_us`: fixed retransmission (SEND) timeout in µs, > 0.
+    /// Default: 2000.
+    pub send_timeout_us: u64,
+    /// `ack_timeout_us`: delayed-ACK timer in µs when there is no reverse
+    /// traffic, > 0 and below `send_timeout_us`. Default: 200.
+    pub ack_timeout_us: u64,
+    /// `mtu`: largest UDP datagram payload in bytes, [`MIN_MTU`] to
+    /// [`MAX_MTU`]; larger messages are fragmented. Default: 1472 (a
+    /// 1500-byte Ethernet frame less the IPv4 and UDP headers).
+    pub mtu: usize,
+    /// `queue_capacity`: messages each INI send queue holds, ≥ 1.
+    /// Default: 4096.
+    pub queue_capacity: usize,
+}
+
+impl Default for IniConfig {
+    fn default() -> Self {
+        Self {
+            per_cluster: 1,
+            policy: IniPolicy::Static,
+            substrate: Substrate::Auto,
+            window: 32,
+            send_timeout_us: 2_000,
+            ack_timeout_us: 200,
+            mtu: 1_472,
+            queue_capacity: 4_096,
+        }
+    }
+}
+
+impl IniConfig {
+    /// [`send_timeout_us`](Self::send_timeout_us) as a `Duration`.
+    pub fn send_timeout(&self) -> Duration {
+        Duration::from_micros(self.send_timeout_us)
+    }
+
+    /// [`ack_timeout_us`](Self::ack_timeout_us) as a `Duration`.
+    pub fn ack_timeout(&self) -> Duration {
+        Duration::from_micros(self.ack_timeout_us)
+    }
+}
+
+/// The `[dsm]` section: the shared region and its coherence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DsmConfig {
+    /// `protocol`: coherence protocol. Default: `hlrc`.
+    pub protocol: Protocol,
+    /// `home`: home assignment policy. Default: `round-robin`.
+    pub home: HomePolicy,
+    /// `region_base`: virtual address the region is mapped at in every
+    /// cluster, in bytes; page-aligned, at least [`MIN_REGION_BASE`].
+    /// Default: `0x5000_0000_0000`.
+    pub region_base: u64,
+    /// `region_size`: region length in bytes, a positive multiple of the page
+    /// size; `region_base + region_size` ≤ [`USER_SPACE_END`]. The file may
+    /// write it as an integer or a string like `"1GiB"`. Default: 1 GiB.
+    pub region_size: u64,
+    /// `page_size`: DSM page size in bytes; only [`PAGE_SIZE`] (4096) is
+    /// supported. Default: 4096.
+    pub page_size: u64,
+}
+
+impl Default for DsmConfig {
+    fn default() -> Self {
+        Self {
+            protocol: Protocol::Hlrc,
+            home: HomePolicy::RoundRobin,
+            region_base: 0x5000_0000_0000,
+            region_size: 1 << 30,
+            page_size: PAGE_SIZE,
+        }
+    }
+}
+
+impl DsmConfig {
+    /// Number of pages in the region.
+    pub fn pages(&self) -> u64 {
+        self.region_size / self.page_size
+    }
+
+    /// One past the region's last byte address.
+    pub fn region_end(&self) -> u64 {
+        self.region_base + self.region_size
+    }
+}
+
+/// The `[emulation]` section: network emulation after Martin et al.
+/// (ISCA 1997, §3.2). Every value is ≥ 0 and finite; all 0 (the default)
+/// turns emulation off.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EmulationConfig {
+    /// `send_overhead_us`: *o*, µs of busy loop added to every send.
+    pub send_overhead_us: f64,
+    /// `recv_overhead_us`: *o*, µs of busy loop added to every receive.
+    pub recv_overhead_us: f64,
+    /// `gap_us`: *g*, µs an INI stalls after each injection.
+    pub gap_us: f64,
+    /// `latency_us`: *L*, µs a datagram waits before delivery.
+    pub latency_us: f64,
+    /// `per_byte_gap_ns`: *G*, ns of gap per byte of payload.
+    pub per_byte_gap_ns: f64,
+}
+
+impl EmulationConfig {
+    /// Whether any emulation parameter is non-zero.
+    pub fn is_enabled(&self) -> bool {
+        [
+            self.send_overhead_us,
+            self.recv_overhead_us,
+            self.gap_us,
+            self.latency_us,
+            self.per_byte_gap_ns,
+        ]
+        .iter()
+        .any(|v| *v != 0.0)
+    }
+}
+
+/// The `[faults]` section: fault injection in the datagram path. Each
+/// probability is in [0, 1] and applies to every datagram independently; all
+/// 0 (the default) turns injection off.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FaultConfig {
+    /// `drop`: probability that a datagram is dropped.
+    pub drop: f64,
+    /// `duplicate`: probability that a datagram is delivered twice.
+    pub duplicate: f64,
+    /// `reorder`: probability that a datagram is held back behind the next.
+    pub reorder: f64,
+    /// `corrupt`: probability that a byte of the datagram is flipped.
+    pub corrupt: f64,
+    /// `seed`: seed of the injection's random generator. Default: 1.
+    pub seed: u64,
+}
+
+impl Default for FaultConfig {
+    fn default() -> Self {
+        Self {
+            drop: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            seed: 1,
+        }
+    }
+}
+
+impl FaultConfig {
+    /// Whether any fault probability is non-zero.
+    pub fn is_enabled(&self) -> bool {
+        [self.drop, self.duplicate, self.reorder, self.corrupt]
+            .iter()
+            .any(|p| *p != 0.0)
+    }
+}
+
+/// The `[launch]` section: how `multigrain launch` starts clusters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// `ssh`: command prefix that runs a command on a non-loopback host; the
+    /// host and the command are appended. Non-empty. Default:
+    /// `["ssh", "-o", "BatchMode=yes"]`.
+    pub ssh: Vec<String>,
+}
+
+impl Default for LaunchConfig {
+    fn default() -> Self {
+        Self {
+            ssh: ["ssh", "-o", "BatchMode=yes"].map(str::to_owned).to_vec(),
+        }
+    }
+}
+
+/// A validated job configuration.
+///
+/// Build one with [`JobConfig::from_path`], [`JobConfig::from_str_named`],
+/// [`JobConfig::embedded_default`] or [`JobConfig::local`]. The fields are
+/// public so that tests can adjust a configuration; the parsers guarantee
+/// the rules listed in the crate documentation, code that changes fields
+/// takes that responsibility.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobConfig {
+    /// The `[job]` section.
+    pub job: JobSettings,
+    /// The clusters, indexed by [`ClusterSpec::id`]; never empty.
+    pub clusters: Vec<ClusterSpec>,
+    /// The `[ini]` section.
+    pub ini: IniConfig,
+    /// The `[dsm]` section.
+    pub dsm: DsmConfig,
+    /// The `[emulation]` section.
+    pub emulation: EmulationConfig,
+    /// The `[faults]` section.
+    pub faults: FaultConfig,
+    /// The `[launch]` section.
+    pub launch: LaunchConfig,
+}
+
+impl JobConfig {
+    /// `clusters` clusters of `threads` compute threads each on
+    /// [`LOCAL_HOST`] with port 0, and every section at its default — what
+    /// `[local]` alone produces.
+    ///
+    /// # Panics
+    ///
+    /// If `clusters` is not in 1..=[`MAX_CLUSTERS`] or `threads` not in
+    /// 1..=[`MAX_THREADS_PER_CLUSTER`].
+    pub fn local(clusters: usize, threads: usize) -> Self {
+        assert!(
+            (1..=MAX_CLUSTERS).contains(&clusters),
+            "clusters must be in 1..={MAX_CLUSTERS}, got {clusters}"
+        );
+        assert!(
+            (1..=MAX_THREADS_PER_CLUSTER).contains(&threads),
+            "threads must be in 1..={MAX_THREADS_PER_CLUSTER}, got {threads}"
+        );
+        Self {
+            job: JobSettings::default(),
+            clusters: local_clusters(clusters, threads),
+            ini: IniConfig::default(),
+            dsm: DsmConfig::default(),
+            emulation: EmulationConfig::default(),
+            faults: FaultConfig::default(),
+            launch: LaunchConfig::default(),
+        }
+    }
+
+    /// Compute threads summed over all clusters.
+    pub fn total_threads(&self) -> usize {
+        self.clusters.iter().map(|c| c.threads).sum()
+    }
+
+    /// INI threads summed over all clusters.
+    pub fn total_inis(&self) -> usize {
+        self.clusters.len() * self.ini.per_cluster
+    }
+
+    /// Whether clusters `a` and `b` run on the same host (see [`same_host`]).
+    ///
+    /// # Panics
+    ///
+    /// If `a` or `b` is not a cluster id.
+    pub fn clusters_on_same_host(&self, a: usize, b: usize) -> bool {
+        same_host(&self.clusters[a].host, &self.clusters[b].host)
+    }
+
+    /// Whether every cluster runs on one host.
+    pub fn all_on_one_host(&self) -> bool {
+        self.clusters
+            .iter()
+            .all(|c| same_host(&c.host, &self.clusters[0].host))
+    }
+
+    /// What carries messages from cluster `a` to cluster `b`, given
+    /// `ini.substrate`.
+    ///
+    /// # Panics
+    ///
+    /// If `a` or `b` is not a cluster id.
+    pub fn link_between(&self, a: usize, b: usize) -> Link {
+        if a == b {
+            assert!(a < self.clusters.len(), "no cluster {a}");
+            return Link::InProcess;
+        }
+        match (self.ini.substrate, self.clusters_on_same_host(a, b)) {
+            (Substrate::Udp, _) | (_, false) => Link::Udp,
+            (Substrate::Auto | Substrate::Shm, true) => Link::Shm,
+        }
+    }
+}
+
+pub(crate) fn local_clusters(clusters: usize, threads: usize) -> Vec<ClusterSpec> {
+    (0..clusters)
+        .map(|id| ClusterSpec {
+            id,
+            host: LOCAL_HOST.to_owned(),
+            port: 0,
+            threads,
+        })
+        .collect()
+}
+
+/// Whether `host` names this machine's loopback interface: `localhost`, a
+/// name ending in `.localhost`, an address in 127.0.0.0/8, or `::1`.
+/// No name resolution is done.
+pub fn is_loopback(host: &str) -> bool {
+    let host = host.trim_end_matches('.');
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    host.eq_ignore_ascii_case("localhost")
+        || host.to_ascii_lowercase().ends_with(".localhost")
+        || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether two host strings name the same machine, as far as can be told
+/// without name resolution: both loopback (see [`is_loopback`]), or equal
+/// ignoring ASCII case and a trailing dot. A hostname and that host's IP
+/// address count as different hosts.
+pub fn same_host(a: &str, b: &str) -> bool {
+    (is_loopback(a) && is_loopback(b))
+        || a.trim_end_matches('.')
+            .eq_ignore_ascii_case(b.trim_end_matches('.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_names_and_addresses() {
+        for host in [
+            "localhost",
+            "LOCALHOST",
+            "node.localhost",
+            "127.0.0.1",
+            "127.8.9.1",
+            "::1",
+            "[::1]",
+            "localhost.",
+        ] {
+            assert!(is_loopback(host), "{host}");
+        }
+        for host in ["node01", "10.0.0.1", "::2", "localhost-x", "", "128.0.0.1"] {
+            assert!(!is_loopback(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn same_host_rules() {
+        assert!(same_host("127.0.0.1", "localhost"));
+        assert!(same_host("Node01", "node01."));
+        assert!(!same_host("node01", "node02"));
+        assert!(!same_host("node01", "127.0.0.1"));
+    }
+
+    #[test]
+    fn choice_round_trip_and_error() {
+        for p in IniPolicy::ALL {
+            assert_eq!(p.as_str().parse::<IniPolicy>(), Ok(*p));
+        }
+        let err = "fastest".parse::<IniPolicy>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`fastest` is not a valid INI scheduling policy; must be one of: static, round-robin, least-loaded"
+        );
+        assert_eq!(HomePolicy::default(), HomePolicy::RoundRobin);
+        assert_eq!(Substrate::default().to_string(), "auto");
+    }
+
+    #[test]
+    fn links_follow_substrate_and_hosts() {
+        let mut cfg = JobConfig::local(3, 1);
+        cfg.clusters[2].host = "node7".into();
+        assert_eq!(cfg.link_between(0, 0), Link::InProcess);
+        assert_eq!(cfg.link_between(0, 1), Link::Shm);
+        assert_eq!(cfg.link_between(0, 2), Link::Udp);
+        cfg.ini.substrate = Substrate::Udp;
+        assert_eq!(cfg.link_between(0, 1), Link::Udp);
+        assert!(!cfg.all_on_one_host());
+        assert!(cfg.clusters_on_same_host(0, 1));
+    }
+
+    #[test]
+    fn ini_ports_are_base_plus_k() {
+        let c = ClusterSpec {
+            id: 0,
+            host: "h".into(),
+            port: 7000,
+            threads: 1,
+        };
+        assert_eq!(c.ini_ports(3), Some(7000..=7002));
+        assert_eq!(ClusterSpec { port: 0, ..c }.ini_ports(3), None);
+    }
+
+    #[test]
+    fn local_constructor_and_totals() {
+        let cfg = JobConfig::local(3, 4);
+        assert_eq!(cfg.total_threads(), 12);
+        assert_eq!(cfg.total_inis(), 3);
+        assert_eq!(
+            cfg.clusters[2],
+            ClusterSpec {
+                id: 2,
+                host: LOCAL_HOST.into(),
+                port: 0,
+                threads: 4
+            }
+        );
+        assert_eq!(cfg.dsm.pages(), (1 << 30) / 4096);
+    }
+
+    #[test]
+    #[should_panic(expected = "clusters must be in")]
+    fn local_constructor_rejects_zero_clusters() {
+        let _ = JobConfig::local(0, 1);
+    }
+}

@@ -1,0 +1,19 @@
+//! One-way Express latency between two threads (ping-pong ÷ 2), beside a bare atomic-flag
+//! ping-pong and a crossbeam-channel bounded ping-pong measured in the same run.
+//! Each iteration is one round trip; one-way latency is half the reported time.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use multigrain_messaging::bench;
+
+fn latency(c: &mut Criterion) {
+    let mut g = c.benchmark_group("round_trip");
+    g.bench_function("atomic", |b| b.iter_custom(bench::atomic_pingpong));
+    g.bench_function("express", |b| b.iter_custom(bench::express_pingpong));
+    g.bench_function("crossbeam_channel", |b| {
+        b.iter_custom(bench::crossbeam_pingpong)
+    });
+    g.finish();
+}
+
+criterion_group!(benches, latency);
+criterion_main!(benches);

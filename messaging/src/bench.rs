@@ -1,0 +1,553 @@
+//! Measurement kernels shared by the criterion benchmarks (`messaging/benches/`) and the
+//! `multigrain bench messaging` command, so both measure exactly the same code, each beside
+//! its baseline in the same run.
+//!
+//! Each kernel runs a fixed amount of work and returns the elapsed wall time; the caller
+//! divides. Ping-pong kernels return the time for `round_trips` round trips (one-way
+//! latency = time / round trips / 2). Every wait spins (the latency path), bounded by a
+//! generous deadline so that a broken peer fails instead of hanging.
+
+#![allow(clippy::disallowed_types)] // baselines use std atomics on purpose
+
+use crate::{
+    Destination, Endpoint, Express, Handler, Message, QueueId, QueueSpec, Site, SiteConfig, SiteId,
+    SourceId, VirtualName,
+};
+use crossbeam_utils::CachePadded;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+fn spin_until(deadline: Instant, what: &str, mut cond: impl FnMut() -> bool) {
+    let mut n = 0u32;
+    while !cond() {
+        std::hint::spin_loop();
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(4096) && Instant::now() > deadline {
+            panic!("benchmark peer stuck: {what}");
+        }
+    }
+}
+
+/// Two endpoints on one site, each receiving on its own queue; name 0 leads to the other.
+fn endpoint_pair(site: &Site) -> (Endpoint, Endpoint) {
+    let (a, wa) = site.create_endpoint(&[QueueId(0)]).expect("queue 0");
+    let (b, wb) = site.create_endpoint(&[QueueId(1)]).expect("queue 1");
+    let to = |q| Destination {
+        site: site.id(),
+        queue: QueueId(q),
+        source: SourceId::default(),
+    };
+    wa.map(VirtualName(0), to(1)).expect("name 0");
+    wb.map(VirtualName(0), to(0)).expect("name 0");
+    (a, b)
+}
+
+fn two_queue_site() -> Site {
+    Site::new(SiteConfig {
+        queues: vec![QueueSpec::default(); 2],
+        ..SiteConfig::default()
+    })
+    .expect("site")
+}
+
+fn spin_recv(ep: &Endpoint, deadline: Instant) -> Message {
+    let mut got = None;
+    spin_until(deadline, "waiting for a message", || {
+        got = ep.try_recv();
+        got.is_some()
+    });
+    got.expect("received")
+}
+
+fn spin_send(ep: &Endpoint, msg: Express) {
+    let mut m = msg;
+    while let Err(e) = ep.send_express(VirtualName(0), m) {
+        assert!(e.is_full(), "send failed: {e}");
+        m = e.into_inner();
+        std::hint::spin_loop();
+    }
+}
+
+/// Baseline: two threads bounce a counter through one cache line.
+pub fn atomic_pingpong(round_trips: u64) -> Duration {
+    let flag = Arc::new(CachePadded::new(AtomicU64::new(0)));
+    let deadline = Instant::now() + DEADLINE;
+    let echo = {
+        let flag = flag.clone();
+        std::thread::spawn(move || {
+            for i in 0..round_trips {
+                spin_until(deadline, "atomic echo", || {
+                    flag.load(Ordering::Acquire) == 2 * i + 1
+                });
+                flag.store(2 * i + 2, Ordering::Release);
+            }
+        })
+    };
+    let t0 = Instant::now();
+    for i in 0..round_trips {
+        flag.store(2 * i + 1, Ordering::Release);
+        spin_until(deadline, "atomic ping", || {
+            flag.load(Ordering::Acquire) == 2 * i + 2
+        });
+    }
+    let elapsed = t0.elapsed();
+    echo.join().expect("echo thread");
+    elapsed
+}
+
+/// Express messages bounced between two endpoints in two threads (busy polling).
+pub fn express_pingpong(round_trips: u64) -> Duration {
+    let site = two_queue_site();
+    let (a, b) = endpoint_pair(&site);
+    let deadline = Instant::now() + DEADLINE;
+    let echo = std::thread::spawn(move || {
+        for _ in 0..round_trips {
+            let Message::Express(m) = spin_recv(&b, deadline) else {
+                panic!("not Express")
+            };
+            spin_send(&b, Express::new(Handler(1), m.payload).expect("payload"));
+        }
+    });
+    let t0 = Instant::now();
+    for i in 0..round_trips {
+        spin_send(
+            &a,
+            Express::new(Handler(1), i & crate::word::MAX_PAYLOAD).expect("payload"),
+        );
+        spin_recv(&a, deadline);
+    }
+    let elapsed = t0.elapsed();
+    echo.join().expect("echo thread");
+    elapsed
+}
+
+/// Baseline: crossbeam-channel bounded channels, `try_recv` polling (its fastest mode).
+pub fn crossbeam_pingpong(round_trips: u64) -> Duration {
+    let (tx_a, rx_a) = crossbeam_channel::bounded::<u64>(1024);
+    let (tx_b, rx_b) = crossbeam_channel::bounded::<u64>(1024);
+    let deadline = Instant::now() + DEADLINE;
+    let echo = std::thread::spawn(move || {
+        for _ in 0..round_trips {
+            let mut v = None;
+            spin_until(deadline, "crossbeam echo", || {
+                v = rx_a.try_recv().ok();
+                v.is_some()
+            });
+            tx_b.send(v.expect("value")).expect("send");
+        }
+    });
+    let t0 = Instant::now();
+    for i in 0..round_trips {
+        tx_a.send(i).expect("send");
+        spin_until(deadline, "crossbeam ping", || rx_b.try_recv().is_ok());
+    }
+    let elapsed = t0.elapsed();
+    echo.join().expect("echo thread");
+    elapsed
+}
+
+/// `senders` threads push `messages` Express messages in total into one queue; the calling
+/// thread drains it. Returns the time until the last message is received.
+pub fn express_throughput(senders: usize, messages: u64) -> Duration {
+    let site = two_queue_site();
+    let (rx, _w) = site.create_endpoint(&[QueueId(0)]).expect("queue 0");
+    let per = messages / senders as u64;
+    let start = Arc::new(std::sync::Barrier::new(senders + 1));
+    let threads: Vec<_> = (0..senders)
+        .map(|_| {
+            let (tx, w) = site.create_endpoint(&[QueueId(1)]).expect("queue 1");
+            w.map(
+                VirtualName(0),
+                Destination {
+                    site: SiteId(0),
+                    queue: QueueId(0),
+                    source: SourceId::default(),
+                },
+            )
+            .expect("map");
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                for i in 0..per {
+                    spin_send(&tx, Express::new(Handler(1), i).expect("payload"));
+                }
+            })
+        })
+        .collect();
+    start.wait();
+    let t0 = Instant::now();
+    let deadline = t0 + DEADLINE;
+    let mut got = 0;
+    while got < per * senders as u64 {
+        if rx.try_recv().is_some() {
+            got += 1;
+        } else {
+            std::hint::spin_loop();
+            assert!(
+                got % 1024 != 0 || Instant::now() < deadline,
+                "throughput run stuck"
+            );
+        }
+    }
+    let elapsed = t0.elapsed();
+    threads.into_iter().for_each(|t| t.join().expect("sender"));
+    elapsed
+}
+
+fn queue_throughput<Q: Send + Sync + 'static>(
+    senders: usize,
+    messages: u64,
+    q: Q,
+    push: fn(&Q, u64) -> bool,
+    pop: fn(&Q) -> Option<u64>,
+) -> Duration {
+    let q = Arc::new(q);
+    let per = messages / senders as u64;
+    let start = Arc::new(std::sync::Barrier::new(senders + 1));
+    let threads: Vec<_> = (0..senders)
+        .map(|_| {
+            let (q, start) = (q.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                for i in 0..per {
+                    while !push(&q, i) {
+                        std::hint::spin_loop();
+                    }
+                }
+            })
+        })
+        .collect();
+    start.wait();
+    let t0 = Instant::now();
+    let mut got = 0;
+    while got < per * senders as u64 {
+        if pop(&q).is_some() {
+            got += 1;
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    let elapsed = t0.elapsed();
+    threads.into_iter().for_each(|t| t.join().expect("sender"));
+    elapsed
+}
+
+/// Baseline: the same workload through crossbeam's `ArrayQueue` (capacity 1024).
+pub fn array_queue_throughput(senders: usize, messages: u64) -> Duration {
+    queue_throughput(
+        senders,
+        messages,
+        crossbeam_queue::ArrayQueue::<u64>::new(1024),
+        |q, v| q.push(v).is_ok(),
+        |q| q.pop(),
+    )
+}
+
+/// Baseline: the same workload through a `Mutex<VecDeque>` bounded at 1024.
+pub fn mutex_deque_throughput(senders: usize, messages: u64) -> Duration {
+    queue_throughput(
+        senders,
+        messages,
+        parking_lot::Mutex::new(VecDeque::<u64>::with_capacity(1024)),
+        |q, v| {
+            let mut g = q.lock();
+            if g.len() >= 1024 {
+                return false;
+            }
+            g.push_back(v);
+            true
+        },
+        |q| q.lock().pop_front(),
+    )
+}
+
+fn checksum(bytes: &[u8]) -> u64 {
+    bytes.chunks_exact(8).fold(0, |acc, w| {
+        acc ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))
+    })
+}
+
+/// Streams `pages` 4 KiB pages one way as Tag-On messages: the sender fills a pool buffer
+/// (one copy), the receiver reads it in place and releases it. Returns the elapsed time;
+/// the receiver checks a checksum so neither side can skip the data.
+pub fn tag_on_stream(pages: u64) -> Duration {
+    let site = two_queue_site();
+    let (a, b) = endpoint_pair(&site);
+    let page: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+    let expect = checksum(&page);
+    let deadline = Instant::now() + DEADLINE;
+    let rx = std::thread::spawn(move || {
+        for _ in 0..pages {
+            let Message::TagOn(m) = spin_recv(&b, deadline) else {
+                panic!("not Tag-On")
+            };
+            assert_eq!(checksum(&m.data), expect);
+        }
+    });
+    let t0 = Instant::now();
+    for _ in 0..pages {
+        let mut buf = loop {
+            match a.alloc() {
+                Ok(b) => break b,
+                Err(_) => std::hint::spin_loop(),
+            }
+        };
+        buf.fill(&page);
+        let mut data = buf.freeze();
+        while let Err(e) = a.send_tag_on(VirtualName(0), Handler(1), data) {
+            data = e.into_inner();
+            std::hint::spin_loop();
+        }
+    }
+    rx.join().expect("receiver");
+    t0.elapsed()
+}
+
+/// Streams `pages` 4 KiB pages one way as 16 Basic messages of 256 bytes each (copied into
+/// the lock-guarded ring and copied out again): the baseline of paper 004 §6.
+pub fn basic_stream(pages: u64) -> Duration {
+    let site = two_queue_site();
+    let (a, b) = endpoint_pair(&site);
+    let page: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+    let expect = checksum(&page);
+    let deadline = Instant::now() + DEADLINE;
+    let rx = std::thread::spawn(move || {
+        let mut out = vec![0u8; 4096];
+        for _ in 0..pages {
+            for chunk in out.chunks_mut(crate::BASIC_MAX) {
+                let Message::Basic(m) = spin_recv(&b, deadline) else {
+                    panic!("not Basic")
+                };
+                chunk.copy_from_slice(m.data());
+            }
+            assert_eq!(checksum(&out), expect);
+        }
+    });
+    let t0 = Instant::now();
+    for _ in 0..pages {
+        for chunk in page.chunks(crate::BASIC_MAX) {
+            while let Err(e) = a.send_basic(VirtualName(0), Handler(1), chunk) {
+                assert!(
+                    matches!(e, crate::BasicSendError::Send(ref s) if s.is_full()),
+                    "{e}"
+                );
+                std::hint::spin_loop();
+            }
+        }
+    }
+    rx.join().expect("receiver");
+    t0.elapsed()
+}
+
+/// Ping-pong between two processes through the shared-memory substrate.
+pub mod cross_process {
+    use super::*;
+    use crate::segment::Segment;
+    use std::process::{Child, Command};
+
+    /// Environment variable that tells a re-executed binary to act as the peer.
+    pub const PEER_ENV: &str = "MULTIGRAIN_BENCH_PEER";
+    const FLAG_ENV: &str = "MULTIGRAIN_BENCH_FLAG";
+    const STOP: u64 = u64::MAX - 1;
+    const ACK: u64 = u64::MAX;
+    const ECHO: Handler = Handler(1);
+    const ATOMIC_MODE: Handler = Handler(2);
+    const EXIT: Handler = Handler(3);
+
+    fn flag(seg: &Segment) -> &AtomicU64 {
+        // SAFETY: the segment is at least 4096 bytes, page aligned and alive as long as the
+        // returned borrow; an AtomicU64 has no invalid bit patterns.
+        unsafe { &*seg.base().as_ptr().cast::<AtomicU64>() }
+    }
+
+    /// If this process was started as a ping-pong peer (by [`PingPong::start`]), serves
+    /// until told to exit and returns `true`; otherwise returns `false` at once.
+    pub fn run_peer_if_requested() -> bool {
+        let Ok(parent_segment) = std::env::var(PEER_ENV) else {
+            return false;
+        };
+        let flag_seg = Segment::open_shared(&std::env::var(FLAG_ENV).expect("flag segment"))
+            .expect("map flag segment");
+        let site = Site::new(SiteConfig {
+            site: SiteId(1),
+            shared: true,
+            ..SiteConfig::default()
+        })
+        .expect("peer site");
+        site.attach_peer(SiteId(0), &parent_segment)
+            .expect("attach parent");
+        println!("{}", site.segment_name().expect("shared"));
+        let (ep, w) = site.create_endpoint(&[QueueId(0)]).expect("endpoint");
+        w.map(
+            VirtualName(0),
+            Destination {
+                site: SiteId(0),
+                queue: QueueId(0),
+                source: SourceId::default(),
+            },
+        )
+        .expect("map");
+        loop {
+            let Some(m) = ep.recv_timeout(Duration::from_secs(60)) else {
+                return true;
+            };
+            match m.handler() {
+                ECHO => {
+                    if let Message::Express(e) = m {
+                        spin_send(&ep, Express::new(ECHO, e.payload).expect("payload"));
+                    }
+                }
+                ATOMIC_MODE => {
+                    let f = flag(&flag_seg);
+                    let deadline = Instant::now() + DEADLINE;
+                    loop {
+                        let v = f.load(Ordering::Acquire);
+                        if v == STOP {
+                            f.store(ACK, Ordering::Release);
+                            break;
+                        }
+                        if v % 2 == 1 {
+                            f.store(v + 1, Ordering::Release);
+                        }
+                        if v.is_multiple_of(4096) && Instant::now() > deadline {
+                            return true;
+                        }
+                    }
+                }
+                _ => return true,
+            }
+        }
+    }
+
+    /// A peer process plus the shared state to ping-pong with it.
+    pub struct PingPong {
+        site: Site,
+        ep: Endpoint,
+        flag_seg: Segment,
+        child: Child,
+    }
+
+    impl PingPong {
+        /// Starts the peer with `command` (which must call [`run_peer_if_requested`] first
+        /// thing) and connects to it.
+        ///
+        /// # Errors
+        /// If the peer cannot be spawned or does not connect within 30 s.
+        pub fn start(mut command: Command) -> Result<PingPong, String> {
+            let site = Site::new(SiteConfig {
+                site: SiteId(0),
+                shared: true,
+                ..SiteConfig::default()
+            })
+            .map_err(|e| e.to_string())?;
+            let flag_seg = Segment::create_shared(&crate::segment::unique_name("flag"), 4096)
+                .map_err(|e| e.to_string())?;
+            command
+                .env(PEER_ENV, site.segment_name().expect("shared"))
+                .env(FLAG_ENV, flag_seg.name().expect("shared"));
+            command.stdout(std::process::Stdio::piped());
+            let mut child = command
+                .spawn()
+                .map_err(|e| format!("spawn benchmark peer: {e}"))?;
+            let stdout = child.stdout.take().expect("piped");
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                let mut line = String::new();
+                let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+                let _ = tx.send(line);
+            });
+            let name = match rx.recv_timeout(Duration::from_secs(30)) {
+                Ok(l) if !l.trim().is_empty() => l.trim().to_owned(),
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err("benchmark peer did not start".into());
+                }
+            };
+            site.attach_peer(SiteId(1), &name)
+                .map_err(|e| e.to_string())?;
+            site.unlink_segment();
+            flag_seg.unlink();
+            let (ep, w) = site
+                .create_endpoint(&[QueueId(0)])
+                .map_err(|e| e.to_string())?;
+            w.map(
+                VirtualName(0),
+                Destination {
+                    site: SiteId(1),
+                    queue: QueueId(0),
+                    source: SourceId::default(),
+                },
+            )
+            .map_err(|e| e.to_string())?;
+            Ok(PingPong {
+                site,
+                ep,
+                flag_seg,
+                child,
+            })
+        }
+
+        /// `round_trips` Express round trips with the peer process.
+        pub fn express(&self, round_trips: u64) -> Duration {
+            let deadline = Instant::now() + DEADLINE;
+            let t0 = Instant::now();
+            for i in 0..round_trips {
+                spin_send(
+                    &self.ep,
+                    Express::new(ECHO, i & crate::word::MAX_PAYLOAD).expect("payload"),
+                );
+                spin_recv(&self.ep, deadline);
+            }
+            t0.elapsed()
+        }
+
+        /// Baseline: `round_trips` round trips of a bare atomic counter in a shared segment.
+        pub fn atomic(&self, round_trips: u64) -> Duration {
+            let f = flag(&self.flag_seg);
+            f.store(0, Ordering::Release);
+            spin_send(&self.ep, Express::new(ATOMIC_MODE, 0).expect("payload"));
+            let deadline = Instant::now() + DEADLINE;
+            let t0 = Instant::now();
+            for i in 0..round_trips {
+                f.store(2 * i + 1, Ordering::Release);
+                spin_until(deadline, "cross-process atomic echo", || {
+                    f.load(Ordering::Acquire) == 2 * i + 2
+                });
+            }
+            let elapsed = t0.elapsed();
+            f.store(STOP, Ordering::Release);
+            spin_until(deadline, "peer leaving atomic mode", || {
+                f.load(Ordering::Acquire) == ACK
+            });
+            elapsed
+        }
+
+        /// The parent's site (statistics).
+        pub fn site(&self) -> &Site {
+            &self.site
+        }
+    }
+
+    impl Drop for PingPong {
+        fn drop(&mut self) {
+            let _ = self
+                .ep
+                .send_express(VirtualName(0), Express::new(EXIT, 0).expect("payload"));
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

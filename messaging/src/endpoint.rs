@@ -1,0 +1,622 @@
+//! Endpoints: how job code sends and receives.
+//!
+//! An endpoint sends only by [`VirtualName`], translated by its destination table (paper
+//! 004 §4.1), and receives from its own receive queues, polled in a fixed priority order
+//! (OnePoll, paper 004 §4.3). Send and receive of Express messages are each one claim on a
+//! lock-free ring; any number of endpoints (in any threads or processes) may send to the
+//! same queue, and [`Endpoint::share`] gives another thread its own handle on the same
+//! queues and table.
+//!
+//! Failed sends hand the message back ([`SendError`]). Blocking sends poll the endpoint's
+//! own queues while they wait, so two endpoints sending to each other's full queues cannot
+//! deadlock (paper 000 §3.3); received messages go to the caller's `on_message` closure.
+//! Blocking receives spin briefly, then sleep on the queues' doorbell (paper 003 §4).
+
+use crate::bulk::{FRAGMENT_HEADER, FragmentHeader, FragmentReject};
+use crate::message::{BasicSendError, BulkMsg, BulkSendError, Message, SendError, TagOnMsg};
+use crate::names::{Destination, DestinationTable, QueueId, SiteId, VirtualName};
+use crate::pool::{PoolExhausted, TagOnBuf, TagOnData};
+use crate::site::{Route, SiteInner, Substrate};
+use crate::stats::{EndpointCounters, KindCounters};
+use crate::sync::{Backoff, spin_hint};
+use crate::word::{Express, Handler, SourceId, Word, WordKind};
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One source OnePoll can take a message from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PollSource {
+    /// The Express/Tag-On/bulk ring of a queue.
+    Express(QueueId),
+    /// The Basic ring of a queue.
+    Basic(QueueId),
+}
+
+/// A poll set named a queue the endpoint does not own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0} is not one of this endpoint's receive queues")]
+pub struct NotOwnQueue(pub QueueId);
+
+/// How long a blocking receive spins before it sleeps on the doorbell, by default.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(20);
+
+/// A job's handle for sending and receiving (see the module docs). `Send` but not `Sync`:
+/// give each thread its own with [`Endpoint::share`].
+pub struct Endpoint {
+    site: Arc<SiteInner>,
+    table: Arc<DestinationTable>,
+    queues: Box<[QueueId]>,
+    sources: Box<[PollSource]>,
+    doorbell: Option<u16>,
+    counters: Arc<EndpointCounters>,
+    spin: Duration,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("site", &self.site.id)
+            .field("queues", &self.queues)
+            .finish()
+    }
+}
+
+pub(crate) fn alloc_from(site: &SiteInner) -> Result<TagOnBuf, PoolExhausted> {
+    site.own
+        .pool
+        .alloc()
+        .inspect_err(|_| site.counters.pool_exhausted.add_shared(1))
+}
+
+impl Endpoint {
+    pub(crate) fn new(
+        site: Arc<SiteInner>,
+        table: Arc<DestinationTable>,
+        queues: &[QueueId],
+    ) -> Endpoint {
+        let sources: Box<[PollSource]> = queues
+            .iter()
+            .flat_map(|&q| [PollSource::Express(q), PollSource::Basic(q)])
+            .collect();
+        let bells: Vec<u16> = queues
+            .iter()
+            .map(|q| site.own.queue_doorbell[usize::from(q.0)])
+            .collect();
+        let doorbell = match bells.first() {
+            Some(&b) if bells.iter().all(|&x| x == b) => Some(b),
+            _ => None,
+        };
+        let counters = Arc::new(EndpointCounters::default());
+        site.register(counters.clone());
+        Endpoint {
+            site,
+            table,
+            queues: queues.into(),
+            sources,
+            doorbell,
+            counters,
+            spin: DEFAULT_SPIN,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// Another handle on the same receive queues and destination table, with its own
+    /// statistics counters: for another thread.
+    pub fn share(&self) -> Endpoint {
+        let counters = Arc::new(EndpointCounters::default());
+        self.site.register(counters.clone());
+        Endpoint {
+            site: self.site.clone(),
+            table: self.table.clone(),
+            queues: self.queues.clone(),
+            sources: self.sources.clone(),
+            doorbell: self.doorbell,
+            counters,
+            spin: self.spin,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// The site this endpoint belongs to.
+    pub fn site(&self) -> SiteId {
+        self.site.id
+    }
+
+    /// This endpoint's receive queues, highest priority first.
+    pub fn queues(&self) -> &[QueueId] {
+        &self.queues
+    }
+
+    /// The destination table (read-only).
+    pub fn table(&self) -> &DestinationTable {
+        &self.table
+    }
+
+    /// Sets how long blocking receives spin before sleeping (0 = sleep at once).
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
+    }
+
+    /// Translates `name` (paper 004 §4.1) and finds the route to its site.
+    #[inline]
+    fn resolve(&self, name: VirtualName) -> Result<(Destination, &Route), SendError<()>> {
+        let Some(dest) = self.table.lookup(name) else {
+            return Err(SendError::UnknownDestination(name, ()));
+        };
+        match self.site.route(dest.site) {
+            Some(route) => Ok((dest, route)),
+            None => Err(SendError::Unreachable(dest, ())),
+        }
+    }
+
+    #[inline]
+    fn count_substrate(&self, substrate: Substrate) {
+        match substrate {
+            Substrate::Local => self.counters.local.add(1),
+            Substrate::Shm => self.counters.shm.add(1),
+        }
+    }
+
+    /// Sends an Express message to `name`: one claim on the destination ring.
+    ///
+    /// # Errors
+    /// [`SendError`] with the message handed back: `Full`, `UnknownDestination`, `Unreachable`.
+    #[inline]
+    pub fn send_express(&self, name: VirtualName, msg: Express) -> Result<(), SendError<Express>> {
+        let (dest, route) = self.resolve(name).map_err(|e| e.map(|()| msg))?;
+        let word = Word::express(msg.handler(), dest.source, msg.payload());
+        match route {
+            Route::Segment { site, substrate } => {
+                let Some(ring) = site.express.get(usize::from(dest.queue.0)) else {
+                    return Err(SendError::Unreachable(dest, msg));
+                };
+                if ring.push(word.0).is_err() {
+                    self.counters.full.add(1);
+                    return Err(SendError::Full(msg));
+                }
+                self.counts_sent().express.add(1);
+                self.counts_sent().bytes.add(8);
+                self.count_substrate(*substrate);
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends an Express message, waiting while the destination queue is full; while it
+    /// waits it polls this endpoint's own queues and passes what arrives to `on_message`
+    /// (paper 000 §3.3). `timeout` `None` waits indefinitely.
+    ///
+    /// # Errors
+    /// As [`Endpoint::send_express`], plus `Timeout`.
+    pub fn send_express_blocking(
+        &self,
+        name: VirtualName,
+        msg: Express,
+        timeout: Option<Duration>,
+        on_message: impl FnMut(Message),
+    ) -> Result<(), SendError<Express>> {
+        self.blocking(msg, timeout, on_message, |m| self.send_express(name, m))
+    }
+
+    /// Allocates a Tag-On buffer from this site's pool.
+    ///
+    /// # Errors
+    /// [`PoolExhausted`] when every slot is in use (counted in the statistics).
+    pub fn alloc(&self) -> Result<TagOnBuf, PoolExhausted> {
+        alloc_from(&self.site)
+    }
+
+    /// Sends a Tag-On message: the header to `name`'s Express ring, the buffer by reference.
+    /// Pass a [`TagOnBuf`] to send once, or clones of a frozen [`TagOnData`] to multicast
+    /// the same buffer without copying it (paper 004 §5.2).
+    ///
+    /// # Errors
+    /// [`SendError`] handing the buffer reference back.
+    #[inline]
+    pub fn send_tag_on(
+        &self,
+        name: VirtualName,
+        handler: Handler,
+        data: impl Into<TagOnData>,
+    ) -> Result<(), SendError<TagOnData>> {
+        let data = data.into();
+        let (dest, route) = match self.resolve(name) {
+            Ok(r) => r,
+            Err(e) => return Err(e.map(|()| data)),
+        };
+        self.push_buffer(dest, route, WordKind::TagOn, handler, data)?;
+        self.counts_sent().tag_on.add(1);
+        Ok(())
+    }
+
+    /// [`Endpoint::send_tag_on`], waiting (and polling own queues) while the queue is full.
+    ///
+    /// # Errors
+    /// As [`Endpoint::send_tag_on`], plus `Timeout`.
+    pub fn send_tag_on_blocking(
+        &self,
+        name: VirtualName,
+        handler: Handler,
+        data: impl Into<TagOnData>,
+        timeout: Option<Duration>,
+        on_message: impl FnMut(Message),
+    ) -> Result<(), SendError<TagOnData>> {
+        self.blocking(data.into(), timeout, on_message, |d| {
+            self.send_tag_on(name, handler, d)
+        })
+    }
+
+    #[inline]
+    fn push_buffer(
+        &self,
+        dest: Destination,
+        route: &Route,
+        kind: WordKind,
+        handler: Handler,
+        data: TagOnData,
+    ) -> Result<(), SendError<TagOnData>> {
+        match route {
+            Route::Segment { site, substrate } => {
+                let (pool, slot) = data.location();
+                // The receiver must be able to read the buffer in place: it is in the
+                // receiver's own pool, or in this site's pool (which attached peers map).
+                if pool != dest.site.0 && pool != self.site.id.0 {
+                    return Err(SendError::Unreachable(dest, data));
+                }
+                let Some(ring) = site.express.get(usize::from(dest.queue.0)) else {
+                    return Err(SendError::Unreachable(dest, data));
+                };
+                let word = Word::buffer(kind, handler, dest.source, pool, slot);
+                let len = data.len() as u64;
+                if ring.push(word.0).is_err() {
+                    self.counters.full.add(1);
+                    return Err(SendError::Full(data));
+                }
+                // The receiver now owns this reference.
+                let _ = data.into_transfer();
+                self.counts_sent().bytes.add(len);
+                self.count_substrate(*substrate);
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends a Basic message of up to 256 bytes (copied into the destination's lock-guarded
+    /// Basic ring).
+    ///
+    /// # Errors
+    /// [`BasicSendError::TooLong`] over 256 bytes; routing and `Full` errors otherwise.
+    pub fn send_basic(
+        &self,
+        name: VirtualName,
+        handler: Handler,
+        data: &[u8],
+    ) -> Result<(), BasicSendError> {
+        let (dest, route) = self.resolve(name)?;
+        match route {
+            Route::Segment { site, substrate } => {
+                let Some(ring) = site.basic.get(usize::from(dest.queue.0)) else {
+                    return Err(SendError::Unreachable(dest, ()).into());
+                };
+                if !ring.push(handler, dest.source, data)? {
+                    self.counters.full.add(1);
+                    return Err(SendError::Full(()).into());
+                }
+                self.counts_sent().basic.add(1);
+                self.counts_sent().bytes.add(data.len() as u64);
+                self.count_substrate(*substrate);
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends a payload of any length up to the site's `max_bulk` (1 MiB by default) as
+    /// fragments in Tag-On slots, reassembled at the destination queue. Waits while the
+    /// pool is exhausted or the queue full, polling own queues into `on_message`.
+    ///
+    /// # Errors
+    /// [`BulkSendError`]; on an error after some fragments were sent, the receiver discards
+    /// the incomplete message when its reassembly slot is reused (it never delivers a
+    /// partial payload).
+    pub fn send_bulk(
+        &self,
+        name: VirtualName,
+        handler: Handler,
+        data: &[u8],
+        timeout: Option<Duration>,
+        mut on_message: impl FnMut(Message),
+    ) -> Result<(), BulkSendError> {
+        let max = self.site.config.max_bulk;
+        if data.len() > max || u32::try_from(data.len()).is_err() {
+            return Err(BulkSendError::TooLong {
+                len: data.len(),
+                max,
+            });
+        }
+        let (dest, route) = self.resolve(name)?;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let per = self.site.config.slot_size - FRAGMENT_HEADER;
+        let sequence = self.site.next_bulk_sequence();
+        let chunks: Box<dyn Iterator<Item = &[u8]>> = if data.is_empty() {
+            Box::new(std::iter::once(&data[..0]))
+        } else {
+            Box::new(data.chunks(per))
+        };
+        let mut fragments = 0u64;
+        for (i, chunk) in chunks.enumerate() {
+            let mut backoff = Backoff::default();
+            let mut buf = loop {
+                match self.alloc() {
+                    Ok(b) => break b,
+                    Err(e) => {
+                        self.drain_into(&mut on_message);
+                        if deadline.is_some_and(|d| Instant::now() >= d) {
+                            return Err(e.into());
+                        }
+                        backoff.snooze();
+                    }
+                }
+            };
+            let header = FragmentHeader {
+                origin: self.site.id.0,
+                sequence,
+                total: data.len() as u32,
+                offset: (i * per) as u32,
+            };
+            let space = buf.as_mut_capacity();
+            header.encode(&mut space[..FRAGMENT_HEADER]);
+            space[FRAGMENT_HEADER..FRAGMENT_HEADER + chunk.len()].copy_from_slice(chunk);
+            buf.set_len(FRAGMENT_HEADER + chunk.len());
+            self.blocking(
+                buf.freeze(),
+                deadline.map(|d| d.saturating_duration_since(Instant::now())),
+                &mut on_message,
+                |d| self.push_buffer(dest, route, WordKind::Bulk, handler, d),
+            )
+            .map_err(|e| e.map(drop))?;
+            fragments += 1;
+        }
+        let sent = self.counts_sent();
+        sent.bulk.add(1);
+        sent.bulk_fragments.add(fragments);
+        Ok(())
+    }
+
+    /// Sends an Express reply to the sender of a received message (its source id is a name
+    /// in this endpoint's table, paper 004 §4.1).
+    ///
+    /// # Errors
+    /// As [`Endpoint::send_express`].
+    pub fn reply_express(&self, to: SourceId, msg: Express) -> Result<(), SendError<Express>> {
+        self.send_express(VirtualName::from(to), msg)
+    }
+
+    fn blocking<M>(
+        &self,
+        mut msg: M,
+        timeout: Option<Duration>,
+        mut on_message: impl FnMut(Message),
+        mut attempt: impl FnMut(M) -> Result<(), SendError<M>>,
+    ) -> Result<(), SendError<M>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut backoff = Backoff::default();
+        loop {
+            match attempt(msg) {
+                Err(SendError::Full(m)) => {
+                    msg = m;
+                    self.drain_into(&mut on_message);
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(SendError::Timeout(msg));
+                    }
+                    if backoff.is_completed() {
+                        std::thread::sleep(Duration::from_micros(50));
+                    } else {
+                        backoff.snooze();
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn drain_into(&self, on_message: &mut impl FnMut(Message)) {
+        while let Some(m) = self.try_recv() {
+            on_message(m);
+        }
+    }
+
+    #[inline(always)]
+    fn counts_sent(&self) -> &KindCounters {
+        &self.counters.sent
+    }
+
+    /// OnePoll over this endpoint's queues: the highest-priority waiting message (queues in
+    /// the order given at creation; within a queue, Express before Basic), or `None` at once.
+    #[inline]
+    pub fn try_recv(&self) -> Option<Message> {
+        for &source in self.sources.iter() {
+            if let Some(m) = self.poll_source(source) {
+                return Some(m);
+            }
+        }
+        None
+    }
+
+    /// Validates a custom OnePoll order over this endpoint's own queues.
+    ///
+    /// # Errors
+    /// [`NotOwnQueue`] for a queue the endpoint does not receive from.
+    pub fn poll_set(&self, order: &[PollSource]) -> Result<PollSet, NotOwnQueue> {
+        for s in order {
+            let (PollSource::Express(q) | PollSource::Basic(q)) = *s;
+            if !self.queues.contains(&q) {
+                return Err(NotOwnQueue(q));
+            }
+        }
+        Ok(PollSet(order.into()))
+    }
+
+    /// OnePoll with a custom priority order (paper 004 §4.3): the message from the first
+    /// non-empty source in `set`, or `None`.
+    pub fn one_poll(&self, set: &PollSet) -> Option<Message> {
+        set.0.iter().find_map(|&s| self.poll_source(s))
+    }
+
+    /// Waits up to `timeout` for a message: spins for the endpoint's spin time, then sleeps
+    /// on the doorbell its queues share, so an idle receiver does not burn a core.
+    pub fn recv_timeout(&self, timeout: Duration) -> Option<Message> {
+        let start = Instant::now();
+        let deadline = start + timeout;
+        let spin_until = start + self.spin.min(timeout);
+        loop {
+            for _ in 0..64 {
+                if let Some(m) = self.try_recv() {
+                    return Some(m);
+                }
+                spin_hint();
+            }
+            if Instant::now() >= spin_until {
+                break;
+            }
+        }
+        loop {
+            if let Some(m) = self.try_recv() {
+                return Some(m);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            match self.doorbell.and_then(|d| self.site.own.doorbell(d)) {
+                Some(bell) => {
+                    let seq = bell.register();
+                    if self.any_claimed() {
+                        bell.unregister();
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    bell.sleep(seq, Some(deadline - now));
+                    bell.unregister();
+                }
+                // Queues on different doorbells: no single futex covers them; poll gently.
+                None => std::thread::sleep((deadline - now).min(Duration::from_micros(50))),
+            }
+        }
+    }
+
+    /// Waits for a message indefinitely (see [`Endpoint::recv_timeout`]).
+    pub fn recv(&self) -> Message {
+        loop {
+            if let Some(m) = self.recv_timeout(Duration::from_secs(3600)) {
+                return m;
+            }
+        }
+    }
+
+    fn any_claimed(&self) -> bool {
+        self.queues.iter().any(|q| {
+            let i = usize::from(q.0);
+            self.site.own.express[i].has_claimed() || self.site.own.basic[i].has_claimed()
+        })
+    }
+
+    /// Takes the next message from one source. Words that are rejected, or bulk fragments
+    /// that do not yet complete a message, are consumed and the source is polled again.
+    #[inline]
+    fn poll_source(&self, source: PollSource) -> Option<Message> {
+        match source {
+            PollSource::Express(q) => {
+                let ring = &self.site.own.express[usize::from(q.0)];
+                loop {
+                    let word = Word(ring.pop()?);
+                    if let Some(m) = self.decode(q, word) {
+                        return Some(m);
+                    }
+                }
+            }
+            PollSource::Basic(q) => loop {
+                match self.site.own.basic[usize::from(q.0)].pop()? {
+                    Ok(m) => {
+                        let r = &self.counters.received;
+                        r.basic.add(1);
+                        r.bytes.add(m.data().len() as u64);
+                        return Some(Message::Basic(m));
+                    }
+                    Err(_) => self.site.counters.bad_basic.add_shared(1),
+                }
+            },
+        }
+    }
+
+    #[inline]
+    fn decode(&self, queue: QueueId, word: Word) -> Option<Message> {
+        let received = &self.counters.received;
+        let kind = match word.kind() {
+            Ok(k) => k,
+            Err(_) => {
+                self.site.counters.bad_kind.add_shared(1);
+                return None;
+            }
+        };
+        if kind == WordKind::Express {
+            received.express.add(1);
+            received.bytes.add(8);
+            return Some(Message::Express(word.express_msg()));
+        }
+        let Some(pool) = self.site.pool_of(word.pool()) else {
+            self.site.counters.unknown_pool.add_shared(1);
+            return None;
+        };
+        let data = match pool.adopt(word.slot()) {
+            Ok(d) => d,
+            Err(_) => {
+                self.site.counters.bad_slot.add_shared(1);
+                return None;
+            }
+        };
+        if kind == WordKind::TagOn {
+            received.tag_on.add(1);
+            received.bytes.add(data.len() as u64);
+            return Some(Message::TagOn(TagOnMsg {
+                handler: word.handler(),
+                source: word.source(),
+                data,
+            }));
+        }
+        received.bulk_fragments.add(1);
+        let config = &self.site.config;
+        let result = self.site.reassembly[usize::from(queue.0)].lock().add(
+            &data,
+            config.max_bulk,
+            config.max_reassemblies,
+        );
+        drop(data);
+        match result {
+            Ok(Some(payload)) => {
+                received.bulk.add(1);
+                received.bytes.add(payload.len() as u64);
+                Some(Message::Bulk(BulkMsg {
+                    handler: word.handler(),
+                    source: word.source(),
+                    data: payload,
+                }))
+            }
+            Ok(None) => None,
+            Err(FragmentReject::Malformed) => {
+                self.site.counters.bad_fragment.add_shared(1);
+                None
+            }
+            Err(FragmentReject::Limit) => {
+                self.site.counters.reassembly_limit.add_shared(1);
+                None
+            }
+        }
+    }
+}
+
+/// A validated OnePoll priority order (see [`Endpoint::poll_set`]).
+#[derive(Clone, Debug)]
+pub struct PollSet(Box<[PollSource]>);

@@ -1,0 +1,535 @@
+//! One INI's protocol state: a connection per remote INI, their send queues, the
+//! software timer lists, and the transmit scheduler (thesis §3.1, §3.2).
+
+use super::connection::{AckTimer, Connection, Params, SendTimer};
+use super::stats::{ConnStats, IniStats};
+use super::timers::TimerList;
+use super::wire::{self, DecodeError};
+use super::{ConfigError, ConnHandle, IniAddr, Micros, WindowConfig};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::fmt;
+use thiserror::Error;
+
+/// Something that happened inside an [`Ini`], taken with [`Ini::poll_event`].
+#[derive(Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A whole message arrived on `conn`. Messages of one connection are delivered
+    /// exactly once and in the order they were enqueued at the peer (thesis §3.2: in-order
+    /// delivery holds per connection only).
+    Delivered {
+        /// The connection it arrived on.
+        conn: ConnHandle,
+        /// The message bytes, as the peer enqueued them.
+        msg: Vec<u8>,
+    },
+    /// Frames to `peer` stayed unacknowledged for [`WindowConfig::peer_timeout`] (or one
+    /// frame timed out more than [`WindowConfig::max_retransmits`] times). The connection
+    /// stops sending; [`Ini::take_unacknowledged`] gives back its messages. Reported once.
+    PeerUnresponsive {
+        /// The connection.
+        conn: ConnHandle,
+        /// The remote INI.
+        peer: IniAddr,
+    },
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Delivered { conn, msg } => f
+                .debug_struct("Delivered")
+                .field("conn", conn)
+                .field("len", &msg.len())
+                .finish(),
+            Event::PeerUnresponsive { conn, peer } => f
+                .debug_struct("PeerUnresponsive")
+                .field("conn", conn)
+                .field("peer", peer)
+                .finish(),
+        }
+    }
+}
+
+/// A datagram written by [`Ini::poll_transmit`]: send `buf[..len]` to `peer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// The connection it belongs to.
+    pub conn: ConnHandle,
+    /// The remote INI to send it to (the caller maps it to a socket address).
+    pub peer: IniAddr,
+    /// Datagram length in bytes, at most [`WindowConfig::mtu`].
+    pub len: usize,
+}
+
+/// [`Ini::enqueue`] refused a message; it is handed back, never dropped (style practice 4).
+#[derive(Clone, PartialEq, Eq, Error)]
+pub enum EnqueueError {
+    /// The connection's send queue holds [`WindowConfig::send_queue_capacity`] messages.
+    #[error("send queue full")]
+    Full(Vec<u8>),
+    /// Longer than [`WindowConfig::max_message_len`].
+    #[error("message of {} bytes exceeds max_message_len", .0.len())]
+    TooLarge(Vec<u8>),
+    /// The connection reported [`Event::PeerUnresponsive`] and no longer sends.
+    #[error("peer unresponsive")]
+    PeerUnresponsive(Vec<u8>),
+    /// The handle does not name a connection of this INI.
+    #[error("unknown connection")]
+    UnknownConnection(Vec<u8>),
+}
+
+impl EnqueueError {
+    /// The message that was not enqueued.
+    pub fn into_inner(self) -> Vec<u8> {
+        match self {
+            EnqueueError::Full(m)
+            | EnqueueError::TooLarge(m)
+            | EnqueueError::PeerUnresponsive(m)
+            | EnqueueError::UnknownConnection(m) => m,
+        }
+    }
+}
+
+impl fmt::Debug for EnqueueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, m) = match self {
+            EnqueueError::Full(m) => ("Full", m),
+            EnqueueError::TooLarge(m) => ("TooLarge", m),
+            EnqueueError::PeerUnresponsive(m) => ("PeerUnresponsive", m),
+            EnqueueError::UnknownConnection(m) => ("UnknownConnection", m),
+        };
+        write!(f, "{name}(<{} bytes>)", m.len())
+    }
+}
+
+/// Why [`Ini::handle_datagram`] discarded a datagram (each reason is also counted in
+/// [`IniStats`] or [`ConnStats`]). Receiving such datagrams is normal on a lossy network;
+/// callers usually ignore the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum Rejected {
+    /// Malformed or corrupted (thesis §3.1: checksum failures are dropped).
+    #[error("undecodable datagram: {0}")]
+    Decode(DecodeError),
+    /// Carries another job's key.
+    #[error("job key {0:#x} is not this job's")]
+    WrongJobKey(u64),
+    /// Addressed to another INI.
+    #[error("addressed to {0}")]
+    Misdirected(IniAddr),
+    /// From an INI with no connection here.
+    #[error("from unknown {0}")]
+    UnknownPeer(IniAddr),
+    /// DATA whose sequence number was already received (thesis §3.2.1).
+    #[error("duplicate frame")]
+    Duplicate,
+    /// DATA whose sequence number is outside the receive window (thesis §3.2.1).
+    #[error("frame outside the receive window")]
+    OutOfWindow,
+}
+
+/// [`Ini::add_peer`] refused a peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum AddPeerError {
+    /// The peer is this INI itself.
+    #[error("{0} is the local INI")]
+    IsLocal(IniAddr),
+    /// A connection to the peer exists already.
+    #[error("already connected, as connection {0:?}")]
+    AlreadyConnected(ConnHandle),
+}
+
+/// The protocol state of one INI thread (thesis §3.1, §3.2), sans I/O.
+///
+/// # Calling contract
+///
+/// The caller owns the UDP socket and the clock, and runs this loop on one thread:
+///
+/// 1. For each received datagram: [`handle_datagram(now, bytes)`](Self::handle_datagram).
+/// 2. For each outgoing message: [`enqueue(conn, msg)`](Self::enqueue); on
+///    [`EnqueueError::Full`] keep the message and retry after transmitting.
+/// 3. Drain [`poll_transmit(now, buf)`](Self::poll_transmit) until `None`, sending
+///    `buf[..len]` to the peer each time. `buf` must be at least `mtu` bytes. Call it
+///    after every `handle_datagram`, `enqueue` and `handle_timeout`.
+/// 4. Drain [`poll_event`](Self::poll_event) (deliveries, unresponsive peers).
+/// 5. Call [`poll_timeout`](Self::poll_timeout) and wait for a datagram or that instant,
+///    whichever is first; at or after it call [`handle_timeout(now)`](Self::handle_timeout)
+///    and go to 3. `None` means no timer is pending.
+///
+/// `now` is in µs on a monotonic clock; a `now` earlier than one already seen is treated
+/// as the latest one seen. Nothing here blocks, allocates per frame on the send path, or
+/// drops a message silently: a message is delivered, handed back by `enqueue`, or (after
+/// [`Event::PeerUnresponsive`]) handed back by [`take_unacknowledged`](Self::take_unacknowledged).
+///
+/// # Scheduling (thesis §3.1)
+///
+/// Connections with something to send wait in a FIFO ready queue; each `poll_transmit`
+/// takes the first, writes one datagram and re-queues it at the back if it has more. A
+/// connection whose window is full is not in the queue, so other connections' messages go
+/// first ("elements deeper in the queue will be processed before the top one") and one
+/// slow peer never blocks the others. Within a connection: NAKs, then retransmissions,
+/// then new DATA, then a standalone ACK.
+pub struct Ini {
+    config: WindowConfig,
+    params: Params,
+    local: IniAddr,
+    conns: Vec<Connection>,
+    /// (peer key, connection index), sorted by key.
+    peers: Vec<(u32, u32)>,
+    ready: VecDeque<u32>,
+    send_timers: TimerList<SendTimer>,
+    ack_timers: TimerList<AckTimer>,
+    /// At most one liveness record per connection; a heap because progress moves a
+    /// connection's deadline by different amounts.
+    liveness: BinaryHeap<Reverse<(Micros, u32)>>,
+    events: VecDeque<Event>,
+    stats: IniStats,
+    now: Micros,
+}
+
+impl fmt::Debug for Ini {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ini")
+            .field("local", &self.local)
+            .field("connections", &self.conns.len())
+            .field("now", &self.now)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ini {
+    /// An INI at `local` with no connections, after validating `config`.
+    pub fn new(local: IniAddr, config: WindowConfig) -> Result<Ini, ConfigError> {
+        config.validate()?;
+        Ok(Ini {
+            params: Params::new(&config),
+            config,
+            local,
+            conns: Vec::new(),
+            peers: Vec::new(),
+            ready: VecDeque::new(),
+            send_timers: TimerList::new(),
+            ack_timers: TimerList::new(),
+            liveness: BinaryHeap::new(),
+            events: VecDeque::new(),
+            stats: IniStats::default(),
+            now: Micros::ZERO,
+        })
+    }
+
+    /// Creates the connection to `peer` (thesis §3.2: connections are allocated at
+    /// start-up, one per remote INI). Both ends start at [`WindowConfig::initial_seq`].
+    pub fn add_peer(&mut self, peer: IniAddr) -> Result<ConnHandle, AddPeerError> {
+        if peer == self.local {
+            return Err(AddPeerError::IsLocal(peer));
+        }
+        let key = peer.key();
+        match self.peers.binary_search_by_key(&key, |&(k, _)| k) {
+            Ok(i) => Err(AddPeerError::AlreadyConnected(ConnHandle(self.peers[i].1))),
+            Err(i) => {
+                let idx = self.conns.len() as u32;
+                self.conns
+                    .push(Connection::new(idx, self.local, peer, &self.params));
+                self.peers.insert(i, (key, idx));
+                Ok(ConnHandle(idx))
+            }
+        }
+    }
+
+    /// This INI's address.
+    pub fn local(&self) -> IniAddr {
+        self.local
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &WindowConfig {
+        &self.config
+    }
+
+    /// The connection to `peer`, if any.
+    pub fn conn(&self, peer: IniAddr) -> Option<ConnHandle> {
+        self.lookup(peer).map(ConnHandle)
+    }
+
+    /// Number of connections.
+    pub fn num_connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn lookup(&self, peer: IniAddr) -> Option<u32> {
+        let key = peer.key();
+        self.peers
+            .binary_search_by_key(&key, |&(k, _)| k)
+            .ok()
+            .map(|i| self.peers[i].1)
+    }
+
+    fn c(&self, conn: ConnHandle) -> &Connection {
+        &self.conns[conn.index()]
+    }
+
+    fn advance(&mut self, now: Micros) -> Micros {
+        if now > self.now {
+            self.now = now;
+        }
+        self.now
+    }
+
+    fn schedule(&mut self, idx: u32) {
+        let c = &mut self.conns[idx as usize];
+        if !c.in_ready && c.wants_transmit(&self.params) {
+            c.in_ready = true;
+            self.ready.push_back(idx);
+        }
+    }
+
+    fn fail(&mut self, idx: u32) {
+        let c = &mut self.conns[idx as usize];
+        if !c.is_unresponsive() {
+            c.fail();
+            self.events.push_back(Event::PeerUnresponsive {
+                conn: c.handle(),
+                peer: c.peer(),
+            });
+        }
+    }
+
+    /// Queues `msg` (opaque bytes, up to [`WindowConfig::max_message_len`]) for `conn`.
+    /// On error the message comes back inside the [`EnqueueError`].
+    pub fn enqueue(&mut self, conn: ConnHandle, msg: Vec<u8>) -> Result<(), EnqueueError> {
+        let Some(c) = self.conns.get_mut(conn.index()) else {
+            return Err(EnqueueError::UnknownConnection(msg));
+        };
+        c.enqueue(msg, &self.params)?;
+        self.schedule(conn.0);
+        Ok(())
+    }
+
+    /// Writes the next datagram to send into `buf` and says where it goes; `None` when
+    /// nothing can be sent now (see the type doc for the scheduling rule).
+    ///
+    /// # Panics
+    ///
+    /// If `buf` is shorter than [`WindowConfig::mtu`].
+    pub fn poll_transmit(&mut self, now: Micros, buf: &mut [u8]) -> Option<Transmit> {
+        assert!(
+            buf.len() >= self.config.mtu,
+            "poll_transmit buffer of {} bytes is below the mtu of {}",
+            buf.len(),
+            self.config.mtu
+        );
+        let now = self.advance(now);
+        while let Some(idx) = self.ready.pop_front() {
+            let c = &mut self.conns[idx as usize];
+            c.in_ready = false;
+            let Some(len) = c.poll_write(now, &self.params, buf, &mut self.send_timers) else {
+                continue;
+            };
+            if !c.liveness_armed
+                && let Some(deadline) = c.liveness_deadline(self.config.peer_timeout)
+            {
+                c.liveness_armed = true;
+                self.liveness.push(Reverse((deadline, idx)));
+            }
+            let t = Transmit {
+                conn: c.handle(),
+                peer: c.peer(),
+                len,
+            };
+            self.schedule(idx);
+            self.stats.datagrams_sent += 1;
+            self.stats.datagram_bytes_sent += len as u64;
+            return Some(t);
+        }
+        None
+    }
+
+    /// Processes one received datagram (thesis §3.1 receive path: checksum, job, connection
+    /// dispatch, sliding window). `Err` says why it was discarded; it is counted either way.
+    pub fn handle_datagram(&mut self, now: Micros, datagram: &[u8]) -> Result<(), Rejected> {
+        let now = self.advance(now);
+        self.stats.datagrams_received += 1;
+        self.stats.datagram_bytes_received += datagram.len() as u64;
+        let frame = match wire::decode(datagram) {
+            Ok(f) => f,
+            Err(e) => {
+                if matches!(e, DecodeError::Checksum { .. }) {
+                    self.stats.checksum_failures += 1;
+                } else {
+                    self.stats.decode_failures += 1;
+                }
+                return Err(Rejected::Decode(e));
+            }
+        };
+        let h = frame.header;
+        if h.job_key != self.params.job_key {
+            self.stats.wrong_job_key += 1;
+            return Err(Rejected::WrongJobKey(h.job_key));
+        }
+        if h.conn.dst != self.local {
+            self.stats.misdirected += 1;
+            return Err(Rejected::Misdirected(h.conn.dst));
+        }
+        let Some(idx) = self.lookup(h.conn.src) else {
+            self.stats.unknown_peer += 1;
+            return Err(Rejected::UnknownPeer(h.conn.src));
+        };
+        let result = self.conns[idx as usize].on_frame(
+            now,
+            &h,
+            frame.payload,
+            &self.params,
+            &mut self.ack_timers,
+            &mut self.events,
+        );
+        self.schedule(idx);
+        result
+    }
+
+    /// The earliest instant at which [`handle_timeout`](Self::handle_timeout) has work, or
+    /// `None` when no timer is pending. Discards cancelled timer records at the front of
+    /// the lists first, so the answer is exact.
+    pub fn poll_timeout(&mut self) -> Option<Micros> {
+        while let Some(&(_, (idx, seq, tx))) = self.send_timers.peek() {
+            if self.conns[idx as usize].send_timer_live(seq, tx) {
+                break;
+            }
+            self.send_timers.pop();
+        }
+        while let Some(&(_, (idx, generation))) = self.ack_timers.peek() {
+            if self.conns[idx as usize].ack_timer_live(generation) {
+                break;
+            }
+            self.ack_timers.pop();
+        }
+        while let Some(&Reverse((_, idx))) = self.liveness.peek() {
+            let c = &mut self.conns[idx as usize];
+            if c.liveness_deadline(self.config.peer_timeout).is_some() {
+                break;
+            }
+            c.liveness_armed = false;
+            self.liveness.pop();
+        }
+        [
+            self.send_timers.next_deadline(),
+            self.ack_timers.next_deadline(),
+            self.liveness.peek().map(|r| r.0.0),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Runs every timer due at `now`: SEND timeouts queue retransmissions (thesis
+    /// §3.2.1), ACK timeouts queue standalone ACKs, and connections without ACK progress
+    /// for `peer_timeout` are reported unresponsive.
+    pub fn handle_timeout(&mut self, now: Micros) {
+        let now = self.advance(now);
+        while let Some((_, (idx, seq, tx))) = self.send_timers.pop_expired(now) {
+            let c = &mut self.conns[idx as usize];
+            if !c.send_timer_live(seq, tx) {
+                continue;
+            }
+            if c.on_send_timeout(seq, &self.params) {
+                self.fail(idx);
+            } else {
+                self.schedule(idx);
+            }
+        }
+        while let Some((_, (idx, generation))) = self.ack_timers.pop_expired(now) {
+            let c = &mut self.conns[idx as usize];
+            if c.ack_timer_live(generation) {
+                c.on_ack_timeout();
+                self.schedule(idx);
+            }
+        }
+        while let Some(&Reverse((deadline, idx))) = self.liveness.peek() {
+            if deadline > now {
+                break;
+            }
+            self.liveness.pop();
+            let c = &mut self.conns[idx as usize];
+            c.liveness_armed = false;
+            match c.liveness_deadline(self.config.peer_timeout) {
+                None => {}
+                Some(d) if d <= now => self.fail(idx),
+                Some(d) => {
+                    c.liveness_armed = true;
+                    self.liveness.push(Reverse((d, idx)));
+                }
+            }
+        }
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Counters of this INI: its own plus the sum over its connections.
+    pub fn stats(&self) -> IniStats {
+        let mut s = self.stats;
+        for c in &self.conns {
+            s.connections.accumulate(&c.stats);
+        }
+        s
+    }
+
+    /// Counters of one connection.
+    ///
+    /// # Panics
+    ///
+    /// If `conn` is not a connection of this INI (as for every accessor taking a handle).
+    pub fn conn_stats(&self, conn: ConnHandle) -> &ConnStats {
+        &self.c(conn).stats
+    }
+
+    /// The remote INI of `conn`.
+    pub fn peer(&self, conn: ConnHandle) -> IniAddr {
+        self.c(conn).peer()
+    }
+
+    /// Messages waiting in `conn`'s send queue (not yet started).
+    pub fn queued(&self, conn: ConnHandle) -> usize {
+        self.c(conn).queued()
+    }
+
+    /// Messages waiting over all connections: the load measure for a `least-loaded` INI
+    /// scheduling policy (thesis §3.3). O(connections).
+    pub fn total_queued(&self) -> usize {
+        self.conns.iter().map(Connection::queued).sum()
+    }
+
+    /// Unacknowledged frames of `conn` (at most [`WindowConfig::window`]).
+    pub fn in_flight(&self, conn: ConnHandle) -> usize {
+        self.c(conn).in_flight()
+    }
+
+    /// Sequence number `conn` gives its next new frame.
+    pub fn next_seq(&self, conn: ConnHandle) -> u32 {
+        self.c(conn).next_seq()
+    }
+
+    /// Sequence number `conn` expects to receive next (its cumulative ACK).
+    pub fn expected_seq(&self, conn: ConnHandle) -> u32 {
+        self.c(conn).rcv_next()
+    }
+
+    /// Whether `conn` reported [`Event::PeerUnresponsive`].
+    pub fn is_unresponsive(&self, conn: ConnHandle) -> bool {
+        self.c(conn).is_unresponsive()
+    }
+
+    /// True when no connection has anything queued, unacknowledged, buffered out of
+    /// order, or an ACK or NAK owed.
+    pub fn is_idle(&self) -> bool {
+        self.conns.iter().all(Connection::is_idle)
+    }
+
+    /// For a connection that reported [`Event::PeerUnresponsive`]: removes and returns,
+    /// in order, every message not known to be acknowledged. The first ones were in flight
+    /// and may have been delivered; the rest were never sent. Empty for a live connection.
+    pub fn take_unacknowledged(&mut self, conn: ConnHandle) -> Vec<Vec<u8>> {
+        self.conns[conn.index()].take_unacknowledged()
+    }
+}

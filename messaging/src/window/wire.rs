@@ -1,0 +1,546 @@
+//! Datagram wire format of the INI sliding-window protocol.
+//!
+//! The thesis header (§3.2.1, §4.3) has four one-byte fields: opcode, connection id,
+//! SEND sequence number, ACK sequence number; UDP supplies the checksum and IP the
+//! fragmentation (§3.1). Here one datagram carries all of it, so the protocol runs over
+//! plain UDP: 32-bit sequence numbers (§4.3 notes 22 bits are needed to avoid aliasing
+//! within an IP packet lifetime), an explicit connection id of both INIs, a job key,
+//! fragment fields, and a CRC32C trailer over everything before it. One addition to the
+//! thesis: a standalone ACK carries a selective-ACK bitmap of the frames the receiver
+//! holds beyond the cumulative ACK, so a SEND timeout behind a lost frame resends only
+//! what is really missing (the thesis assumes a low loss rate and needs none).
+//!
+//! All integers are big-endian (network order). Offsets and sizes are in bytes.
+//!
+//! | offset | size | field | notes |
+//! |---:|---:|---|---|
+//! | 0 | 2 | magic | `0x4D47` ("MG") |
+//! | 2 | 1 | version | [`VERSION`] (1) |
+//! | 3 | 1 | kind | 1 DATA, 2 ACK, 3 NAK |
+//! | 4 | 8 | job key | datagrams of another job are rejected |
+//! | 12 | 2 | source site | connection id: sender INI |
+//! | 14 | 2 | destination site | connection id: receiver INI |
+//! | 16 | 1 | source INI | |
+//! | 17 | 1 | destination INI | |
+//! | 18 | 2 | payload length | must equal datagram length − 36 |
+//! | 20 | 4 | sequence number | DATA: the frame's; NAK: the frame asked for; ACK: 0 |
+//! | 24 | 4 | cumulative ACK | next sequence number the sender of this datagram expects |
+//! | 28 | 2 | fragment index | DATA: 0..count; ACK/NAK: 0 |
+//! | 30 | 2 | fragment count | DATA: ≥ 1; ACK/NAK: 0 |
+//! | 32 | n | payload | DATA: message bytes; ACK: selective-ACK bitmap (below); NAK: none |
+//! | 32+n | 4 | CRC32C | over bytes 0..32+n |
+//!
+//! Selective-ACK bitmap of an ACK: bit `i` (least significant first) of byte `j` set means
+//! the frame with sequence number `ack + 1 + 8j + i` was received. Any length, 0 included.
+//!
+//! [`decode`] checks, in order: length ≥ [`OVERHEAD`], magic, version, checksum, kind,
+//! payload length, fragment fields. It never panics, whatever the input.
+
+use super::IniAddr;
+use thiserror::Error;
+
+/// Magic number at offset 0: "MG".
+pub const MAGIC: u16 = 0x4D47;
+/// Protocol version at offset 2.
+pub const VERSION: u8 = 1;
+/// Header length in bytes.
+pub const HEADER_LEN: usize = 32;
+/// Trailer (CRC32C) length in bytes.
+pub const TRAILER_LEN: usize = 4;
+/// Per-datagram overhead in bytes: header plus trailer.
+pub const OVERHEAD: usize = HEADER_LEN + TRAILER_LEN;
+/// Smallest supported MTU in bytes (92 payload bytes per frame, so 65 535 fragments still
+/// carry more than 1 MiB).
+pub const MIN_MTU: usize = 128;
+/// Largest supported MTU in bytes: the largest UDP payload over IPv4.
+pub const MAX_MTU: usize = 65_507;
+
+/// Frame kind: the thesis opcode (§3.2.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// A fragment of a message, with a piggy-backed cumulative ACK.
+    Data = 1,
+    /// A standalone cumulative ACK, sent when the ACK timer expires with no reverse DATA;
+    /// its payload is a selective-ACK bitmap (see the module doc).
+    Ack = 2,
+    /// A request to retransmit the frame named by the sequence number field.
+    Nak = 3,
+}
+
+impl FrameKind {
+    fn from_u8(b: u8) -> Option<FrameKind> {
+        match b {
+            1 => Some(FrameKind::Data),
+            2 => Some(FrameKind::Ack),
+            3 => Some(FrameKind::Nak),
+            _ => None,
+        }
+    }
+}
+
+/// Connection id: the sending and the receiving INI (thesis §3.2.1 "connection id").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConnId {
+    /// The INI that sent the datagram.
+    pub src: IniAddr,
+    /// The INI the datagram is for.
+    pub dst: IniAddr,
+}
+
+/// Every header field except magic, version and payload length (see the module table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// DATA, ACK or NAK.
+    pub kind: FrameKind,
+    /// Job key.
+    pub job_key: u64,
+    /// Source and destination INI.
+    pub conn: ConnId,
+    /// DATA: this frame's sequence number. NAK: the sequence number asked for. ACK: 0.
+    pub seq: u32,
+    /// Cumulative ACK: every frame before this sequence number was received.
+    pub ack: u32,
+    /// DATA: index of this fragment in its message. ACK/NAK: 0.
+    pub frag_index: u16,
+    /// DATA: number of fragments of the message (≥ 1). ACK/NAK: 0.
+    pub frag_count: u16,
+}
+
+/// A decoded datagram borrowing its payload from the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// The header.
+    pub header: Header,
+    /// The payload: message bytes (DATA), selective-ACK bitmap (ACK), empty (NAK).
+    pub payload: &'a [u8],
+}
+
+/// Why [`decode`] rejected a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    /// Shorter than header plus checksum.
+    #[error("datagram of {0} bytes is shorter than the {OVERHEAD}-byte minimum")]
+    TooShort(usize),
+    /// Wrong magic number: not a multigrain datagram.
+    #[error("bad magic {0:#06x}")]
+    BadMagic(u16),
+    /// A protocol version this build does not speak.
+    #[error("unsupported protocol version {0}")]
+    UnsupportedVersion(u8),
+    /// CRC32C trailer does not match the contents.
+    #[error("checksum mismatch: trailer {trailer:#010x}, computed {computed:#010x}")]
+    Checksum {
+        /// The CRC in the trailer.
+        trailer: u32,
+        /// The CRC computed over the datagram.
+        computed: u32,
+    },
+    /// Unknown frame kind.
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    /// Payload length field disagrees with the datagram length.
+    #[error("payload length field {field} but {actual} payload bytes present")]
+    LengthMismatch {
+        /// The payload length field.
+        field: u16,
+        /// Payload bytes actually present.
+        actual: usize,
+    },
+    /// DATA with fragment count 0 or index ≥ count.
+    #[error("fragment {index} of {count} is invalid")]
+    BadFragment {
+        /// Fragment index field.
+        index: u16,
+        /// Fragment count field.
+        count: u16,
+    },
+    /// ACK or NAK with non-zero fragment fields, or NAK with a payload.
+    #[error("control frame with payload or fragment fields")]
+    ControlFields,
+}
+
+/// Why [`encode`] could not write a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum EncodeError {
+    /// The buffer is shorter than the datagram.
+    #[error("buffer of {have} bytes, datagram needs {need}")]
+    BufferTooSmall {
+        /// Bytes needed.
+        need: usize,
+        /// Buffer length.
+        have: usize,
+    },
+    /// Payload longer than the 16-bit length field allows.
+    #[error("payload of {0} bytes exceeds 65535")]
+    PayloadTooLarge(usize),
+    /// Fragment fields or payload not allowed for this kind (see [`DecodeError`]).
+    #[error("invalid header for its kind")]
+    InvalidHeader,
+}
+
+/// Length in bytes of the datagram carrying `payload_len` payload bytes.
+pub const fn datagram_len(payload_len: usize) -> usize {
+    OVERHEAD + payload_len
+}
+
+fn header_valid(h: &Header, payload_len: usize) -> bool {
+    match h.kind {
+        FrameKind::Data => h.frag_count >= 1 && h.frag_index < h.frag_count,
+        FrameKind::Ack => h.frag_index == 0 && h.frag_count == 0,
+        FrameKind::Nak => payload_len == 0 && h.frag_index == 0 && h.frag_count == 0,
+    }
+}
+
+/// Writes the datagram for `header` and `payload` into the front of `buf` and returns its
+/// length in bytes. No allocation; the payload is copied once (thesis §4.4.1: one copy per
+/// send when fragmenting).
+pub fn encode(header: &Header, payload: &[u8], buf: &mut [u8]) -> Result<usize, EncodeError> {
+    let len = payload.len();
+    if u16::try_from(len).is_err() {
+        return Err(EncodeError::PayloadTooLarge(len));
+    }
+    let need = datagram_len(len);
+    if buf.len() < need {
+        return Err(EncodeError::BufferTooSmall {
+            need,
+            have: buf.len(),
+        });
+    }
+    if !header_valid(header, len) {
+        return Err(EncodeError::InvalidHeader);
+    }
+    Ok(write_frame(header, payload, buf))
+}
+
+/// [`encode`] without the checks: the caller guarantees a valid header, a payload of at
+/// most 65 535 bytes and a buffer of at least `datagram_len(payload.len())` bytes (the
+/// slice indexing panics otherwise).
+pub(crate) fn write_frame(header: &Header, payload: &[u8], buf: &mut [u8]) -> usize {
+    buf[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
+    seal(header, payload.len(), buf)
+}
+
+/// Writes the header and checksum around `len` payload bytes already at
+/// `buf[HEADER_LEN..]`; same contract as [`write_frame`].
+pub(crate) fn seal(header: &Header, len: usize, buf: &mut [u8]) -> usize {
+    let need = datagram_len(len);
+    let h = &mut buf[..HEADER_LEN];
+    h[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+    h[2] = VERSION;
+    h[3] = header.kind as u8;
+    h[4..12].copy_from_slice(&header.job_key.to_be_bytes());
+    h[12..14].copy_from_slice(&header.conn.src.site.to_be_bytes());
+    h[14..16].copy_from_slice(&header.conn.dst.site.to_be_bytes());
+    h[16] = header.conn.src.ini;
+    h[17] = header.conn.dst.ini;
+    h[18..20].copy_from_slice(&(len as u16).to_be_bytes());
+    h[20..24].copy_from_slice(&header.seq.to_be_bytes());
+    h[24..28].copy_from_slice(&header.ack.to_be_bytes());
+    h[28..30].copy_from_slice(&header.frag_index.to_be_bytes());
+    h[30..32].copy_from_slice(&header.frag_count.to_be_bytes());
+    let crc = crc32c::crc32c(&buf[..HEADER_LEN + len]);
+    buf[HEADER_LEN + len..need].copy_from_slice(&crc.to_be_bytes());
+    need
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Parses and verifies one datagram. Never panics; see the module doc for the order of
+/// checks. The payload borrows from `datagram`.
+pub fn decode(datagram: &[u8]) -> Result<Frame<'_>, DecodeError> {
+    let total = datagram.len();
+    if total < OVERHEAD {
+        return Err(DecodeError::TooShort(total));
+    }
+    let magic = be16(datagram, 0);
+    if magic != MAGIC {
+        return Err(DecodeError::BadMagic(magic));
+    }
+    if datagram[2] != VERSION {
+        return Err(DecodeError::UnsupportedVersion(datagram[2]));
+    }
+    let body = total - TRAILER_LEN;
+    let trailer = be32(datagram, body);
+    let computed = crc32c::crc32c(&datagram[..body]);
+    if trailer != computed {
+        return Err(DecodeError::Checksum { trailer, computed });
+    }
+    let Some(kind) = FrameKind::from_u8(datagram[3]) else {
+        return Err(DecodeError::UnknownKind(datagram[3]));
+    };
+    let field = be16(datagram, 18);
+    let actual = body - HEADER_LEN;
+    if usize::from(field) != actual {
+        return Err(DecodeError::LengthMismatch { field, actual });
+    }
+    let mut job = [0u8; 8];
+    job.copy_from_slice(&datagram[4..12]);
+    let header = Header {
+        kind,
+        job_key: u64::from_be_bytes(job),
+        conn: ConnId {
+            src: IniAddr::new(be16(datagram, 12), datagram[16]),
+            dst: IniAddr::new(be16(datagram, 14), datagram[17]),
+        },
+        seq: be32(datagram, 20),
+        ack: be32(datagram, 24),
+        frag_index: be16(datagram, 28),
+        frag_count: be16(datagram, 30),
+    };
+    if !header_valid(&header, actual) {
+        return Err(match kind {
+            FrameKind::Data => DecodeError::BadFragment {
+                index: header.frag_index,
+                count: header.frag_count,
+            },
+            FrameKind::Ack | FrameKind::Nak => DecodeError::ControlFields,
+        });
+    }
+    Ok(Frame {
+        header,
+        payload: &datagram[HEADER_LEN..body],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn data_header() -> Header {
+        Header {
+            kind: FrameKind::Data,
+            job_key: 0x0123_4567_89ab_cdef,
+            conn: ConnId {
+                src: IniAddr::new(0x0102, 3),
+                dst: IniAddr::new(0x0405, 6),
+            },
+            seq: 0xdead_beef,
+            ack: 0x0bad_f00d,
+            frag_index: 2,
+            frag_count: 5,
+        }
+    }
+
+    #[test]
+    fn layout_matches_the_table() {
+        let mut buf = [0u8; 64];
+        let n = encode(&data_header(), b"xyz", &mut buf).unwrap();
+        assert_eq!(n, 39);
+        let expect: [u8; 35] = [
+            0x4D, 0x47, 1, 1, // magic, version, kind
+            0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // job key
+            0x01, 0x02, 0x04, 0x05, 3, 6, // sites, INIs
+            0, 3, // payload length
+            0xde, 0xad, 0xbe, 0xef, // seq
+            0x0b, 0xad, 0xf0, 0x0d, // ack
+            0, 2, 0, 5, // fragment index, count
+            b'x', b'y', b'z',
+        ];
+        assert_eq!(&buf[..35], &expect);
+        assert_eq!(&buf[35..39], &crc32c::crc32c(&expect).to_be_bytes());
+    }
+
+    #[test]
+    fn round_trip_all_kinds() {
+        let mut buf = [0u8; 128];
+        let h = data_header();
+        let n = encode(&h, b"hello", &mut buf).unwrap();
+        let f = decode(&buf[..n]).unwrap();
+        assert_eq!(f.header, h);
+        assert_eq!(f.payload, b"hello");
+        for kind in [FrameKind::Ack, FrameKind::Nak] {
+            let h = Header {
+                kind,
+                frag_index: 0,
+                frag_count: 0,
+                ..data_header()
+            };
+            let n = encode(&h, &[], &mut buf).unwrap();
+            assert_eq!(n, OVERHEAD);
+            assert_eq!(decode(&buf[..n]).unwrap().header, h);
+        }
+    }
+
+    #[test]
+    fn encode_rejects_bad_input() {
+        let mut small = [0u8; 38];
+        assert_eq!(
+            encode(&data_header(), b"xyz", &mut small),
+            Err(EncodeError::BufferTooSmall { need: 39, have: 38 })
+        );
+        let mut buf = vec![0u8; 70_000];
+        assert_eq!(
+            encode(&data_header(), &vec![0; 65_536], &mut buf),
+            Err(EncodeError::PayloadTooLarge(65_536))
+        );
+        let bad_frag = Header {
+            frag_index: 5,
+            ..data_header()
+        };
+        assert_eq!(
+            encode(&bad_frag, b"", &mut buf),
+            Err(EncodeError::InvalidHeader)
+        );
+        let nak = Header {
+            kind: FrameKind::Nak,
+            frag_index: 0,
+            frag_count: 0,
+            ..data_header()
+        };
+        assert_eq!(
+            encode(&nak, b"x", &mut buf),
+            Err(EncodeError::InvalidHeader)
+        );
+        let ack_with_frag = Header {
+            kind: FrameKind::Ack,
+            ..data_header()
+        };
+        assert_eq!(
+            encode(&ack_with_frag, b"", &mut buf),
+            Err(EncodeError::InvalidHeader)
+        );
+        // An ACK may carry a selective-ACK bitmap.
+        let ack = Header {
+            kind: FrameKind::Ack,
+            ..nak
+        };
+        let n = encode(&ack, &[0b101], &mut buf).unwrap();
+        assert_eq!(decode(&buf[..n]).unwrap().payload, &[0b101]);
+    }
+
+    /// Re-seals a tampered datagram with a correct CRC so later checks are reached.
+    fn reseal(d: &mut [u8]) {
+        let body = d.len() - TRAILER_LEN;
+        let crc = crc32c::crc32c(&d[..body]);
+        d[body..].copy_from_slice(&crc.to_be_bytes());
+    }
+
+    #[test]
+    fn each_check_has_its_error() {
+        let mut buf = [0u8; 64];
+        let n = encode(&data_header(), b"abc", &mut buf).unwrap();
+        let good = buf[..n].to_vec();
+        assert_eq!(decode(&good[..35]), Err(DecodeError::TooShort(35)));
+        let mut d = good.clone();
+        d[0] = 0;
+        assert_eq!(decode(&d), Err(DecodeError::BadMagic(0x0047)));
+        let mut d = good.clone();
+        d[2] = 9;
+        assert_eq!(decode(&d), Err(DecodeError::UnsupportedVersion(9)));
+        let mut d = good.clone();
+        d[33] ^= 1;
+        assert!(matches!(decode(&d), Err(DecodeError::Checksum { .. })));
+        let mut d = good.clone();
+        d[3] = 7;
+        reseal(&mut d);
+        assert_eq!(decode(&d), Err(DecodeError::UnknownKind(7)));
+        let mut d = good.clone();
+        d[19] = 4;
+        reseal(&mut d);
+        assert_eq!(
+            decode(&d),
+            Err(DecodeError::LengthMismatch {
+                field: 4,
+                actual: 3
+            })
+        );
+        let mut d = good.clone();
+        d[31] = 0; // fragment count 0
+        reseal(&mut d);
+        assert_eq!(
+            decode(&d),
+            Err(DecodeError::BadFragment { index: 2, count: 0 })
+        );
+        let mut d = good;
+        d[3] = FrameKind::Nak as u8; // NAK with payload
+        reseal(&mut d);
+        assert_eq!(decode(&d), Err(DecodeError::ControlFields));
+    }
+
+    fn arb_header() -> impl Strategy<Value = Header> {
+        (
+            any::<u64>(),
+            any::<(u16, u8, u16, u8)>(),
+            any::<u32>(),
+            any::<u32>(),
+            1u16..=u16::MAX,
+            any::<u16>(),
+        )
+            .prop_map(|(job_key, (ss, si, ds, di), seq, ack, count, idx)| Header {
+                kind: FrameKind::Data,
+                job_key,
+                conn: ConnId {
+                    src: IniAddr::new(ss, si),
+                    dst: IniAddr::new(ds, di),
+                },
+                seq,
+                ack,
+                frag_index: idx % count,
+                frag_count: count,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode(&bytes);
+        }
+
+        #[test]
+        fn decode_never_panics_on_valid_looking_prefix(
+            tail in proptest::collection::vec(any::<u8>(), 0..100),
+        ) {
+            // Magic and version right, so the checks past them are exercised.
+            let mut d = vec![0x4D, 0x47, VERSION];
+            d.extend_from_slice(&tail);
+            let _ = decode(&d);
+            if d.len() >= OVERHEAD {
+                reseal(&mut d);
+                let _ = decode(&d);
+            }
+        }
+
+        #[test]
+        fn round_trip(h in arb_header(), payload in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let mut buf = vec![0u8; OVERHEAD + payload.len()];
+            let n = encode(&h, &payload, &mut buf).unwrap();
+            prop_assert_eq!(n, buf.len());
+            let f = decode(&buf).unwrap();
+            prop_assert_eq!(f.header, h);
+            prop_assert_eq!(f.payload, &payload[..]);
+        }
+
+        #[test]
+        fn truncation_is_rejected(
+            h in arb_header(),
+            payload in proptest::collection::vec(any::<u8>(), 0..300),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut buf = vec![0u8; OVERHEAD + payload.len()];
+            encode(&h, &payload, &mut buf).unwrap();
+            let keep = cut.index(buf.len());
+            prop_assert!(decode(&buf[..keep]).is_err());
+        }
+
+        #[test]
+        fn any_bit_flip_is_rejected(
+            h in arb_header(),
+            payload in proptest::collection::vec(any::<u8>(), 0..300),
+            bit in any::<prop::sample::Index>(),
+        ) {
+            let mut buf = vec![0u8; OVERHEAD + payload.len()];
+            encode(&h, &payload, &mut buf).unwrap();
+            let bit = bit.index(buf.len() * 8);
+            buf[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(decode(&buf).is_err());
+        }
+    }
+}

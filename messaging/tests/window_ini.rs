@@ -1,0 +1,566 @@
+//! Protocol rules of the INI core, one at a time, by feeding hand-made datagrams to one
+//! [`Ini`] and decoding what it sends (thesis §3.1, §3.2.1, §3.2.2).
+
+use multigrain_messaging::window::wire::{self, ConnId, FrameKind, Header};
+use multigrain_messaging::window::{
+    AddPeerError, ConnHandle, EnqueueError, Event, Ini, IniAddr, Micros, Rejected, WindowConfig,
+};
+use proptest::prelude::*;
+
+const A: IniAddr = IniAddr::new(0, 0);
+const B: IniAddr = IniAddr::new(1, 0);
+const C: IniAddr = IniAddr::new(2, 0);
+const JOB: u64 = 42;
+
+fn config() -> WindowConfig {
+    WindowConfig {
+        job_key: JOB,
+        window: 8,
+        send_timeout: Micros(1_000),
+        ack_timeout: Micros(100),
+        ack_every: 8,
+        peer_timeout: Micros(50_000),
+        ..WindowConfig::default()
+    }
+}
+
+/// INI `A` with one connection, to `B`.
+fn ini_a(cfg: WindowConfig) -> (Ini, ConnHandle) {
+    let mut ini = Ini::new(A, cfg).unwrap();
+    let conn = ini.add_peer(B).unwrap();
+    (ini, conn)
+}
+
+/// A datagram from `B` to `A`.
+fn from_b(kind: FrameKind, seq: u32, ack: u32, frag: (u16, u16), payload: &[u8]) -> Vec<u8> {
+    let h = Header {
+        kind,
+        job_key: JOB,
+        conn: ConnId { src: B, dst: A },
+        seq,
+        ack,
+        frag_index: frag.0,
+        frag_count: frag.1,
+    };
+    let mut buf = vec![0; wire::OVERHEAD + payload.len()];
+    wire::encode(&h, payload, &mut buf).unwrap();
+    buf
+}
+
+fn data(seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
+    from_b(FrameKind::Data, seq, ack, (0, 1), payload)
+}
+
+/// The next datagram `ini` sends, decoded: (header, payload).
+fn next(ini: &mut Ini, now: u64) -> Option<(Header, Vec<u8>)> {
+    let mut buf = vec![0; ini.config().mtu];
+    let t = ini.poll_transmit(Micros(now), &mut buf)?;
+    let f = wire::decode(&buf[..t.len]).expect("the INI sends valid datagrams");
+    assert_eq!(f.header.conn.src, ini.local());
+    assert_eq!(f.header.conn.dst, t.peer);
+    Some((f.header, f.payload.to_vec()))
+}
+
+fn delivered(ini: &mut Ini) -> Vec<Vec<u8>> {
+    std::iter::from_fn(|| ini.poll_event())
+        .map(|e| match e {
+            Event::Delivered { msg, .. } => msg,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn delayed_ack_fires_after_the_ack_timeout_without_reverse_traffic() {
+    let (mut a, _) = ini_a(config());
+    assert_eq!(a.poll_timeout(), None);
+    a.handle_datagram(Micros(1_000), &data(0, 0, b"hi"))
+        .unwrap();
+    assert_eq!(delivered(&mut a), vec![b"hi".to_vec()]);
+    assert!(next(&mut a, 1_000).is_none(), "the ACK is delayed");
+    assert_eq!(a.poll_timeout(), Some(Micros(1_100)));
+    a.handle_timeout(Micros(1_099));
+    assert!(next(&mut a, 1_099).is_none());
+    a.handle_timeout(Micros(1_100));
+    let (h, payload) = next(&mut a, 1_100).unwrap();
+    assert_eq!((h.kind, h.ack, payload.len()), (FrameKind::Ack, 1, 0));
+    assert!(next(&mut a, 1_100).is_none());
+    assert_eq!(a.poll_timeout(), None);
+    assert!(a.is_idle());
+}
+
+#[test]
+fn ack_rides_on_reverse_data() {
+    let (mut a, conn) = ini_a(config());
+    a.handle_datagram(Micros(0), &data(0, 0, b"x")).unwrap();
+    a.enqueue(conn, b"reply".to_vec()).unwrap();
+    let (h, payload) = next(&mut a, 10).unwrap();
+    assert_eq!((h.kind, h.seq, h.ack), (FrameKind::Data, 0, 1));
+    assert_eq!(payload, b"reply");
+    assert!(next(&mut a, 10).is_none(), "no standalone ACK is owed");
+    // The only timer left is the SEND timer of the reply.
+    assert_eq!(a.poll_timeout(), Some(Micros(1_010)));
+    assert_eq!(a.conn_stats(conn).acks_sent, 0);
+}
+
+#[test]
+fn ack_every_frames_is_sent_at_once() {
+    let (mut a, _) = ini_a(WindowConfig {
+        ack_every: 3,
+        ..config()
+    });
+    for seq in 0..3 {
+        a.handle_datagram(Micros(5), &data(seq, 0, b"m")).unwrap();
+    }
+    let (h, _) = next(&mut a, 5).unwrap();
+    assert_eq!((h.kind, h.ack), (FrameKind::Ack, 3));
+}
+
+#[test]
+fn gap_is_naked_once_and_selectively_acked_then_delivered_in_order() {
+    let (mut a, conn) = ini_a(config());
+    a.handle_datagram(Micros(0), &data(0, 0, b"m0")).unwrap();
+    a.handle_datagram(Micros(1), &data(2, 0, b"m2")).unwrap();
+    a.handle_datagram(Micros(2), &data(3, 0, b"m3")).unwrap();
+    a.handle_datagram(Micros(3), &data(5, 0, b"m5")).unwrap();
+    assert_eq!(delivered(&mut a), vec![b"m0".to_vec()]);
+    // One NAK per missing frame (1 and 4), in order, each carrying the cumulative ACK.
+    let (h, _) = next(&mut a, 3).unwrap();
+    assert_eq!((h.kind, h.seq, h.ack), (FrameKind::Nak, 1, 1));
+    let (h, _) = next(&mut a, 3).unwrap();
+    assert_eq!((h.kind, h.seq, h.ack), (FrameKind::Nak, 4, 1));
+    assert!(next(&mut a, 3).is_none());
+    // The ACK timer sends a selective ACK: frames 2, 3 and 5 are held (bits for 2..=5).
+    a.handle_timeout(Micros(100));
+    let (h, bitmap) = next(&mut a, 100).unwrap();
+    assert_eq!((h.kind, h.ack), (FrameKind::Ack, 1));
+    assert_eq!(bitmap, vec![0b1011]);
+    // The missing frames arrive: everything is delivered, in order, once.
+    a.handle_datagram(Micros(200), &data(1, 0, b"m1")).unwrap();
+    assert_eq!(
+        delivered(&mut a),
+        vec![b"m1".to_vec(), b"m2".to_vec(), b"m3".to_vec()]
+    );
+    a.handle_datagram(Micros(201), &data(4, 0, b"m4")).unwrap();
+    assert_eq!(delivered(&mut a), vec![b"m4".to_vec(), b"m5".to_vec()]);
+    assert_eq!(a.expected_seq(conn), 6);
+    let s = a.conn_stats(conn);
+    assert_eq!(
+        (s.naks_sent, s.frames_accepted, s.msgs_delivered),
+        (2, 6, 6)
+    );
+}
+
+#[test]
+fn fragments_arriving_out_of_order_are_reassembled() {
+    let (mut a, _) = ini_a(config());
+    let frag = |seq: u32, i: u16, bytes: &[u8]| from_b(FrameKind::Data, seq, 0, (i, 3), bytes);
+    a.handle_datagram(Micros(0), &frag(2, 2, b"ghi")).unwrap();
+    a.handle_datagram(Micros(0), &frag(0, 0, b"abc")).unwrap();
+    assert!(delivered(&mut a).is_empty());
+    a.handle_datagram(Micros(0), &frag(1, 1, b"def")).unwrap();
+    assert_eq!(delivered(&mut a), vec![b"abcdefghi".to_vec()]);
+}
+
+#[test]
+fn inconsistent_fragments_are_discarded_and_counted() {
+    let (mut a, conn) = ini_a(config());
+    // Fragment 0 of 3, then a frame claiming to be fragment 2: the message is dropped.
+    a.handle_datagram(Micros(0), &from_b(FrameKind::Data, 0, 0, (0, 3), b"a"))
+        .unwrap();
+    a.handle_datagram(Micros(0), &from_b(FrameKind::Data, 1, 0, (2, 3), b"c"))
+        .unwrap();
+    // A fresh single-fragment message after it is delivered normally.
+    a.handle_datagram(Micros(0), &data(2, 0, b"ok")).unwrap();
+    assert_eq!(delivered(&mut a), vec![b"ok".to_vec()]);
+    assert_eq!(a.conn_stats(conn).reassembly_errors, 2);
+}
+
+#[test]
+fn send_timeout_retransmits_the_same_frame() {
+    let (mut a, conn) = ini_a(config());
+    a.enqueue(conn, b"payload".to_vec()).unwrap();
+    let (first, p1) = next(&mut a, 500).unwrap();
+    assert_eq!(a.poll_timeout(), Some(Micros(1_500)));
+    a.handle_timeout(Micros(1_499));
+    assert!(next(&mut a, 1_499).is_none());
+    a.handle_timeout(Micros(1_500));
+    let (again, p2) = next(&mut a, 1_500).unwrap();
+    assert_eq!((again.seq, p2), (first.seq, p1));
+    assert_eq!(a.poll_timeout(), Some(Micros(2_500)));
+    let s = a.conn_stats(conn);
+    assert_eq!(
+        (s.data_frames_sent, s.retransmissions, s.send_timeouts),
+        (2, 1, 1)
+    );
+    // The ACK stops it.
+    a.handle_datagram(Micros(1_600), &from_b(FrameKind::Ack, 0, 1, (0, 0), &[]))
+        .unwrap();
+    assert_eq!(a.in_flight(conn), 0);
+    assert_eq!(a.poll_timeout(), None);
+    assert_eq!(a.conn_stats(conn).msgs_acked, 1);
+}
+
+#[test]
+fn nak_retransmits_the_named_frame_at_once() {
+    let (mut a, conn) = ini_a(config());
+    for m in [b"m0", b"m1", b"m2"] {
+        a.enqueue(conn, m.to_vec()).unwrap();
+    }
+    for seq in 0..3 {
+        assert_eq!(next(&mut a, 0).unwrap().0.seq, seq);
+    }
+    // NAK of frame 1, acknowledging frame 0.
+    a.handle_datagram(Micros(10), &from_b(FrameKind::Nak, 1, 1, (0, 0), &[]))
+        .unwrap();
+    let (h, payload) = next(&mut a, 10).unwrap();
+    assert_eq!(
+        (h.kind, h.seq, payload),
+        (FrameKind::Data, 1, b"m1".to_vec())
+    );
+    assert!(next(&mut a, 10).is_none());
+    assert_eq!(a.in_flight(conn), 2);
+    // A NAK for an acknowledged frame is ignored.
+    a.handle_datagram(Micros(11), &from_b(FrameKind::Nak, 0, 1, (0, 0), &[]))
+        .unwrap();
+    assert!(next(&mut a, 11).is_none());
+    let s = a.conn_stats(conn);
+    assert_eq!((s.naks_received, s.retransmissions), (2, 1));
+}
+
+#[test]
+fn selectively_acked_frames_are_not_resent_on_timeout() {
+    let (mut a, conn) = ini_a(config());
+    for i in 0..4u8 {
+        a.enqueue(conn, vec![i]).unwrap();
+    }
+    while next(&mut a, 0).is_some() {}
+    // Receiver holds 2 and 3 (bits 1 and 2 after ACK 0), misses 0 and 1.
+    a.handle_datagram(Micros(5), &from_b(FrameKind::Ack, 0, 0, (0, 0), &[0b110]))
+        .unwrap();
+    a.handle_timeout(Micros(1_000));
+    let mut resent = Vec::new();
+    while let Some((h, _)) = next(&mut a, 1_000) {
+        resent.push(h.seq);
+    }
+    assert_eq!(resent, vec![0, 1]);
+}
+
+#[test]
+fn duplicates_and_out_of_window_frames_are_rejected_and_counted() {
+    let (mut a, conn) = ini_a(config());
+    a.handle_datagram(Micros(0), &data(0, 0, b"m0")).unwrap();
+    assert_eq!(
+        a.handle_datagram(Micros(1), &data(0, 0, b"m0")),
+        Err(Rejected::Duplicate)
+    );
+    // A duplicate means our ACK was lost: ACK at once.
+    let (h, _) = next(&mut a, 1).unwrap();
+    assert_eq!((h.kind, h.ack), (FrameKind::Ack, 1));
+    // Buffered out-of-order frame received twice.
+    a.handle_datagram(Micros(2), &data(3, 0, b"m3")).unwrap();
+    assert_eq!(
+        a.handle_datagram(Micros(2), &data(3, 0, b"m3")),
+        Err(Rejected::Duplicate)
+    );
+    // The window is the 8 sequence numbers from the next expected one (1): 1..=8.
+    assert_eq!(a.handle_datagram(Micros(3), &data(8, 0, b"in")), Ok(()));
+    assert_eq!(
+        a.handle_datagram(Micros(3), &data(9, 0, b"out")),
+        Err(Rejected::OutOfWindow)
+    );
+    assert_eq!(
+        a.handle_datagram(Micros(3), &data(u32::MAX - 20, 0, b"old")),
+        Err(Rejected::OutOfWindow)
+    );
+    assert_eq!(delivered(&mut a), vec![b"m0".to_vec()]);
+    let s = a.conn_stats(conn);
+    assert_eq!(
+        (s.duplicates, s.out_of_window, s.frames_accepted),
+        (2, 2, 3)
+    );
+    assert_eq!(
+        s.data_frames_received,
+        s.frames_accepted + s.duplicates + s.out_of_window
+    );
+}
+
+#[test]
+fn foreign_and_damaged_datagrams_are_rejected_and_counted() {
+    let (mut a, _) = ini_a(config());
+    let mut other_job = data(0, 0, b"x");
+    other_job[11] ^= 1;
+    let body = other_job.len() - 4;
+    let crc = crc32c::crc32c(&other_job[..body]);
+    other_job[body..].copy_from_slice(&crc.to_be_bytes());
+    assert_eq!(
+        a.handle_datagram(Micros(0), &other_job),
+        Err(Rejected::WrongJobKey(JOB ^ 1))
+    );
+    let misdirected = {
+        let h = Header {
+            kind: FrameKind::Data,
+            job_key: JOB,
+            conn: ConnId { src: B, dst: C },
+            seq: 0,
+            ack: 0,
+            frag_index: 0,
+            frag_count: 1,
+        };
+        let mut buf = vec![0; 64];
+        let n = wire::encode(&h, b"x", &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    assert_eq!(
+        a.handle_datagram(Micros(0), &misdirected),
+        Err(Rejected::Misdirected(C))
+    );
+    let from_stranger = {
+        let h = Header {
+            kind: FrameKind::Ack,
+            job_key: JOB,
+            conn: ConnId { src: C, dst: A },
+            seq: 0,
+            ack: 0,
+            frag_index: 0,
+            frag_count: 0,
+        };
+        let mut buf = vec![0; 64];
+        let n = wire::encode(&h, &[], &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    assert_eq!(
+        a.handle_datagram(Micros(0), &from_stranger),
+        Err(Rejected::UnknownPeer(C))
+    );
+    let mut corrupt = data(0, 0, b"hello");
+    corrupt[34] ^= 0x10;
+    assert!(matches!(
+        a.handle_datagram(Micros(0), &corrupt),
+        Err(Rejected::Decode(wire::DecodeError::Checksum { .. }))
+    ));
+    assert!(matches!(
+        a.handle_datagram(Micros(0), b"not a datagram"),
+        Err(Rejected::Decode(wire::DecodeError::TooShort(14)))
+    ));
+    let s = a.stats();
+    assert_eq!(
+        (
+            s.wrong_job_key,
+            s.misdirected,
+            s.unknown_peer,
+            s.checksum_failures,
+            s.decode_failures,
+            s.datagrams_received
+        ),
+        (1, 1, 1, 1, 1, 5)
+    );
+    assert_eq!(s.connections.data_frames_received, 0);
+    assert!(delivered(&mut a).is_empty());
+}
+
+#[test]
+fn enqueue_gives_the_message_back() {
+    let (mut a, conn) = ini_a(WindowConfig {
+        send_queue_capacity: 2,
+        ..config()
+    });
+    a.enqueue(conn, vec![1]).unwrap();
+    a.enqueue(conn, vec![2]).unwrap();
+    let e = a.enqueue(conn, vec![3]).unwrap_err();
+    assert!(matches!(e, EnqueueError::Full(_)));
+    assert_eq!(e.into_inner(), vec![3]);
+    // Sending makes room (queued messages move into the window).
+    while next(&mut a, 0).is_some() {}
+    assert_eq!(a.queued(conn), 0);
+    a.enqueue(conn, vec![3]).unwrap();
+    let big = vec![0; a.config().max_message_len + 1];
+    let e = a.enqueue(conn, big).unwrap_err();
+    assert!(matches!(e, EnqueueError::TooLarge(_)));
+    assert_eq!(e.into_inner().len(), a.config().max_message_len + 1);
+    // A handle from an INI with more connections names nothing here.
+    let mut other = Ini::new(B, config()).unwrap();
+    other.add_peer(A).unwrap();
+    let foreign = other.add_peer(C).unwrap();
+    assert!(matches!(
+        a.enqueue(foreign, vec![4]),
+        Err(EnqueueError::UnknownConnection(m)) if m == vec![4]
+    ));
+    // The message is shown by length, not dumped.
+    assert_eq!(
+        format!("{:?}", EnqueueError::Full(vec![0; 5])),
+        "Full(<5 bytes>)"
+    );
+    assert_eq!(a.take_unacknowledged(conn), Vec::<Vec<u8>>::new());
+}
+
+#[test]
+fn a_full_window_lets_other_connections_go_first() {
+    let mut a = Ini::new(
+        A,
+        WindowConfig {
+            window: 2,
+            ack_every: 2,
+            ..config()
+        },
+    )
+    .unwrap();
+    let to_b = a.add_peer(B).unwrap();
+    let to_c = a.add_peer(C).unwrap();
+    for i in 0..5u8 {
+        a.enqueue(to_b, vec![i]).unwrap();
+    }
+    for i in 0..2u8 {
+        a.enqueue(to_c, vec![10 + i]).unwrap();
+    }
+    let mut buf = vec![0; a.config().mtu];
+    let order: Vec<IniAddr> = std::iter::from_fn(|| a.poll_transmit(Micros(0), &mut buf))
+        .map(|t| t.peer)
+        .collect();
+    // Round-robin while both have room; then B's window is full and C still goes.
+    assert_eq!(order, vec![B, C, B, C]);
+    assert_eq!((a.in_flight(to_b), a.queued(to_b)), (2, 3));
+    assert_eq!((a.in_flight(to_c), a.queued(to_c)), (2, 0));
+    // An ACK from B opens its window again.
+    a.handle_datagram(Micros(50), &from_b(FrameKind::Ack, 0, 2, (0, 0), &[]))
+        .unwrap();
+    let order: Vec<IniAddr> = std::iter::from_fn(|| a.poll_transmit(Micros(50), &mut buf))
+        .map(|t| t.peer)
+        .collect();
+    assert_eq!(order, vec![B, B]);
+}
+
+#[test]
+fn peers_are_added_once_and_never_self() {
+    let mut a = Ini::new(A, config()).unwrap();
+    assert_eq!(a.add_peer(A), Err(AddPeerError::IsLocal(A)));
+    let b = a.add_peer(B).unwrap();
+    assert_eq!(a.add_peer(B), Err(AddPeerError::AlreadyConnected(b)));
+    let c = a.add_peer(C).unwrap();
+    assert_eq!(
+        (a.conn(B), a.conn(C), a.conn(IniAddr::new(9, 9))),
+        (Some(b), Some(c), None)
+    );
+    assert_eq!((a.peer(b), a.peer(c), a.num_connections()), (B, C, 2));
+    assert!(
+        Ini::new(
+            A,
+            WindowConfig {
+                window: 0,
+                ..config()
+            }
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn time_going_backwards_is_treated_as_the_latest_time() {
+    let (mut a, conn) = ini_a(config());
+    a.enqueue(conn, vec![1]).unwrap();
+    next(&mut a, 5_000).unwrap();
+    a.handle_timeout(Micros(10));
+    assert!(next(&mut a, 10).is_none(), "no timeout fired in the past");
+    assert_eq!(a.poll_timeout(), Some(Micros(6_000)));
+}
+
+#[test]
+#[should_panic(expected = "below the mtu")]
+fn a_short_transmit_buffer_is_a_caller_bug() {
+    let (mut a, _) = ini_a(config());
+    let mut buf = [0u8; 100];
+    a.poll_transmit(Micros(0), &mut buf);
+}
+
+/// An arbitrary datagram from `B`: valid checksum, job key and addresses, anything else.
+fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
+    (
+        prop_oneof![
+            Just(FrameKind::Data),
+            Just(FrameKind::Ack),
+            Just(FrameKind::Nak)
+        ],
+        prop_oneof![0u32..40, any::<u32>()],
+        prop_oneof![0u32..40, any::<u32>()],
+        (1u16..5, any::<u16>()),
+        proptest::collection::vec(any::<u8>(), 0..50),
+    )
+        .prop_map(|(kind, seq, ack, (count, idx), payload)| match kind {
+            FrameKind::Data => from_b(kind, seq, ack, (idx % count, count), &payload),
+            FrameKind::Ack => from_b(kind, seq, ack, (0, 0), &payload),
+            FrameKind::Nak => from_b(kind, seq, ack, (0, 0), &[]),
+        })
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Datagram(Vec<u8>),
+    Garbage(Vec<u8>),
+    Enqueue(usize),
+    Transmit,
+    Advance(u64),
+}
+
+fn arb_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => arb_frame().prop_map(Op::Datagram),
+        1 => proptest::collection::vec(any::<u8>(), 0..80).prop_map(Op::Garbage),
+        2 => (0usize..3000).prop_map(Op::Enqueue),
+        3 => Just(Op::Transmit),
+        2 => (0u64..3000).prop_map(Op::Advance),
+    ]
+}
+
+proptest! {
+    /// Arbitrary operation sequences with arbitrary (checksum-valid) peer frames: no
+    /// panic, and the invariants of the window and the statistics hold throughout.
+    #[test]
+    fn arbitrary_operations_keep_the_invariants(ops in proptest::collection::vec(arb_op(), 1..120)) {
+        let cfg = config();
+        let (mut a, conn) = ini_a(cfg.clone());
+        let mut now = 0u64;
+        let mut buf = vec![0; cfg.mtu];
+        let mut enqueued = 0u64;
+        for op in ops {
+            match op {
+                Op::Datagram(d) | Op::Garbage(d) => {
+                    let _ = a.handle_datagram(Micros(now), &d);
+                }
+                Op::Enqueue(len) => {
+                    if a.enqueue(conn, vec![7; len]).is_ok() {
+                        enqueued += 1;
+                    }
+                }
+                Op::Transmit => {
+                    while let Some(t) = a.poll_transmit(Micros(now), &mut buf) {
+                        prop_assert!(t.len <= cfg.mtu);
+                        prop_assert!(wire::decode(&buf[..t.len]).is_ok());
+                    }
+                }
+                Op::Advance(dt) => {
+                    now += dt;
+                    if a.poll_timeout().is_some_and(|t| t.as_u64() <= now) {
+                        a.handle_timeout(Micros(now));
+                        // Every timer due was handled.
+                        prop_assert!(a.poll_timeout().is_none_or(|t| t.as_u64() > now));
+                    }
+                }
+            }
+            while let Some(e) = a.poll_event() {
+                if let Event::PeerUnresponsive { conn: c, peer } = e {
+                    prop_assert_eq!((c, peer), (conn, B));
+                }
+            }
+            prop_assert!(a.in_flight(conn) <= cfg.window as usize);
+            let s = a.conn_stats(conn);
+            prop_assert_eq!(s.msgs_enqueued, enqueued);
+            prop_assert!(s.msgs_acked <= s.msgs_sent && s.msgs_sent <= s.msgs_enqueued);
+            prop_assert_eq!(
+                s.data_frames_received,
+                s.frames_accepted + s.duplicates + s.out_of_window
+            );
+        }
+    }
+}
