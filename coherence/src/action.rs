@@ -1,0 +1,210 @@
+//! Inputs ([`Event`]) and outputs ([`Action`]) of a coherence [`crate::Machine`].
+//!
+//! The machine decides; the runtime acts. Page-memory terms below refer to the
+//! runtime's mapping of the DSM region: *missing* (never installed or invalidated;
+//! an access faults), *read-only* (installed and write-protected; a write faults)
+//! and *writable*.
+//!
+//! Source: sans-I/O protocol design (style.md practice 7; quinn-proto
+//! `connection/mod.rs`), actions of page-based DSM (Li & Hudak, TOCS 1989 §4.1;
+//! HLRC OSDI 1996 §2).
+
+use crate::ids::{ClusterId, FaultToken, LockId, PageId, PageRange, SyncToken};
+use crate::message::Message;
+
+/// An input to [`crate::Machine::handle`].
+///
+/// Source: see the module documentation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// A thread read a page that is missing. `token` comes back in
+    /// [`Action::Wake`]. A fault on a page that has meanwhile become readable is
+    /// answered with an immediate wake (a *spurious* fault).
+    /// Source: read fault handler (Li & Hudak, TOCS 1989 §4.1; HLRC OSDI 1996 §2).
+    ReadFault {
+        /// The faulting page.
+        page: PageId,
+        /// Identifies the blocked thread.
+        token: FaultToken,
+    },
+    /// A thread wrote a page that is missing or read-only.
+    /// Source: write fault handler (Li & Hudak, TOCS 1989 §4.1; HLRC OSDI 1996 §2:
+    /// twin creation on the first write).
+    WriteFault {
+        /// The faulting page.
+        page: PageId,
+        /// Identifies the blocked thread.
+        token: FaultToken,
+    },
+    /// A thread wants `lock`; it stays blocked until [`Action::AcquireDone`].
+    /// Source: acquire of release consistency (HLRC OSDI 1996 §2).
+    Acquire {
+        /// The lock.
+        lock: LockId,
+        /// Identifies the blocked thread.
+        token: SyncToken,
+    },
+    /// A thread releases `lock`, which it holds; it stays blocked until
+    /// [`Action::ReleaseDone`] (hlrc: until the homes acknowledged the diffs).
+    /// Source: release of release consistency (HLRC OSDI 1996 §2; MGS ISCA 1996 §3).
+    Release {
+        /// The lock.
+        lock: LockId,
+        /// Identifies the blocked thread.
+        token: SyncToken,
+    },
+    /// The cluster arrives at the global barrier: the runtime has gathered all of the
+    /// cluster's compute threads locally and passes one arrival. It completes with
+    /// [`Action::BarrierDone`], after which the runtime releases the local threads.
+    /// Source: hierarchical barrier of MGS (ISCA 1996 §3: SMP-node synchronization
+    /// in hardware, inter-node in software); design.md, *dsm*.
+    Barrier {
+        /// Identifies the arrival.
+        token: SyncToken,
+    },
+    /// A protocol message from another cluster. For a Tag-On message the runtime
+    /// keeps the received buffer available while this event is handled (see
+    /// [`crate::Attachment`]); `attached_len` is its length in bytes (0 without one).
+    /// Source: message handlers of HLRC (OSDI 1996 §2) and Ivy (TOCS 1989 §4.1).
+    Message {
+        /// The sending cluster (from the Express word's source field).
+        from: ClusterId,
+        /// The decoded message.
+        msg: Message,
+        /// Length of the attached buffer.
+        attached_len: usize,
+    },
+}
+
+/// Where the contents of an installed page come from.
+///
+/// Source: zero-fill of never-written pages and installation of fetched pages
+/// (design.md, *dsm*: `UFFDIO_ZEROPAGE`/`UFFDIO_COPY`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// The page buffer attached to the message being handled.
+    Attached,
+    /// All zeros (the page was never written anywhere).
+    Zero,
+}
+
+/// An output of [`crate::Machine::handle`], to be executed by the runtime in order.
+///
+/// Source: see each variant; ordering rules in the [`crate::Machine`] documentation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Send `msg` to cluster `to`. If [`Message::attachment`] is
+    /// [`crate::Attachment::Page`]`(p)`, copy the local page `p` (currently readable)
+    /// into a pool buffer and send it as a Tag-On message; otherwise send the
+    /// Express or bulk form of [`Message::to_parts`].
+    /// Source: message sends of HLRC (OSDI 1996 §2) and Ivy (TOCS 1989 §4.1).
+    Send {
+        /// Destination cluster.
+        to: ClusterId,
+        /// The message.
+        msg: Message,
+    },
+    /// Map the page, which is missing, with contents from `source`; write-protected
+    /// unless `writable`. (`UFFDIO_COPY`/`UFFDIO_ZEROPAGE`, with
+    /// `UFFDIO_COPY_MODE_WP` when read-only; do not wake here — see [`Action::Wake`].)
+    /// Source: page installation after a fetch (HLRC OSDI 1996 §2).
+    Install {
+        /// The page.
+        page: PageId,
+        /// Where the contents come from.
+        source: Source,
+        /// Map it writable.
+        writable: bool,
+    },
+    /// Copy the page's current contents (it is installed and write-protected) into
+    /// twin storage for this page. Always followed by [`Action::Unprotect`] of the
+    /// same page; the twin lives until [`Action::SendDiff`] of that page.
+    /// Source: twin creation on the first write in an interval (Munin SOSP 1991 §3;
+    /// HLRC OSDI 1996 §2).
+    MakeTwin {
+        /// The page.
+        page: PageId,
+    },
+    /// Make the installed, write-protected page writable (`UFFDIO_WRITEPROTECT`
+    /// clearing WP).
+    /// Source: write fault on a read-only page (HLRC OSDI 1996 §2; Ivy TOCS 1989 §4.1).
+    Unprotect {
+        /// The page.
+        page: PageId,
+    },
+    /// Write-protect the installed pages (`UFFDIO_WRITEPROTECT` setting WP); later
+    /// writes fault. hlrc emits this before [`Action::SendDiff`] of the same pages,
+    /// so that a thread writing concurrently re-faults and takes a fresh twin after
+    /// the diff was computed.
+    /// Source: HLRC (OSDI 1996 §2), write detection per interval; issue 4 ordering.
+    WriteProtect {
+        /// The pages.
+        pages: PageRange,
+    },
+    /// Drop the pages (`madvise(MADV_DONTNEED)`): they become missing and the next
+    /// access faults. The machine never invalidates a page that has a twin.
+    /// Source: invalidation on write notices (HLRC OSDI 1996 §2) or on an sc
+    /// invalidation request (Ivy TOCS 1989 §4.1).
+    Invalidate {
+        /// The pages.
+        pages: PageRange,
+    },
+    /// hlrc: encode the diff of the page (installed, write-protected by an earlier
+    /// action) against its twin with [`crate::diff::encode_into`] into a pool buffer,
+    /// discard the twin, and send to `to` either [`Message::Diff`]`{page, tag}` with
+    /// the encoded diff or, when the encoder answers
+    /// [`crate::diff::Encoded::WholePage`], [`Message::DiffWholePage`]`{page, tag}`
+    /// with a copy of the page.
+    /// Source: diff creation at release (HLRC OSDI 1996 §2; MGS ISCA 1996 §3).
+    SendDiff {
+        /// The page's home.
+        to: ClusterId,
+        /// The page.
+        page: PageId,
+        /// Release-epoch tag to put in the message.
+        tag: u16,
+    },
+    /// hlrc, at the home: apply the attached diff of the message being handled to
+    /// the installed master copy of the page ([`crate::diff::apply`], or
+    /// [`crate::diff::apply_whole_page`] when `whole_page`), without changing the
+    /// page's protection as application threads see it (for example through a
+    /// second, always-writable mapping of the same memory).
+    /// Source: the home applies diffs to the master copy (HLRC OSDI 1996 §2).
+    ApplyDiff {
+        /// The page.
+        page: PageId,
+        /// The attachment is a whole page ([`Message::DiffWholePage`]).
+        whole_page: bool,
+    },
+    /// Wake the threads blocked in faults on the page (`UFFDIO_WAKE` on the page);
+    /// they retry their access.
+    /// Source: issue 4 (one fetch per page, all waiters woken on install).
+    Wake {
+        /// The page.
+        page: PageId,
+        /// The waiting faults, in arrival order.
+        tokens: Vec<FaultToken>,
+    },
+    /// The acquire identified by `token` completed: the thread holds `lock`.
+    /// Source: acquire completion (HLRC OSDI 1996 §2).
+    AcquireDone {
+        /// The lock.
+        lock: LockId,
+        /// The acquire's token.
+        token: SyncToken,
+    },
+    /// The release identified by `token` completed.
+    /// Source: release completion (HLRC OSDI 1996 §2).
+    ReleaseDone {
+        /// The lock.
+        lock: LockId,
+        /// The release's token.
+        token: SyncToken,
+    },
+    /// The barrier arrival identified by `token` completed: release the local threads.
+    /// Source: barrier departure (HLRC OSDI 1996 §2).
+    BarrierDone {
+        /// The arrival's token.
+        token: SyncToken,
+    },
+}

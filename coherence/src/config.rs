@@ -1,0 +1,175 @@
+//! Job-wide protocol configuration: which protocol, how many clusters and pages, how
+//! homes are assigned, where locks and the barrier are managed.
+
+use crate::ids::{ClusterId, LockId, MAX_CLUSTERS, MAX_PAGES, PageId};
+
+/// The page-coherence protocol of a job. All clusters must use the same one.
+///
+/// Source: design.md, *coherence* (hlrc default, sc baseline).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Protocol {
+    /// Home-based lazy release consistency with multiple writers, twins and diffs
+    /// (HLRC, Zhou, Iftode, Li, OSDI 1996 §2; MGS, ISCA 1996 §3). See [`crate::hlrc`].
+    #[default]
+    Hlrc,
+    /// Sequential consistency, single writer / multiple readers, write-invalidate, the
+    /// home as fixed directory (Li & Hudak, TOCS 1989 §4.1, fixed distributed manager).
+    /// See [`crate::sc`].
+    Sc,
+}
+
+/// How the home of each page is chosen.
+///
+/// Source: home assignment of home-based protocols (HLRC, OSDI 1996 §2: "each page
+/// has a designated home"); first-touch as in ArgoDSM
+/// (`src/data_distribution/first_touch_distribution.hpp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum HomePolicy {
+    /// Page `p` lives at cluster `p mod clusters`.
+    #[default]
+    RoundRobin,
+    /// The region is cut into `clusters` contiguous blocks of
+    /// `ceil(pages / clusters)` pages; block `i` lives at cluster `i`.
+    Block,
+    /// The first cluster to fault on a page becomes its home. The decision is made
+    /// without races by the page's *directory manager*, cluster `p mod clusters`,
+    /// which serializes `HomeQuery` messages and answers every one with the first
+    /// requester (like ArgoDSM's compare-and-swap on the owner directory at node
+    /// `page mod nodes`). See [`crate::home`].
+    FirstTouch,
+}
+
+/// Job-wide protocol configuration; every cluster must be built from an equal value.
+///
+/// Source: design.md, *cluster-config* (protocol and home policy are job settings).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Config {
+    /// The protocol.
+    pub protocol: Protocol,
+    /// Number of clusters, `1..=MAX_CLUSTERS`.
+    pub clusters: u16,
+    /// Number of pages in the DSM region, `1..=MAX_PAGES`.
+    pub pages: u32,
+    /// Home assignment.
+    pub home_policy: HomePolicy,
+    /// hlrc only: at each barrier, move the home of a page written by exactly one
+    /// cluster since the previous barrier to that cluster (single-writer fast path;
+    /// home migration of JIAJIA: Hu, Shi, Tang, "Home Migration in Home-based Software DSMs", WSDSM 1999). Ignored by sc.
+    pub migrate_single_writer: bool,
+    /// The cluster that runs the barrier manager.
+    pub barrier_manager: ClusterId,
+}
+
+/// Why a [`Config`] was rejected.
+///
+/// Source: issue 4 (clusters < 2^10, pages < 2^24).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `clusters` is 0 or above [`MAX_CLUSTERS`].
+    #[error("cluster count {0} is outside 1..={MAX_CLUSTERS}")]
+    Clusters(u16),
+    /// `pages` is 0 or above [`MAX_PAGES`].
+    #[error("page count {0} is outside 1..={MAX_PAGES}")]
+    Pages(u32),
+    /// The barrier manager or the machine's own id is not a cluster of the job.
+    #[error("cluster {0} is not below the cluster count {1}")]
+    NoSuchCluster(ClusterId, u16),
+}
+
+impl Config {
+    /// A configuration with the default home policy (round-robin), single-writer
+    /// migration on, and the barrier managed by cluster 0.
+    ///
+    /// Source: design.md, *coherence* (hlrc default, round-robin homes).
+    pub fn new(protocol: Protocol, clusters: u16, pages: u32) -> Self {
+        Self {
+            protocol,
+            clusters,
+            pages,
+            home_policy: HomePolicy::RoundRobin,
+            migrate_single_writer: true,
+            barrier_manager: ClusterId::new(0).expect("0 is a valid cluster"),
+        }
+    }
+
+    /// Checks the ranges of every field.
+    ///
+    /// Source: issue 4 (identifier widths).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.clusters == 0 || self.clusters > MAX_CLUSTERS {
+            return Err(ConfigError::Clusters(self.clusters));
+        }
+        if self.pages == 0 || self.pages > MAX_PAGES {
+            return Err(ConfigError::Pages(self.pages));
+        }
+        if self.barrier_manager.get() >= self.clusters {
+            return Err(ConfigError::NoSuchCluster(
+                self.barrier_manager,
+                self.clusters,
+            ));
+        }
+        Ok(())
+    }
+
+    /// The cluster that manages `lock`: `lock mod clusters` (the lock's home).
+    ///
+    /// Source: distributed lock managers at a static home (Li & Hudak, TOCS 1989 §4.1
+    /// fixed distributed manager, applied to locks; HLRC OSDI 1996 §3 lock managers).
+    pub fn lock_manager(&self, lock: LockId) -> ClusterId {
+        cluster(lock.get() % u32::from(self.clusters))
+    }
+
+    /// The page's *static* home under a static policy, or its directory manager under
+    /// first-touch (`page mod clusters`).
+    ///
+    /// Source: see [`HomePolicy`].
+    pub fn static_home(&self, page: PageId) -> ClusterId {
+        let n = u32::from(self.clusters);
+        match self.home_policy {
+            HomePolicy::RoundRobin | HomePolicy::FirstTouch => cluster(page.get() % n),
+            HomePolicy::Block => {
+                let block = self.pages.div_ceil(n).max(1);
+                cluster((page.get() / block).min(n - 1))
+            }
+        }
+    }
+
+    /// Whether `page` is inside the region.
+    ///
+    /// Source: design.md, *dsm* (a region of a fixed number of pages).
+    pub fn has_page(&self, page: PageId) -> bool {
+        page.get() < self.pages
+    }
+
+    /// Whether `c` is a cluster of the job.
+    ///
+    /// Source: design.md, *messaging* (SiteId indexes the topology).
+    pub fn has_cluster(&self, c: ClusterId) -> bool {
+        c.get() < self.clusters
+    }
+}
+
+fn cluster(n: u32) -> ClusterId {
+    // The callers reduce `n` modulo the cluster count, which is <= MAX_CLUSTERS.
+    ClusterId::new(n as u16).unwrap_or(ClusterId::new(0).expect("0 is a valid cluster"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_homes() {
+        let mut c = Config::new(Protocol::Hlrc, 3, 10);
+        let p = |n| PageId::new(n).unwrap();
+        assert_eq!(c.static_home(p(4)).get(), 1);
+        c.home_policy = HomePolicy::Block;
+        // blocks of 4: 0..4 -> 0, 4..8 -> 1, 8..10 -> 2
+        assert_eq!(c.static_home(p(3)).get(), 0);
+        assert_eq!(c.static_home(p(4)).get(), 1);
+        assert_eq!(c.static_home(p(9)).get(), 2);
+        assert!(c.validate().is_ok());
+        c.clusters = 0;
+        assert_eq!(c.validate(), Err(ConfigError::Clusters(0)));
+    }
+}

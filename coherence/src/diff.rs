@@ -1,0 +1,369 @@
+//! Word-granular run-length diffs of a page against its twin.
+//!
+//! A *twin* is a copy of a page taken when a cluster first writes it in an interval;
+//! at the release the *diff* (the words that differ from the twin) goes to the home,
+//! which applies it to the master copy. Several clusters may diff the same page in
+//! the same interval; their diffs touch disjoint words in a data-race-free program,
+//! so the home can apply them in any order.
+//!
+//! Source: Munin's multiple-writer protocol (Carter, Bennett, Zwaenepoel, SOSP 1991
+//! §3), reused by MGS (ISCA 1996 §3) and HLRC (OSDI 1996 §2).
+//!
+//! # Encoding
+//!
+//! An encoded diff is a sequence of *runs*, with no header. Each run is a 4-byte
+//! little-endian header — bits 0..16 the first word index, bits 16..32 the number of
+//! words (at least 1) — followed by that many 8-byte words of new contents. Runs are
+//! in increasing word order, do not overlap and are separated by at least one
+//! unchanged word (the encoder emits maximal runs). The empty byte string is the
+//! empty diff.
+//!
+//! Size bound: with `W` words per page, `m` changed words in `k` runs, the encoding
+//! has `4k + 8m` bytes and `k <= W - m + 1`, so it is at most `8W` bytes (the page
+//! size) whenever `m < W`. Only when *every* word changed would it exceed the page,
+//! and then [`encode_into`] answers [`Encoded::WholePage`]: the current page is
+//! itself an exact diff (it contains only words this cluster changed), so the home
+//! may copy it over the master without overwriting another writer's words. Hence an
+//! encoded diff always fits one [`crate::PAGE_SIZE`] Tag-On buffer, and the
+//! "alternating words" worst case (256 one-word runs, 3072 bytes) fits easily.
+//!
+//! Decoding ([`apply`], [`validate`]) treats the diff as untrusted input: every
+//! malformed diff is reported as a [`DiffError`], never a panic, and the page is
+//! left untouched when the diff is malformed.
+
+use crate::ids::WORD_SIZE;
+
+const HEADER: usize = 4;
+const MAX_WORDS: usize = u16::MAX as usize;
+
+/// Result of [`encode_into`].
+///
+/// Source: see the module documentation (encoding and size bound).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Encoded {
+    /// The diff is the first `n` bytes of the output buffer (`n` may be 0: no word
+    /// changed).
+    Runs(usize),
+    /// Every word changed: send the whole current page instead (the runtime sends
+    /// [`crate::Message::DiffWholePage`]); the output buffer is unspecified.
+    WholePage,
+}
+
+/// An owned diff, as returned by [`create`].
+///
+/// Source: see the module documentation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Diff {
+    /// Encoded runs (see the module documentation).
+    Runs(Vec<u8>),
+    /// Every word changed; the diff is the whole current page.
+    WholePage(Vec<u8>),
+}
+
+/// Why a diff could not be made or applied.
+///
+/// Source: issue 4 ("decoding untrusted diffs never panics (returns an error)").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DiffError {
+    /// Page, twin or whole-page buffer lengths differ.
+    #[error("length mismatch: {0} bytes vs {1} bytes")]
+    LengthMismatch(usize, usize),
+    /// The page length is not a multiple of [`WORD_SIZE`] or exceeds 65535 words.
+    #[error("page length {0} is not a multiple of 8 bytes up to 65535 words")]
+    BadPageLength(usize),
+    /// The output buffer is shorter than the page.
+    #[error("output buffer of {0} bytes is shorter than the page ({1} bytes)")]
+    OutputTooSmall(usize, usize),
+    /// The diff ends inside a run header or inside a run's data.
+    #[error("diff truncated at byte {0}")]
+    Truncated(usize),
+    /// A run has zero words.
+    #[error("empty run at byte {0}")]
+    EmptyRun(usize),
+    /// A run extends past the end of the page.
+    #[error("run at byte {0} ends past the page")]
+    OutOfBounds(usize),
+    /// A run starts before the end of the previous run.
+    #[error("run at byte {0} overlaps or precedes the previous run")]
+    Unordered(usize),
+}
+
+/// Summary of a valid diff, from [`validate`].
+///
+/// Source: statistics of issue 4 ("diffs and diff bytes").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DiffSummary {
+    /// Number of runs.
+    pub runs: usize,
+    /// Number of words the diff writes.
+    pub words: usize,
+}
+
+fn check_page_len(len: usize) -> Result<usize, DiffError> {
+    if !len.is_multiple_of(WORD_SIZE) || len / WORD_SIZE > MAX_WORDS {
+        return Err(DiffError::BadPageLength(len));
+    }
+    Ok(len / WORD_SIZE)
+}
+
+#[inline]
+fn word(b: &[u8], i: usize) -> u64 {
+    let s = &b[i * WORD_SIZE..(i + 1) * WORD_SIZE];
+    u64::from_ne_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]])
+}
+
+/// First word index `>= i` where `twin` and `cur` differ, or `words`.
+#[inline]
+fn next_changed(twin: &[u8], cur: &[u8], mut i: usize, words: usize) -> usize {
+    // Skip equal 64-byte blocks with slice comparison (memcmp), then single words.
+    const BLOCK: usize = 8;
+    while i + BLOCK <= words {
+        let (a, b) = (i * WORD_SIZE, (i + BLOCK) * WORD_SIZE);
+        if twin[a..b] != cur[a..b] {
+            break;
+        }
+        i += BLOCK;
+    }
+    while i < words && word(twin, i) == word(cur, i) {
+        i += 1;
+    }
+    i
+}
+
+/// Encodes the diff of `current` against `twin` into `out`.
+///
+/// `twin` and `current` must have the same length, a multiple of 8 bytes and at most
+/// 65535 words (a 4096-byte page has 512); `out` must be at least that long (the
+/// encoded diff never exceeds the page, see the module documentation). Word
+/// comparison is 8-byte granular; runs are maximal.
+///
+/// Source: twin/diff creation at release (Munin SOSP 1991 §3; HLRC OSDI 1996 §2).
+pub fn encode_into(twin: &[u8], current: &[u8], out: &mut [u8]) -> Result<Encoded, DiffError> {
+    if twin.len() != current.len() {
+        return Err(DiffError::LengthMismatch(twin.len(), current.len()));
+    }
+    let words = check_page_len(twin.len())?;
+    if out.len() < twin.len() {
+        return Err(DiffError::OutputTooSmall(out.len(), twin.len()));
+    }
+    let mut n = 0usize;
+    let mut i = next_changed(twin, current, 0, words);
+    if i == 0 && words > 0 {
+        // Quick check for the all-changed case: no equal word anywhere.
+        let mut j = 0;
+        while j < words && word(twin, j) != word(current, j) {
+            j += 1;
+        }
+        if j == words {
+            return Ok(Encoded::WholePage);
+        }
+    }
+    while i < words {
+        let start = i;
+        while i < words && word(twin, i) != word(current, i) {
+            i += 1;
+        }
+        let len = i - start;
+        let bytes = len * WORD_SIZE;
+        // Cannot overflow `out`: the size bound of the module documentation holds
+        // because not every word changed (checked above).
+        if n + HEADER + bytes > out.len() {
+            return Ok(Encoded::WholePage);
+        }
+        let header = (start as u32) | ((len as u32) << 16);
+        out[n..n + HEADER].copy_from_slice(&header.to_le_bytes());
+        n += HEADER;
+        out[n..n + bytes].copy_from_slice(&current[start * WORD_SIZE..i * WORD_SIZE]);
+        n += bytes;
+        i = next_changed(twin, current, i, words);
+    }
+    Ok(Encoded::Runs(n))
+}
+
+/// Creates an owned diff of `current` against `twin` (convenience over
+/// [`encode_into`]).
+///
+/// Source: see [`encode_into`].
+pub fn create(twin: &[u8], current: &[u8]) -> Result<Diff, DiffError> {
+    let mut out = vec![0u8; twin.len()];
+    match encode_into(twin, current, &mut out)? {
+        Encoded::Runs(n) => {
+            out.truncate(n);
+            Ok(Diff::Runs(out))
+        }
+        Encoded::WholePage => Ok(Diff::WholePage(current.to_vec())),
+    }
+}
+
+/// Checks that `diff` is a well-formed encoding for a page of `page_len` bytes.
+///
+/// Source: issue 4 (untrusted diffs are decoded without panicking).
+pub fn validate(diff: &[u8], page_len: usize) -> Result<DiffSummary, DiffError> {
+    let words = check_page_len(page_len)?;
+    let mut s = DiffSummary::default();
+    let mut pos = 0usize;
+    let mut end_prev = 0usize;
+    while pos < diff.len() {
+        if diff.len() - pos < HEADER {
+            return Err(DiffError::Truncated(pos));
+        }
+        let h = u32::from_le_bytes([diff[pos], diff[pos + 1], diff[pos + 2], diff[pos + 3]]);
+        let start = (h & 0xffff) as usize;
+        let len = (h >> 16) as usize;
+        if len == 0 {
+            return Err(DiffError::EmptyRun(pos));
+        }
+        if start < end_prev || (s.runs > 0 && start == end_prev) {
+            return Err(DiffError::Unordered(pos));
+        }
+        if start + len > words {
+            return Err(DiffError::OutOfBounds(pos));
+        }
+        if diff.len() - pos - HEADER < len * WORD_SIZE {
+            return Err(DiffError::Truncated(pos));
+        }
+        pos += HEADER + len * WORD_SIZE;
+        end_prev = start + len;
+        s.runs += 1;
+        s.words += len;
+    }
+    Ok(s)
+}
+
+/// Applies an encoded diff to `page` (the home's master copy). The diff is validated
+/// completely before any byte of `page` changes.
+///
+/// Source: the home applies diffs to its master copy (HLRC OSDI 1996 §2).
+pub fn apply(page: &mut [u8], diff: &[u8]) -> Result<DiffSummary, DiffError> {
+    let s = validate(diff, page.len())?;
+    let mut pos = 0usize;
+    while pos < diff.len() {
+        let h = u32::from_le_bytes([diff[pos], diff[pos + 1], diff[pos + 2], diff[pos + 3]]);
+        let start = (h & 0xffff) as usize * WORD_SIZE;
+        let bytes = (h >> 16) as usize * WORD_SIZE;
+        pos += HEADER;
+        page[start..start + bytes].copy_from_slice(&diff[pos..pos + bytes]);
+        pos += bytes;
+    }
+    Ok(s)
+}
+
+/// Applies a whole-page diff ([`Encoded::WholePage`]): copies `whole` over `page`.
+///
+/// Source: see the module documentation (a page where every word changed is its own
+/// exact diff).
+pub fn apply_whole_page(page: &mut [u8], whole: &[u8]) -> Result<(), DiffError> {
+    if page.len() != whole.len() {
+        return Err(DiffError::LengthMismatch(page.len(), whole.len()));
+    }
+    check_page_len(page.len())?;
+    page.copy_from_slice(whole);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::PAGE_SIZE;
+
+    fn page_with(words: &[(usize, u64)]) -> Vec<u8> {
+        let mut p = vec![0u8; PAGE_SIZE];
+        for &(i, v) in words {
+            p[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
+        }
+        p
+    }
+
+    #[test]
+    fn unchanged_page_gives_empty_diff() {
+        let t = page_with(&[(3, 9)]);
+        assert_eq!(create(&t, &t).unwrap(), Diff::Runs(vec![]));
+    }
+
+    #[test]
+    fn alternating_words_fit_in_a_page() {
+        let twin = vec![0u8; PAGE_SIZE];
+        let cur = page_with(&(0..512).step_by(2).map(|i| (i, 1)).collect::<Vec<_>>());
+        let Diff::Runs(d) = create(&twin, &cur).unwrap() else {
+            panic!("expected runs");
+        };
+        assert_eq!(d.len(), 256 * 12);
+        let mut p = twin.clone();
+        assert_eq!(
+            apply(&mut p, &d).unwrap(),
+            DiffSummary {
+                runs: 256,
+                words: 256
+            }
+        );
+        assert_eq!(p, cur);
+    }
+
+    #[test]
+    fn all_but_one_word_fits_exactly() {
+        let twin = vec![0u8; PAGE_SIZE];
+        let cur = page_with(
+            &(0..512)
+                .filter(|&i| i != 200)
+                .map(|i| (i, 7))
+                .collect::<Vec<_>>(),
+        );
+        let Diff::Runs(d) = create(&twin, &cur).unwrap() else {
+            panic!("expected runs");
+        };
+        assert_eq!(d.len(), PAGE_SIZE);
+        let mut p = twin.clone();
+        apply(&mut p, &d).unwrap();
+        assert_eq!(p, cur);
+    }
+
+    #[test]
+    fn every_word_changed_is_whole_page() {
+        let twin = vec![0u8; PAGE_SIZE];
+        let cur = vec![1u8; PAGE_SIZE];
+        assert_eq!(create(&twin, &cur).unwrap(), Diff::WholePage(cur.clone()));
+        let mut p = twin.clone();
+        apply_whole_page(&mut p, &cur).unwrap();
+        assert_eq!(p, cur);
+    }
+
+    #[test]
+    fn malformed_diffs_are_errors_and_leave_page_alone() {
+        let mut p = vec![5u8; 64];
+        let orig = p.clone();
+        // truncated header
+        assert_eq!(apply(&mut p, &[1, 0]), Err(DiffError::Truncated(0)));
+        // zero-length run
+        assert_eq!(apply(&mut p, &[0, 0, 0, 0]), Err(DiffError::EmptyRun(0)));
+        // run past the 8-word page
+        let h = (7u32 | (2 << 16)).to_le_bytes();
+        let mut d = h.to_vec();
+        d.extend_from_slice(&[0; 16]);
+        assert_eq!(apply(&mut p, &d), Err(DiffError::OutOfBounds(0)));
+        // valid first run, then an overlapping second one
+        let mut d = (2u32 << 16).to_le_bytes().to_vec();
+        d.extend_from_slice(&[1; 16]);
+        d.extend_from_slice(&(1u32 | (1 << 16)).to_le_bytes());
+        d.extend_from_slice(&[2; 8]);
+        assert_eq!(apply(&mut p, &d), Err(DiffError::Unordered(20)));
+        // truncated data
+        let mut d = (2u32 << 16).to_le_bytes().to_vec();
+        d.extend_from_slice(&[1; 9]);
+        assert_eq!(apply(&mut p, &d), Err(DiffError::Truncated(0)));
+        assert_eq!(p, orig);
+    }
+
+    #[test]
+    fn bad_lengths_are_errors() {
+        assert_eq!(
+            create(&[0; 8], &[0; 16]),
+            Err(DiffError::LengthMismatch(8, 16))
+        );
+        assert_eq!(create(&[0; 9], &[0; 9]), Err(DiffError::BadPageLength(9)));
+        let mut out = [0u8; 8];
+        assert_eq!(
+            encode_into(&[0; 16], &[1; 16], &mut out),
+            Err(DiffError::OutputTooSmall(8, 16))
+        );
+    }
+}

@@ -1,0 +1,927 @@
+//! Protocol messages between clusters and their wire encoding.
+//!
+//! # Wire form
+//!
+//! Every message is one Express word — an 8-bit opcode, the sender's id (filled in
+//! by the message layer, not by this crate) and a 40-bit payload — optionally with
+//! either
+//!
+//! * one attached buffer of at most [`PAGE_SIZE`] bytes (a Tag-On message), whose
+//!   contents never pass through this crate: see [`Attachment`], or
+//! * a byte body of any length (a bulk message) for variable-length data: vector
+//!   timestamps, write-notice lists.
+//!
+//! [`Message::to_parts`] gives `(opcode, payload, body)`; [`Message::from_parts`]
+//! decodes them and rejects malformed input with a [`DecodeError`] (it never
+//! panics). Payload layout: bits 0..24 the page (or 0..20 the lock, or 0..32 the
+//! barrier episode), bits 24..40 a second field as listed per variant. Unused bits
+//! must be zero. Bulk bodies are little-endian; see [`Message::to_parts`].
+//!
+//! Source: Express and Tag-On messages of StarT-Voyager (paper 004 §5.1, §5.2),
+//! field widths from issue 4, message set from HLRC (OSDI 1996 §2), MGS (ISCA 1996
+//! §3) and Ivy (Li & Hudak, TOCS 1989 §4.1).
+
+use crate::ids::{ClusterId, LockId, MAX_CLUSTERS, MAX_PAGES, PAGE_SIZE, PageId};
+use crate::interval::{IntervalRecord, VectorTime};
+
+/// What a Tag-On message carries in its attached buffer. The data is out of band:
+/// the machine never sees page contents.
+///
+/// * On **send**, for [`Attachment::Page`] the runtime copies its local copy of the
+///   page into a pool buffer; for [`Attachment::EncodedDiff`] (only produced while
+///   executing [`crate::Action::SendDiff`]) the buffer holds the encoded diff.
+/// * On **receive**, the runtime keeps the buffer with the
+///   [`crate::Event::Message`] and checks its length ([`Attachment::Page`]: exactly
+///   one page; [`Attachment::EncodedDiff`]: at most one page). Actions emitted while
+///   handling that event may refer to it ([`crate::Source::Attached`],
+///   [`crate::Action::ApplyDiff`]); the buffer can be released when the call returns.
+///
+/// Source: Tag-On messages (paper 004 §5.2); zero-copy page transfer (design.md,
+/// *messaging*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Attachment {
+    /// A whole page: the sender's current contents of `page`.
+    Page(PageId),
+    /// An encoded diff ([`crate::diff`]) of the page named in the message.
+    EncodedDiff,
+}
+
+/// The body of a message in wire form.
+///
+/// Source: Express, Tag-On and bulk messages (paper 004 §5; design.md, *messaging*).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Body {
+    /// Express only: the header word is the whole message.
+    None,
+    /// Tag-On: one attached buffer, supplied by the runtime (see [`Attachment`]).
+    Attached(Attachment),
+    /// Bulk: a byte body of any length.
+    Bulk(Vec<u8>),
+}
+
+/// A message in wire form: opcode, 40-bit payload, body.
+///
+/// Source: see the module documentation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Parts {
+    /// The 8-bit handler/opcode.
+    pub opcode: u8,
+    /// The 40-bit payload (always `< 1 << 40`).
+    pub payload: u64,
+    /// The body.
+    pub body: Body,
+}
+
+/// Number of payload bits of an Express word.
+///
+/// Source: issue 4 (64-bit Express word, 8-bit opcode, 40-bit payload).
+pub const PAYLOAD_BITS: u32 = 40;
+
+/// A protocol message between clusters. The sender is not part of the message: the
+/// message layer delivers it with the Express word's source field, and the runtime
+/// passes it as `from` in [`crate::Event::Message`].
+///
+/// Source: message sets of HLRC (OSDI 1996 §2), MGS (ISCA 1996 §3), Ivy (TOCS 1989
+/// §4.1); see each variant.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Message {
+    /// First-touch: "who is the home of `page`?", to the page's directory manager.
+    /// Opcode 0x01, Express. Source: first-touch homes (ArgoDSM
+    /// `first_touch_distribution.hpp`), see [`crate::home`].
+    HomeQuery {
+        /// The page.
+        page: PageId,
+    },
+    /// First-touch reply: `home` is the home of `page`. Opcode 0x02, Express, bits
+    /// 24..34 the home. Source: as [`Message::HomeQuery`].
+    HomeIs {
+        /// The page.
+        page: PageId,
+        /// Its home.
+        home: ClusterId,
+    },
+    /// hlrc: fetch a copy of `page` from its home. Opcode 0x10, Express.
+    /// Source: HLRC (OSDI 1996 §2), page fetch from the home on a fault.
+    GetPage {
+        /// The page.
+        page: PageId,
+    },
+    /// A copy of `page` from its home, in reply to [`Message::GetPage`],
+    /// [`Message::ScRead`] or [`Message::ScWrite`]. Opcode 0x11; bit 24 `writable`
+    /// (sc ownership), bit 25 `zero`. When `zero` is set the page has never been
+    /// written and there is no attachment (Express); otherwise Tag-On with the page.
+    /// Source: HLRC (OSDI 1996 §2) page reply; Ivy (TOCS 1989 §4.1) read/write
+    /// fault reply.
+    PageData {
+        /// The page.
+        page: PageId,
+        /// sc: the receiver becomes the page's single writer.
+        writable: bool,
+        /// The page is all zeros; no buffer attached.
+        zero: bool,
+    },
+    /// hlrc: an encoded diff of `page`, to its home. Opcode 0x12, bits 24..40 `tag`,
+    /// Tag-On with the encoded diff. Source: HLRC (OSDI 1996 §2), diffs sent to the
+    /// home at release.
+    Diff {
+        /// The page.
+        page: PageId,
+        /// The sender's release epoch, echoed in [`Message::DiffAck`].
+        tag: u16,
+    },
+    /// hlrc: a diff in which every word changed, sent as the whole page. Opcode
+    /// 0x13, bits 24..40 `tag`, Tag-On with the page. Source: [`crate::diff`].
+    DiffWholePage {
+        /// The page.
+        page: PageId,
+        /// As in [`Message::Diff`].
+        tag: u16,
+    },
+    /// hlrc: the home has applied a diff. Opcode 0x14, bits 24..40 `tag`, Express.
+    /// Source: MGS (ISCA 1996 §3): a release completes only when its diffs are
+    /// acknowledged.
+    DiffAck {
+        /// The page.
+        page: PageId,
+        /// The tag of the acknowledged diff.
+        tag: u16,
+    },
+    /// sc: read fault, to the home. Opcode 0x20, Express. Source: Ivy (TOCS 1989
+    /// §4.1), read fault handler.
+    ScRead {
+        /// The page.
+        page: PageId,
+    },
+    /// sc: write fault (or upgrade of a read-only copy), to the home. Opcode 0x21,
+    /// Express. Source: Ivy (TOCS 1989 §4.1), write fault handler.
+    ScWrite {
+        /// The page.
+        page: PageId,
+    },
+    /// sc: write permission granted on the read-only copy the receiver holds (no
+    /// data). Opcode 0x22, Express. Source: Ivy (TOCS 1989 §4.1), write fault on a
+    /// page the faulting processor holds read-only.
+    ScUpgrade {
+        /// The page.
+        page: PageId,
+    },
+    /// sc: drop your read-only copy and acknowledge. Opcode 0x23, Express.
+    /// Source: Ivy (TOCS 1989 §4.1), invalidation of the copy set.
+    ScInvalidate {
+        /// The page.
+        page: PageId,
+    },
+    /// sc: read-only copy dropped. Opcode 0x24, Express. Source: Ivy (TOCS 1989 §4.1).
+    ScInvAck {
+        /// The page.
+        page: PageId,
+    },
+    /// sc: to the current writer: write the page back to the home and keep a
+    /// read-only copy (`invalidate == false`) or none. Opcode 0x25, bit 24
+    /// `invalidate`, Express. Source: Ivy (TOCS 1989 §4.1), the owner gives up write
+    /// access (here via the home, which acts as the fixed manager).
+    ScRecall {
+        /// The page.
+        page: PageId,
+        /// Drop the copy instead of keeping it read-only.
+        invalidate: bool,
+    },
+    /// sc: the former writer's copy of the page, to the home. Opcode 0x26, Tag-On
+    /// with the page. Source: as [`Message::ScRecall`].
+    ScWriteBack {
+        /// The page.
+        page: PageId,
+    },
+    /// Lock request, to the lock's manager; carries the acquirer's vector time.
+    /// Opcode 0x30, bits 0..20 the lock, bulk. Source: [`crate::interval`].
+    LockAcquire {
+        /// The lock.
+        lock: LockId,
+        /// The acquirer's vector time.
+        time: VectorTime,
+    },
+    /// Lock grant, from the manager; carries the lock's vector time and the interval
+    /// records the acquirer has not seen. Opcode 0x31, bulk.
+    /// Source: [`crate::interval`].
+    LockGrant {
+        /// The lock.
+        lock: LockId,
+        /// The lock's vector time (of its last release).
+        time: VectorTime,
+        /// Records the acquirer must apply.
+        records: Vec<IntervalRecord>,
+    },
+    /// Lock release, to the manager; carries the releaser's vector time, the time up
+    /// to which it discarded records at barriers, and the records the manager may
+    /// lack. Opcode 0x32, bulk. Source: [`crate::interval`].
+    LockRelease {
+        /// The lock.
+        lock: LockId,
+        /// The releaser's vector time when its interval closed.
+        time: VectorTime,
+        /// The releaser's garbage-collection time (last barrier).
+        gc: VectorTime,
+        /// Records after the lock's time at grant, up to `time`.
+        records: Vec<IntervalRecord>,
+    },
+    /// Barrier arrival of one cluster, to the barrier manager. Opcode 0x38, bits
+    /// 0..32 the episode, bulk. Source: [`crate::interval`] and [`crate::hlrc`]
+    /// (migration).
+    BarrierArrive {
+        /// Barrier episode (0, 1, …).
+        episode: u32,
+        /// The cluster's vector time.
+        time: VectorTime,
+        /// The cluster's own records since the previous barrier.
+        records: Vec<IntervalRecord>,
+        /// Pages the cluster wrote as a non-home since the previous barrier and still
+        /// holds valid: candidates for single-writer home migration.
+        migratable: Vec<PageId>,
+    },
+    /// Barrier departure, from the manager. Opcode 0x39, bits 0..32 the episode,
+    /// bulk. Source: [`crate::interval`] and [`crate::hlrc`] (migration).
+    BarrierDepart {
+        /// Barrier episode.
+        episode: u32,
+        /// The maximum vector time of all arrivals.
+        time: VectorTime,
+        /// Pages written by other clusters that the receiver has not seen notices of.
+        notices: Vec<PageId>,
+        /// Home migrations, applied by every cluster.
+        migrations: Vec<(PageId, ClusterId)>,
+    },
+}
+
+/// Why a wire message could not be decoded.
+///
+/// Source: issue 4 ("decode errors for malformed input (never panic)").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// No message has this opcode.
+    #[error("unknown opcode {0:#04x}")]
+    UnknownOpcode(u8),
+    /// The payload has bits set above bit 40 or in fields the opcode does not use.
+    #[error("opcode {opcode:#04x}: payload {payload:#x} has reserved bits set")]
+    ReservedBits {
+        /// Opcode.
+        opcode: u8,
+        /// Payload.
+        payload: u64,
+    },
+    /// A bulk opcode arrived without a body.
+    #[error("opcode {0:#04x} needs a bulk body")]
+    MissingBody(u8),
+    /// A non-bulk opcode arrived with a body.
+    #[error("opcode {0:#04x} takes no bulk body")]
+    UnexpectedBody(u8),
+    /// The bulk body ended early.
+    #[error("bulk body truncated")]
+    Truncated,
+    /// The bulk body has bytes after the last field.
+    #[error("{0} trailing bytes after the bulk body")]
+    TrailingBytes(usize),
+    /// A cluster id is out of range.
+    #[error("cluster id {0} out of range")]
+    BadCluster(u32),
+    /// A page id is out of range.
+    #[error("page id {0} out of range")]
+    BadPage(u32),
+    /// An interval record has index 0.
+    #[error("interval record with index 0")]
+    BadIndex,
+}
+
+mod op {
+    pub const HOME_QUERY: u8 = 0x01;
+    pub const HOME_IS: u8 = 0x02;
+    pub const GET_PAGE: u8 = 0x10;
+    pub const PAGE_DATA: u8 = 0x11;
+    pub const DIFF: u8 = 0x12;
+    pub const DIFF_WHOLE: u8 = 0x13;
+    pub const DIFF_ACK: u8 = 0x14;
+    pub const SC_READ: u8 = 0x20;
+    pub const SC_WRITE: u8 = 0x21;
+    pub const SC_UPGRADE: u8 = 0x22;
+    pub const SC_INVALIDATE: u8 = 0x23;
+    pub const SC_INV_ACK: u8 = 0x24;
+    pub const SC_RECALL: u8 = 0x25;
+    pub const SC_WRITE_BACK: u8 = 0x26;
+    pub const LOCK_ACQUIRE: u8 = 0x30;
+    pub const LOCK_GRANT: u8 = 0x31;
+    pub const LOCK_RELEASE: u8 = 0x32;
+    pub const BARRIER_ARRIVE: u8 = 0x38;
+    pub const BARRIER_DEPART: u8 = 0x39;
+}
+
+const PAGE_MASK: u64 = (1 << 24) - 1;
+
+fn page_payload(page: PageId, hi: u64) -> u64 {
+    u64::from(page.get()) | (hi << 24)
+}
+
+impl Message {
+    /// The page this message concerns, if it is a page message.
+    ///
+    /// Source: see [`Message`].
+    pub fn page(&self) -> Option<PageId> {
+        use Message::*;
+        match *self {
+            HomeQuery { page }
+            | HomeIs { page, .. }
+            | GetPage { page }
+            | PageData { page, .. }
+            | Diff { page, .. }
+            | DiffWholePage { page, .. }
+            | DiffAck { page, .. }
+            | ScRead { page }
+            | ScWrite { page }
+            | ScUpgrade { page }
+            | ScInvalidate { page }
+            | ScInvAck { page }
+            | ScRecall { page, .. }
+            | ScWriteBack { page } => Some(page),
+            LockAcquire { .. }
+            | LockGrant { .. }
+            | LockRelease { .. }
+            | BarrierArrive { .. }
+            | BarrierDepart { .. } => None,
+        }
+    }
+
+    /// The attached buffer this message carries as a Tag-On message, if any.
+    ///
+    /// Source: Tag-On messages (paper 004 §5.2).
+    pub fn attachment(&self) -> Option<Attachment> {
+        match *self {
+            Message::PageData {
+                page, zero: false, ..
+            }
+            | Message::ScWriteBack { page }
+            | Message::DiffWholePage { page, .. } => Some(Attachment::Page(page)),
+            Message::Diff { .. } => Some(Attachment::EncodedDiff),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a synchronization message (lock or barrier).
+    ///
+    /// Source: statistics of issue 4 ("lock/barrier messages").
+    pub fn is_sync(&self) -> bool {
+        matches!(
+            self,
+            Message::LockAcquire { .. }
+                | Message::LockGrant { .. }
+                | Message::LockRelease { .. }
+                | Message::BarrierArrive { .. }
+                | Message::BarrierDepart { .. }
+        )
+    }
+
+    /// Encodes the message into its wire form.
+    ///
+    /// Bulk bodies (little-endian): a vector time is `u16 n` then `n × u32`; a record
+    /// list is `u32 count` then per record `u16 owner, u32 index, u32 n, n × u32
+    /// page`; a page list is `u32 count, count × u32`; a migration list is `u32 count`
+    /// then `count × (u32 page, u16 home)`. `LockAcquire` = time; `LockGrant` = time,
+    /// records; `LockRelease` = time, gc, records; `BarrierArrive` = time, records,
+    /// page list; `BarrierDepart` = time, page list, migration list.
+    ///
+    /// Source: see the module documentation.
+    pub fn to_parts(&self) -> Parts {
+        use Message::*;
+        let express = |opcode, payload| Parts {
+            opcode,
+            payload,
+            body: Body::None,
+        };
+        let bulk = |opcode, payload, w: Writer| Parts {
+            opcode,
+            payload,
+            body: Body::Bulk(w.0),
+        };
+        match self {
+            &HomeQuery { page } => express(op::HOME_QUERY, page_payload(page, 0)),
+            &HomeIs { page, home } => {
+                express(op::HOME_IS, page_payload(page, u64::from(home.get())))
+            }
+            &GetPage { page } => express(op::GET_PAGE, page_payload(page, 0)),
+            &PageData {
+                page,
+                writable,
+                zero,
+            } => {
+                let payload = page_payload(page, u64::from(writable) | (u64::from(zero) << 1));
+                Parts {
+                    opcode: op::PAGE_DATA,
+                    payload,
+                    body: match self.attachment() {
+                        Some(a) => Body::Attached(a),
+                        None => Body::None,
+                    },
+                }
+            }
+            &Diff { page, tag } => Parts {
+                opcode: op::DIFF,
+                payload: page_payload(page, u64::from(tag)),
+                body: Body::Attached(Attachment::EncodedDiff),
+            },
+            &DiffWholePage { page, tag } => Parts {
+                opcode: op::DIFF_WHOLE,
+                payload: page_payload(page, u64::from(tag)),
+                body: Body::Attached(Attachment::Page(page)),
+            },
+            &DiffAck { page, tag } => express(op::DIFF_ACK, page_payload(page, u64::from(tag))),
+            &ScRead { page } => express(op::SC_READ, page_payload(page, 0)),
+            &ScWrite { page } => express(op::SC_WRITE, page_payload(page, 0)),
+            &ScUpgrade { page } => express(op::SC_UPGRADE, page_payload(page, 0)),
+            &ScInvalidate { page } => express(op::SC_INVALIDATE, page_payload(page, 0)),
+            &ScInvAck { page } => express(op::SC_INV_ACK, page_payload(page, 0)),
+            &ScRecall { page, invalidate } => {
+                express(op::SC_RECALL, page_payload(page, u64::from(invalidate)))
+            }
+            &ScWriteBack { page } => Parts {
+                opcode: op::SC_WRITE_BACK,
+                payload: page_payload(page, 0),
+                body: Body::Attached(Attachment::Page(page)),
+            },
+            LockAcquire { lock, time } => {
+                let mut w = Writer::default();
+                w.time(time);
+                bulk(op::LOCK_ACQUIRE, u64::from(lock.get()), w)
+            }
+            LockGrant {
+                lock,
+                time,
+                records,
+            } => {
+                let mut w = Writer::default();
+                w.time(time);
+                w.records(records);
+                bulk(op::LOCK_GRANT, u64::from(lock.get()), w)
+            }
+            LockRelease {
+                lock,
+                time,
+                gc,
+                records,
+            } => {
+                let mut w = Writer::default();
+                w.time(time);
+                w.time(gc);
+                w.records(records);
+                bulk(op::LOCK_RELEASE, u64::from(lock.get()), w)
+            }
+            BarrierArrive {
+                episode,
+                time,
+                records,
+                migratable,
+            } => {
+                let mut w = Writer::default();
+                w.time(time);
+                w.records(records);
+                w.pages(migratable);
+                bulk(op::BARRIER_ARRIVE, u64::from(*episode), w)
+            }
+            BarrierDepart {
+                episode,
+                time,
+                notices,
+                migrations,
+            } => {
+                let mut w = Writer::default();
+                w.time(time);
+                w.pages(notices);
+                w.u32(migrations.len() as u32);
+                for &(p, c) in migrations {
+                    w.u32(p.get());
+                    w.u16(c.get());
+                }
+                bulk(op::BARRIER_DEPART, u64::from(*episode), w)
+            }
+        }
+    }
+
+    /// Decodes a message from its opcode, payload and bulk body (`None` for Express
+    /// and Tag-On messages; the attached buffer of a Tag-On message is not needed to
+    /// decode the header — check it against [`Message::attachment`]).
+    ///
+    /// Source: see the module documentation.
+    pub fn from_parts(opcode: u8, payload: u64, bulk: Option<&[u8]>) -> Result<Self, DecodeError> {
+        let reserved = || DecodeError::ReservedBits { opcode, payload };
+        if payload >> PAYLOAD_BITS != 0 {
+            return Err(reserved());
+        }
+        let is_bulk = matches!(
+            opcode,
+            op::LOCK_ACQUIRE
+                | op::LOCK_GRANT
+                | op::LOCK_RELEASE
+                | op::BARRIER_ARRIVE
+                | op::BARRIER_DEPART
+        );
+        match (is_bulk, bulk.is_some()) {
+            (true, false) => return Err(DecodeError::MissingBody(opcode)),
+            (false, true) => return Err(DecodeError::UnexpectedBody(opcode)),
+            _ => {}
+        }
+        let page = PageId::new((payload & PAGE_MASK) as u32).ok_or(reserved())?;
+        let hi = payload >> 24;
+        // Checks that the high field fits `bits` bits.
+        let field = |bits: u32| -> Result<u64, DecodeError> {
+            if hi >> bits != 0 {
+                Err(reserved())
+            } else {
+                Ok(hi)
+            }
+        };
+        use Message::*;
+        let msg = match opcode {
+            op::HOME_QUERY => {
+                field(0)?;
+                HomeQuery { page }
+            }
+            op::HOME_IS => {
+                let h = field(10)?;
+                HomeIs {
+                    page,
+                    home: ClusterId::new(h as u16).ok_or(DecodeError::BadCluster(h as u32))?,
+                }
+            }
+            op::GET_PAGE => {
+                field(0)?;
+                GetPage { page }
+            }
+            op::PAGE_DATA => {
+                let f = field(2)?;
+                PageData {
+                    page,
+                    writable: f & 1 != 0,
+                    zero: f & 2 != 0,
+                }
+            }
+            op::DIFF => Diff {
+                page,
+                tag: field(16)? as u16,
+            },
+            op::DIFF_WHOLE => DiffWholePage {
+                page,
+                tag: field(16)? as u16,
+            },
+            op::DIFF_ACK => DiffAck {
+                page,
+                tag: field(16)? as u16,
+            },
+            op::SC_READ => {
+                field(0)?;
+                ScRead { page }
+            }
+            op::SC_WRITE => {
+                field(0)?;
+                ScWrite { page }
+            }
+            op::SC_UPGRADE => {
+                field(0)?;
+                ScUpgrade { page }
+            }
+            op::SC_INVALIDATE => {
+                field(0)?;
+                ScInvalidate { page }
+            }
+            op::SC_INV_ACK => {
+                field(0)?;
+                ScInvAck { page }
+            }
+            op::SC_RECALL => ScRecall {
+                page,
+                invalidate: field(1)? != 0,
+            },
+            op::SC_WRITE_BACK => {
+                field(0)?;
+                ScWriteBack { page }
+            }
+            op::LOCK_ACQUIRE | op::LOCK_GRANT | op::LOCK_RELEASE => {
+                let lock = LockId::new(payload as u32)
+                    .filter(|_| payload >> 32 == 0)
+                    .ok_or(reserved())?;
+                let mut r = Reader(bulk.unwrap_or(&[]));
+                let m = match opcode {
+                    op::LOCK_ACQUIRE => LockAcquire {
+                        lock,
+                        time: r.time()?,
+                    },
+                    op::LOCK_GRANT => LockGrant {
+                        lock,
+                        time: r.time()?,
+                        records: r.records()?,
+                    },
+                    _ => LockRelease {
+                        lock,
+                        time: r.time()?,
+                        gc: r.time()?,
+                        records: r.records()?,
+                    },
+                };
+                r.finish()?;
+                m
+            }
+            op::BARRIER_ARRIVE | op::BARRIER_DEPART => {
+                if payload >> 32 != 0 {
+                    return Err(reserved());
+                }
+                let episode = payload as u32;
+                let mut r = Reader(bulk.unwrap_or(&[]));
+                let m = if opcode == op::BARRIER_ARRIVE {
+                    BarrierArrive {
+                        episode,
+                        time: r.time()?,
+                        records: r.records()?,
+                        migratable: r.pages()?,
+                    }
+                } else {
+                    let time = r.time()?;
+                    let notices = r.pages()?;
+                    let n = r.count(6)?;
+                    let mut migrations = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        migrations.push((r.page()?, r.cluster()?));
+                    }
+                    BarrierDepart {
+                        episode,
+                        time,
+                        notices,
+                        migrations,
+                    }
+                };
+                r.finish()?;
+                m
+            }
+            _ => return Err(DecodeError::UnknownOpcode(opcode)),
+        };
+        Ok(msg)
+    }
+}
+
+#[derive(Default)]
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn time(&mut self, t: &VectorTime) {
+        let e = t.entries();
+        // A vector time has at most MAX_CLUSTERS entries (one per cluster).
+        self.u16(e.len() as u16);
+        for &v in e {
+            self.u32(v);
+        }
+    }
+    fn pages(&mut self, pages: &[PageId]) {
+        self.u32(pages.len() as u32);
+        for p in pages {
+            self.u32(p.get());
+        }
+    }
+    fn records(&mut self, records: &[IntervalRecord]) {
+        self.u32(records.len() as u32);
+        for r in records {
+            self.u16(r.owner.get());
+            self.u32(r.index);
+            self.pages(&r.pages);
+        }
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let (head, rest) = self
+            .0
+            .split_first_chunk::<N>()
+            .ok_or(DecodeError::Truncated)?;
+        self.0 = rest;
+        Ok(*head)
+    }
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        Ok(u16::from_le_bytes(self.take()?))
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+    /// A count of items of at least `min_size` bytes each, checked against the bytes
+    /// left so that a lying count cannot cause a huge allocation.
+    fn count(&mut self, min_size: usize) -> Result<usize, DecodeError> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(min_size) > self.0.len() {
+            return Err(DecodeError::Truncated);
+        }
+        Ok(n)
+    }
+    fn page(&mut self) -> Result<PageId, DecodeError> {
+        let v = self.u32()?;
+        if v >= MAX_PAGES {
+            return Err(DecodeError::BadPage(v));
+        }
+        PageId::new(v).ok_or(DecodeError::BadPage(v))
+    }
+    fn cluster(&mut self) -> Result<ClusterId, DecodeError> {
+        let v = self.u16()?;
+        ClusterId::new(v).ok_or(DecodeError::BadCluster(u32::from(v)))
+    }
+    fn time(&mut self) -> Result<VectorTime, DecodeError> {
+        let n = usize::from(self.u16()?);
+        if n > usize::from(MAX_CLUSTERS) {
+            return Err(DecodeError::BadCluster(n as u32));
+        }
+        if n * 4 > self.0.len() {
+            return Err(DecodeError::Truncated);
+        }
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push(self.u32()?);
+        }
+        Ok(VectorTime::from_entries(v))
+    }
+    fn pages(&mut self) -> Result<Vec<PageId>, DecodeError> {
+        let n = self.count(4)?;
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push(self.page()?);
+        }
+        Ok(v)
+    }
+    fn records(&mut self) -> Result<Vec<IntervalRecord>, DecodeError> {
+        let n = self.count(10)?;
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            let owner = self.cluster()?;
+            let index = self.u32()?;
+            if index == 0 {
+                return Err(DecodeError::BadIndex);
+            }
+            let pages = self.pages()?;
+            v.push(IntervalRecord {
+                owner,
+                index,
+                pages,
+            });
+        }
+        Ok(v)
+    }
+    fn finish(self) -> Result<(), DecodeError> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError::TrailingBytes(self.0.len()))
+        }
+    }
+}
+
+/// Largest attached buffer of any message.
+///
+/// Source: issue 4 (one attached buffer of at most 4096 bytes).
+pub const MAX_ATTACHMENT: usize = PAGE_SIZE;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(n: u32) -> PageId {
+        PageId::new(n).unwrap()
+    }
+    fn c(n: u16) -> ClusterId {
+        ClusterId::new(n).unwrap()
+    }
+
+    fn roundtrip(m: Message) {
+        let parts = m.to_parts();
+        assert!(parts.payload < 1 << PAYLOAD_BITS);
+        let bulk = match &parts.body {
+            Body::Bulk(b) => Some(b.as_slice()),
+            _ => None,
+        };
+        assert_eq!(
+            Message::from_parts(parts.opcode, parts.payload, bulk),
+            Ok(m.clone())
+        );
+        match parts.body {
+            Body::Attached(a) => assert_eq!(m.attachment(), Some(a)),
+            _ => assert_eq!(m.attachment(), None),
+        }
+    }
+
+    #[test]
+    fn every_variant_roundtrips() {
+        let t = VectorTime::from_entries(vec![3, 0, 7]);
+        let recs = vec![IntervalRecord {
+            owner: c(2),
+            index: 7,
+            pages: vec![p(1), p(MAX_PAGES - 1)],
+        }];
+        for m in [
+            Message::HomeQuery {
+                page: p(MAX_PAGES - 1),
+            },
+            Message::HomeIs {
+                page: p(4),
+                home: c(1023),
+            },
+            Message::GetPage { page: p(9) },
+            Message::PageData {
+                page: p(9),
+                writable: true,
+                zero: false,
+            },
+            Message::PageData {
+                page: p(9),
+                writable: false,
+                zero: true,
+            },
+            Message::Diff {
+                page: p(1),
+                tag: u16::MAX,
+            },
+            Message::DiffWholePage { page: p(1), tag: 3 },
+            Message::DiffAck { page: p(1), tag: 3 },
+            Message::ScRead { page: p(2) },
+            Message::ScWrite { page: p(2) },
+            Message::ScUpgrade { page: p(2) },
+            Message::ScInvalidate { page: p(2) },
+            Message::ScInvAck { page: p(2) },
+            Message::ScRecall {
+                page: p(2),
+                invalidate: true,
+            },
+            Message::ScWriteBack { page: p(2) },
+            Message::LockAcquire {
+                lock: LockId::new((1 << 20) - 1).unwrap(),
+                time: t.clone(),
+            },
+            Message::LockGrant {
+                lock: LockId::new(5).unwrap(),
+                time: t.clone(),
+                records: recs.clone(),
+            },
+            Message::LockRelease {
+                lock: LockId::new(5).unwrap(),
+                time: t.clone(),
+                gc: VectorTime::new(),
+                records: recs.clone(),
+            },
+            Message::BarrierArrive {
+                episode: u32::MAX,
+                time: t.clone(),
+                records: recs,
+                migratable: vec![p(3)],
+            },
+            Message::BarrierDepart {
+                episode: 1,
+                time: t,
+                notices: vec![p(3), p(4)],
+                migrations: vec![(p(3), c(2))],
+            },
+        ] {
+            roundtrip(m);
+        }
+    }
+
+    #[test]
+    fn malformed_headers_are_rejected() {
+        assert_eq!(
+            Message::from_parts(0, 0, None),
+            Err(DecodeError::UnknownOpcode(0))
+        );
+        assert!(matches!(
+            Message::from_parts(op::GET_PAGE, 1 << 24, None),
+            Err(DecodeError::ReservedBits { .. })
+        ));
+        assert!(matches!(
+            Message::from_parts(op::GET_PAGE, 1 << 40, None),
+            Err(DecodeError::ReservedBits { .. })
+        ));
+        assert_eq!(
+            Message::from_parts(op::LOCK_GRANT, 1, None),
+            Err(DecodeError::MissingBody(op::LOCK_GRANT))
+        );
+        assert_eq!(
+            Message::from_parts(op::GET_PAGE, 1, Some(&[])),
+            Err(DecodeError::UnexpectedBody(op::GET_PAGE))
+        );
+        // a record count far larger than the body
+        let body = [0u8, 0, 0xff, 0xff, 0xff, 0x7f];
+        assert_eq!(
+            Message::from_parts(op::LOCK_GRANT, 1, Some(&body)),
+            Err(DecodeError::Truncated)
+        );
+        // trailing byte
+        assert_eq!(
+            Message::from_parts(op::LOCK_ACQUIRE, 1, Some(&[0, 0, 9])),
+            Err(DecodeError::TrailingBytes(1))
+        );
+    }
+}

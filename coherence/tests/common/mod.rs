@@ -1,0 +1,786 @@
+//! A simulated runtime for the coherence machines: page memories with protection and
+//! twins, compute threads running small programs, and an unordered in-memory
+//! network carrying messages in wire form (`to_parts`/`from_parts`). It executes
+//! every action the way the real runtime must (and checks that each action is legal
+//! for the simulated page state), and keeps a happens-before ghost to check reads.
+//!
+//! Used by the stateright model (`tests/model.rs`) and the random-program property
+//! tests (`tests/random_programs.rs`).
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use multigrain_coherence::{
+    Action, Attachment, Body, ClusterId, Config, Event, FaultToken, LockId, Machine, Message,
+    PageAccess, PageId, Protocol, Source, SyncToken, diff,
+};
+
+/// One operation of a thread's program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Read {
+        page: u32,
+        word: usize,
+    },
+    Write {
+        page: u32,
+        word: usize,
+        value: u64,
+    },
+    /// Read-modify-write `word += delta` (one step; needs write access).
+    Add {
+        page: u32,
+        word: usize,
+        delta: u64,
+    },
+    Acquire(u32),
+    Release(u32),
+    Barrier,
+}
+
+/// A job: configuration, page size in words, and one program per thread.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub cfg: Config,
+    pub words: usize,
+    /// `(cluster, program)` per thread.
+    pub threads: Vec<(u16, Vec<Op>)>,
+}
+
+impl Spec {
+    pub fn local_threads(&self, c: usize) -> usize {
+        self.threads
+            .iter()
+            .filter(|t| usize::from(t.0) == c)
+            .count()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Prot {
+    None,
+    Ro,
+    Rw,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SimPage {
+    pub prot: Prot,
+    pub data: Vec<u64>,
+    pub twin: Option<Vec<u64>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SimCluster {
+    pub machine: Machine,
+    pub mem: Vec<SimPage>,
+    /// Local threads that reached the current barrier.
+    pub arrived: usize,
+}
+
+/// A message in flight, in wire form.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Packet {
+    pub from: u16,
+    pub to: u16,
+    pub opcode: u8,
+    pub payload: u64,
+    pub bulk: Option<Vec<u8>>,
+    pub attach: Option<Vec<u8>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Block {
+    No,
+    Fault,
+    Sync,
+    Barrier,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Thread {
+    pub cluster: u16,
+    pub pc: usize,
+    pub block: Block,
+    /// Ghost vector clock (happens-before), one entry per thread.
+    pub vc: Vec<u32>,
+    pub barriers: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GhostWord {
+    pub value: u64,
+    pub writer: usize,
+    pub clock: u32,
+}
+
+/// Happens-before ghost state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ghost {
+    pub mem: BTreeMap<(u32, usize), GhostWord>,
+    pub locks: BTreeMap<u32, Vec<u32>>,
+    pub barriers: BTreeMap<u32, Vec<u32>>,
+}
+
+/// Interesting things seen so far (for `Sometimes` properties).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Seen {
+    /// A race-free read returned a value written by another cluster.
+    pub remote_value: bool,
+    /// Two clusters had twins of the same page at the same time.
+    pub concurrent_twins: bool,
+    pub stale_refetch: bool,
+    pub diff_at_acquire: bool,
+    pub whole_page_diff: bool,
+    pub migration: bool,
+    pub coalesced_fault: bool,
+    pub twin_wait: bool,
+    pub sc_recall: bool,
+    pub sc_invalidation: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct World {
+    pub clusters: Vec<SimCluster>,
+    pub threads: Vec<Thread>,
+    /// Unordered network: a sorted multiset of packets.
+    pub net: Vec<Packet>,
+    pub ghost: Ghost,
+    pub seen: Seen,
+    /// Race-free reads checked so far.
+    pub checked_reads: u32,
+    pub error: Option<String>,
+}
+
+fn join(a: &mut Vec<u32>, b: &[u32]) {
+    if a.len() < b.len() {
+        a.resize(b.len(), 0);
+    }
+    for (x, &y) in a.iter_mut().zip(b) {
+        *x = (*x).max(y);
+    }
+}
+
+fn bytes(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+fn words(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
+
+pub fn page(n: u32) -> PageId {
+    PageId::new(n).expect("page id")
+}
+
+pub fn cluster(n: u16) -> ClusterId {
+    ClusterId::new(n).expect("cluster id")
+}
+
+impl World {
+    pub fn new(spec: &Spec) -> World {
+        let n = spec.cfg.clusters;
+        let clusters = (0..n)
+            .map(|c| SimCluster {
+                machine: Machine::new(cluster(c), spec.cfg.clone()).expect("valid config"),
+                mem: (0..spec.cfg.pages)
+                    .map(|_| SimPage {
+                        prot: Prot::None,
+                        data: vec![0; spec.words],
+                        twin: None,
+                    })
+                    .collect(),
+                arrived: 0,
+            })
+            .collect();
+        let nt = spec.threads.len();
+        let threads = spec
+            .threads
+            .iter()
+            .enumerate()
+            .map(|(i, (c, _))| {
+                let mut vc = vec![0; nt];
+                vc[i] = 1;
+                Thread {
+                    cluster: *c,
+                    pc: 0,
+                    block: Block::No,
+                    vc,
+                    barriers: 0,
+                }
+            })
+            .collect();
+        World {
+            clusters,
+            threads,
+            net: Vec::new(),
+            ghost: Ghost::default(),
+            seen: Seen::default(),
+            checked_reads: 0,
+            error: None,
+        }
+    }
+
+    /// Threads that can take a step.
+    pub fn runnable(&self, spec: &Spec) -> Vec<usize> {
+        if self.error.is_some() {
+            return Vec::new();
+        }
+        (0..self.threads.len())
+            .filter(|&t| {
+                self.threads[t].block == Block::No && self.threads[t].pc < spec.threads[t].1.len()
+            })
+            .collect()
+    }
+
+    /// Indices of distinct packets that can be delivered.
+    pub fn deliverable(&self) -> Vec<usize> {
+        if self.error.is_some() {
+            return Vec::new();
+        }
+        (0..self.net.len())
+            .filter(|&i| i == 0 || self.net[i] != self.net[i - 1])
+            .collect()
+    }
+
+    pub fn threads_done(&self, spec: &Spec) -> bool {
+        (0..self.threads.len()).all(|t| self.threads[t].pc == spec.threads[t].1.len())
+    }
+
+    pub fn is_terminal(&self, spec: &Spec) -> bool {
+        self.error.is_none() && self.threads_done(spec) && self.net.is_empty()
+    }
+
+    fn fail(&mut self, msg: String) {
+        if self.error.is_none() {
+            self.error = Some(msg);
+        }
+    }
+
+    fn check_read(&mut self, t: usize, p: u32, w: usize, got: u64) {
+        let th = &self.threads[t];
+        let (expected, remote) = match self.ghost.mem.get(&(p, w)) {
+            None => (Some(0), false),
+            Some(g) => {
+                if g.writer == t || th.vc.get(g.writer).copied().unwrap_or(0) >= g.clock {
+                    let wc = self.threads[g.writer].cluster;
+                    (Some(g.value), wc != th.cluster && g.value != 0)
+                } else {
+                    (None, false)
+                }
+            }
+        };
+        if let Some(e) = expected {
+            self.checked_reads += 1;
+            if e != got {
+                let c = self.threads[t].cluster;
+                self.fail(format!(
+                    "thread {t} (cluster {c}) read page {p} word {w} = {got}, expected {e} (last write happens-before the read)"
+                ));
+            } else if remote {
+                self.seen.remote_value = true;
+            }
+        }
+    }
+
+    fn ghost_write(&mut self, t: usize, p: u32, w: usize, value: u64) {
+        let clock = self.threads[t].vc[t];
+        self.ghost.mem.insert(
+            (p, w),
+            GhostWord {
+                value,
+                writer: t,
+                clock,
+            },
+        );
+    }
+
+    /// Runs one step of thread `t`.
+    pub fn step_thread(&mut self, spec: &Spec, t: usize) {
+        let op = spec.threads[t].1[self.threads[t].pc];
+        let c = usize::from(self.threads[t].cluster);
+        match op {
+            Op::Read { page: p, word } => {
+                let pg = &self.clusters[c].mem[p as usize];
+                if pg.prot != Prot::None {
+                    let v = pg.data[word];
+                    self.check_read(t, p, word, v);
+                    self.threads[t].pc += 1;
+                } else {
+                    self.threads[t].block = Block::Fault;
+                    self.handle(
+                        spec,
+                        c,
+                        Event::ReadFault {
+                            page: page(p),
+                            token: FaultToken(t as u64),
+                        },
+                        None,
+                    );
+                }
+            }
+            Op::Write {
+                page: p,
+                word,
+                value,
+            }
+            | Op::Add {
+                page: p,
+                word,
+                delta: value,
+            } => {
+                let pg = &self.clusters[c].mem[p as usize];
+                if pg.prot == Prot::Rw {
+                    let v = if matches!(op, Op::Add { .. }) {
+                        let old = pg.data[word];
+                        self.check_read(t, p, word, old);
+                        old.wrapping_add(value)
+                    } else {
+                        value
+                    };
+                    self.clusters[c].mem[p as usize].data[word] = v;
+                    self.ghost_write(t, p, word, v);
+                    self.threads[t].pc += 1;
+                } else {
+                    self.threads[t].block = Block::Fault;
+                    self.handle(
+                        spec,
+                        c,
+                        Event::WriteFault {
+                            page: page(p),
+                            token: FaultToken(t as u64),
+                        },
+                        None,
+                    );
+                }
+            }
+            Op::Acquire(l) => {
+                self.threads[t].block = Block::Sync;
+                self.handle(
+                    spec,
+                    c,
+                    Event::Acquire {
+                        lock: LockId::new(l).expect("lock"),
+                        token: SyncToken(t as u64),
+                    },
+                    None,
+                );
+            }
+            Op::Release(l) => {
+                let vc = self.threads[t].vc.clone();
+                join(self.ghost.locks.entry(l).or_default(), &vc);
+                self.threads[t].vc[t] += 1;
+                self.threads[t].block = Block::Sync;
+                self.handle(
+                    spec,
+                    c,
+                    Event::Release {
+                        lock: LockId::new(l).expect("lock"),
+                        token: SyncToken(t as u64),
+                    },
+                    None,
+                );
+            }
+            Op::Barrier => {
+                let ep = self.threads[t].barriers;
+                let vc = self.threads[t].vc.clone();
+                join(self.ghost.barriers.entry(ep).or_default(), &vc);
+                self.threads[t].vc[t] += 1;
+                self.threads[t].block = Block::Barrier;
+                self.clusters[c].arrived += 1;
+                if self.clusters[c].arrived == spec.local_threads(c) {
+                    self.handle(
+                        spec,
+                        c,
+                        Event::Barrier {
+                            token: SyncToken(c as u64),
+                        },
+                        None,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Delivers packet `i`.
+    pub fn deliver(&mut self, spec: &Spec, i: usize) {
+        let pk = self.net.remove(i);
+        let msg = match Message::from_parts(pk.opcode, pk.payload, pk.bulk.as_deref()) {
+            Ok(m) => m,
+            Err(e) => return self.fail(format!("decode error {e} for {pk:?}")),
+        };
+        if msg.attachment().is_some() != pk.attach.is_some() {
+            return self.fail(format!("attachment mismatch for {msg:?}"));
+        }
+        let attached_len = pk.attach.as_ref().map_or(0, Vec::len);
+        self.handle(
+            spec,
+            usize::from(pk.to),
+            Event::Message {
+                from: cluster(pk.from),
+                msg,
+                attached_len,
+            },
+            pk.attach,
+        );
+    }
+
+    fn handle(&mut self, spec: &Spec, c: usize, ev: Event, attach: Option<Vec<u8>>) {
+        let mut out = Vec::new();
+        if let Err(e) = self.clusters[c].machine.handle(ev.clone(), &mut out) {
+            return self.fail(format!("cluster {c}: protocol error {e} on {ev:?}"));
+        }
+        let st = self.clusters[c].machine.take_stats();
+        self.seen.stale_refetch |= st.stale_refetches > 0;
+        self.seen.diff_at_acquire |= st.diffs_at_acquire > 0;
+        self.seen.whole_page_diff |= st.whole_page_diffs_applied > 0;
+        self.seen.migration |= st.home_migrations > 0;
+        self.seen.coalesced_fault |= st.coalesced_faults > 0;
+        self.seen.twin_wait |= st.twin_waits > 0;
+        self.seen.sc_recall |= st.sc_recalls > 0;
+        self.seen.sc_invalidation |= st.sc_invalidations_sent > 0;
+        for a in out {
+            if let Err(e) = self.execute(spec, c, a, attach.as_deref()) {
+                return self.fail(format!("cluster {c}: {e}"));
+            }
+        }
+        for p in 0..spec.cfg.pages as usize {
+            if self
+                .clusters
+                .iter()
+                .filter(|k| k.mem[p].twin.is_some())
+                .count()
+                >= 2
+            {
+                self.seen.concurrent_twins = true;
+            }
+        }
+    }
+
+    fn send(&mut self, c: usize, to: ClusterId, msg: &Message, attach: Option<Vec<u8>>) {
+        let parts = msg.to_parts();
+        let bulk = match parts.body {
+            Body::Bulk(b) => Some(b),
+            Body::None | Body::Attached(_) => None,
+        };
+        let pk = Packet {
+            from: c as u16,
+            to: to.get(),
+            opcode: parts.opcode,
+            payload: parts.payload,
+            bulk,
+            attach,
+        };
+        let pos = self.net.partition_point(|x| x < &pk);
+        self.net.insert(pos, pk);
+    }
+
+    /// Executes one action as the runtime must, checking that it is legal.
+    fn execute(
+        &mut self,
+        spec: &Spec,
+        c: usize,
+        a: Action,
+        attached: Option<&[u8]>,
+    ) -> Result<(), String> {
+        let me = cluster(c as u16);
+        match a {
+            Action::Send { to, msg } => {
+                let attach = match msg.attachment() {
+                    Some(Attachment::Page(p)) => {
+                        let pg = &self.clusters[c].mem[p.index()];
+                        if pg.prot == Prot::None {
+                            return Err(format!("send of missing page {p:?}"));
+                        }
+                        Some(bytes(&pg.data))
+                    }
+                    Some(Attachment::EncodedDiff) => return Err("Send of an encoded diff".into()),
+                    None => None,
+                };
+                self.send(c, to, &msg, attach);
+            }
+            Action::Install {
+                page: p,
+                source,
+                writable,
+            } => {
+                let pg = &mut self.clusters[c].mem[p.index()];
+                if pg.prot != Prot::None || pg.twin.is_some() {
+                    return Err(format!("install over a present page {p:?}"));
+                }
+                pg.data = match source {
+                    Source::Zero => vec![0; spec.words],
+                    Source::Attached => words(attached.ok_or("install without attachment")?),
+                };
+                if pg.data.len() != spec.words {
+                    return Err("installed page of the wrong size".into());
+                }
+                pg.prot = if writable { Prot::Rw } else { Prot::Ro };
+            }
+            Action::MakeTwin { page: p } => {
+                let pg = &mut self.clusters[c].mem[p.index()];
+                if pg.prot != Prot::Ro || pg.twin.is_some() {
+                    return Err(format!(
+                        "twin of {p:?} in state {:?}/{}",
+                        pg.prot,
+                        pg.twin.is_some()
+                    ));
+                }
+                pg.twin = Some(pg.data.clone());
+            }
+            Action::Unprotect { page: p } => {
+                let home = self.clusters[c].machine.home_of(p) == Some(me);
+                let hlrc = spec.cfg.protocol == Protocol::Hlrc;
+                let pg = &mut self.clusters[c].mem[p.index()];
+                if pg.prot != Prot::Ro {
+                    return Err(format!("unprotect of {p:?} in state {:?}", pg.prot));
+                }
+                if hlrc && !home && pg.twin.is_none() {
+                    return Err(format!("unprotect of non-home {p:?} without a twin"));
+                }
+                pg.prot = Prot::Rw;
+            }
+            Action::WriteProtect { pages } => {
+                for p in pages.pages() {
+                    let pg = &mut self.clusters[c].mem[p.index()];
+                    if pg.prot != Prot::Rw {
+                        return Err(format!("write-protect of {p:?} in state {:?}", pg.prot));
+                    }
+                    pg.prot = Prot::Ro;
+                }
+            }
+            Action::Invalidate { pages } => {
+                for p in pages.pages() {
+                    let pg = &mut self.clusters[c].mem[p.index()];
+                    if pg.twin.is_some() {
+                        return Err(format!("invalidate of {p:?} with a twin"));
+                    }
+                    pg.prot = Prot::None;
+                    pg.data = vec![0; spec.words];
+                }
+            }
+            Action::SendDiff { to, page: p, tag } => {
+                let pg = &mut self.clusters[c].mem[p.index()];
+                if pg.prot != Prot::Ro {
+                    return Err(format!("diff of {p:?} that is not write-protected"));
+                }
+                let twin = pg
+                    .twin
+                    .take()
+                    .ok_or(format!("diff of {p:?} without a twin"))?;
+                let cur = bytes(&pg.data);
+                let mut buf = vec![0u8; cur.len()];
+                let (msg, data) = match diff::encode_into(&bytes(&twin), &cur, &mut buf)
+                    .map_err(|e| e.to_string())?
+                {
+                    diff::Encoded::Runs(n) => {
+                        buf.truncate(n);
+                        (Message::Diff { page: p, tag }, buf)
+                    }
+                    diff::Encoded::WholePage => (Message::DiffWholePage { page: p, tag }, cur),
+                };
+                self.send(c, to, &msg, Some(data));
+            }
+            Action::ApplyDiff {
+                page: p,
+                whole_page,
+            } => {
+                let pg = &mut self.clusters[c].mem[p.index()];
+                if pg.prot == Prot::None {
+                    return Err(format!("apply diff to missing {p:?}"));
+                }
+                let d = attached.ok_or("apply diff without attachment")?;
+                let mut b = bytes(&pg.data);
+                if whole_page {
+                    diff::apply_whole_page(&mut b, d).map_err(|e| e.to_string())?;
+                } else {
+                    diff::apply(&mut b, d).map_err(|e| e.to_string())?;
+                }
+                pg.data = words(&b);
+            }
+            Action::Wake { page: p, tokens } => {
+                for FaultToken(t) in tokens {
+                    let th = &mut self.threads[t as usize];
+                    if th.block != Block::Fault {
+                        return Err(format!("wake of thread {t} not blocked in a fault ({p:?})"));
+                    }
+                    th.block = Block::No;
+                }
+            }
+            Action::AcquireDone { lock, token } => {
+                let t = token.0 as usize;
+                let th = &mut self.threads[t];
+                if th.block != Block::Sync || spec.threads[t].1[th.pc] != Op::Acquire(lock.get()) {
+                    return Err(format!(
+                        "acquire done for thread {t} that is not acquiring {lock:?}"
+                    ));
+                }
+                th.block = Block::No;
+                th.pc += 1;
+                let lv = self
+                    .ghost
+                    .locks
+                    .get(&lock.get())
+                    .cloned()
+                    .unwrap_or_default();
+                join(&mut self.threads[t].vc, &lv);
+            }
+            Action::ReleaseDone { lock, token } => {
+                let t = token.0 as usize;
+                let th = &mut self.threads[t];
+                if th.block != Block::Sync || spec.threads[t].1[th.pc] != Op::Release(lock.get()) {
+                    return Err(format!(
+                        "release done for thread {t} that is not releasing {lock:?}"
+                    ));
+                }
+                th.block = Block::No;
+                th.pc += 1;
+            }
+            Action::BarrierDone { token } => {
+                if token.0 as usize != c {
+                    return Err("barrier done with a foreign token".into());
+                }
+                self.clusters[c].arrived = 0;
+                for t in 0..self.threads.len() {
+                    if usize::from(self.threads[t].cluster) != c {
+                        continue;
+                    }
+                    let th = &mut self.threads[t];
+                    if th.block != Block::Barrier {
+                        return Err(format!(
+                            "barrier done while thread {t} is not at the barrier"
+                        ));
+                    }
+                    let bv = self
+                        .ghost
+                        .barriers
+                        .get(&th.barriers)
+                        .cloned()
+                        .unwrap_or_default();
+                    th.block = Block::No;
+                    th.pc += 1;
+                    th.barriers += 1;
+                    join(&mut th.vc, &bv);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The value of every word as the protocol holds it: hlrc, the home's master
+    /// copy; sc, the writer's copy if any, else the home's.
+    pub fn final_memory(&self, spec: &Spec) -> Vec<Vec<u64>> {
+        (0..spec.cfg.pages)
+            .map(|p| {
+                let pid = page(p);
+                let owner = self.clusters.iter().find(|k| {
+                    k.mem[p as usize].prot == Prot::Rw && spec.cfg.protocol == Protocol::Sc
+                });
+                let home = self
+                    .clusters
+                    .iter()
+                    .find(|k| k.machine.home_of(pid) == Some(k.machine.me()));
+                let holder = owner.or(home);
+                match holder {
+                    Some(k) if k.machine.access(pid) != Some(PageAccess::Untouched) => {
+                        k.mem[p as usize].data.clone()
+                    }
+                    _ => vec![0; spec.words],
+                }
+            })
+            .collect()
+    }
+
+    /// The ghost memory (last write of each word).
+    pub fn ghost_memory(&self, spec: &Spec) -> Vec<Vec<u64>> {
+        let mut m = vec![vec![0; spec.words]; spec.cfg.pages as usize];
+        for (&(p, w), g) in &self.ghost.mem {
+            m[p as usize][w] = g.value;
+        }
+        m
+    }
+
+    /// At a terminal state: machines quiescent and memory equal to the ghost.
+    pub fn check_terminal(&self, spec: &Spec) -> Result<(), String> {
+        for (i, k) in self.clusters.iter().enumerate() {
+            if !k.machine.is_quiescent() {
+                return Err(format!("cluster {i} not quiescent at the end"));
+            }
+        }
+        let got = self.final_memory(spec);
+        let want = self.ghost_memory(spec);
+        if got != want {
+            return Err(format!("final memory {got:?} != expected {want:?}"));
+        }
+        Ok(())
+    }
+
+    /// sc invariant: per page, at most one writable copy, and then no other valid
+    /// copy; every valid copy equals the last write.
+    pub fn check_sc(&self, spec: &Spec) -> Result<(), String> {
+        for (p, latest) in self.ghost_memory(spec).iter().enumerate() {
+            let writers = self
+                .clusters
+                .iter()
+                .filter(|k| k.mem[p].prot == Prot::Rw)
+                .count();
+            let valid = self
+                .clusters
+                .iter()
+                .filter(|k| k.mem[p].prot != Prot::None)
+                .count();
+            if writers > 1 || (writers == 1 && valid > 1) {
+                return Err(format!("page {p}: {writers} writers, {valid} valid copies"));
+            }
+            for (i, k) in self.clusters.iter().enumerate() {
+                if k.mem[p].prot != Prot::None && &k.mem[p].data != latest {
+                    return Err(format!(
+                        "page {p} at cluster {i} is {:?}, latest is {latest:?}",
+                        k.mem[p].data
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the job to completion with `choose(n)` picking among `n` enabled steps;
+    /// returns an error on a violated check or a deadlock.
+    pub fn run(spec: &Spec, mut choose: impl FnMut(usize) -> usize) -> Result<World, String> {
+        let mut w = World::new(spec);
+        let mut steps = 0u64;
+        loop {
+            if let Some(e) = &w.error {
+                return Err(e.clone());
+            }
+            if spec.cfg.protocol == Protocol::Sc {
+                w.check_sc(spec)?;
+            }
+            let threads = w.runnable(spec);
+            let packets = w.deliverable();
+            let n = threads.len() + packets.len();
+            if n == 0 {
+                if w.is_terminal(spec) {
+                    w.check_terminal(spec)?;
+                    return Ok(w);
+                }
+                return Err(format!(
+                    "deadlock: threads {:?}, network {:?}",
+                    w.threads, w.net
+                ));
+            }
+            let i = choose(n);
+            if i < threads.len() {
+                w.step_thread(spec, threads[i]);
+            } else {
+                w.deliver(spec, packets[i - threads.len()]);
+            }
+            steps += 1;
+            if steps > 10_000_000 {
+                return Err("livelock".into());
+            }
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Random data-race-free programs on several clusters, run on the coherence machines
+//! over an unordered in-memory network with random delivery order, executing every
+//! action on simulated page memories. Checks: every race-free read returns the last
+//! write that happens-before it, no deadlock, and the final memory equals a
+//! sequential run's.
+
+mod common;
+
+use common::{Op, Spec, World};
+use multigrain_coherence::{Config, HomePolicy, Protocol};
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+#[derive(Clone, Copy, Debug)]
+enum Class {
+    Lock(u32),
+    Thread(usize),
+    ReadOnly,
+}
+
+/// Builds a data-race-free program: phases separated by barriers; in each phase every
+/// word is protected by a lock (only `Add` inside that lock's sections), owned by one
+/// thread (plain reads and writes), or read-only.
+fn program(rng: &mut StdRng, protocol: Protocol, policy: HomePolicy) -> Spec {
+    let clusters = rng.random_range(2..=4u16);
+    let per_cluster: Vec<usize> = (0..clusters).map(|_| rng.random_range(1..=3)).collect();
+    let pages = rng.random_range(1..=3u32);
+    let words = [2, 4, 4, 512][rng.random_range(0..4)];
+    let locks = rng.random_range(1..=2u32);
+    let phases = rng.random_range(1..=4);
+    let mut cfg = Config::new(protocol, clusters, pages);
+    cfg.home_policy = policy;
+    cfg.migrate_single_writer = rng.random_bool(0.7);
+    cfg.barrier_manager = common::cluster(rng.random_range(0..clusters));
+    let owners: Vec<u16> = per_cluster
+        .iter()
+        .enumerate()
+        .flat_map(|(c, &n)| std::iter::repeat_n(c as u16, n))
+        .collect();
+    let nt = owners.len();
+    let mut progs: Vec<Vec<Op>> = vec![Vec::new(); nt];
+    let mut counter = 0u64;
+    // Only a few distinct words per page are used, to keep sharing dense.
+    let used_words: Vec<usize> = (0..4.min(words)).map(|i| i * (words / 4).max(1)).collect();
+    for _ in 0..phases {
+        let mut class = Vec::new();
+        for p in 0..pages {
+            for &w in &used_words {
+                let c = match rng.random_range(0..3) {
+                    0 => Class::Lock(rng.random_range(0..locks)),
+                    1 => Class::Thread(rng.random_range(0..nt)),
+                    _ => Class::ReadOnly,
+                };
+                class.push((p, w, c));
+            }
+        }
+        for (t, prog) in progs.iter_mut().enumerate() {
+            for _ in 0..rng.random_range(0..8) {
+                match rng.random_range(0..4) {
+                    0 => {
+                        let l = rng.random_range(0..locks);
+                        let mine: Vec<_> = class
+                            .iter()
+                            .filter(|x| matches!(x.2, Class::Lock(k) if k == l))
+                            .collect();
+                        prog.push(Op::Acquire(l));
+                        for _ in 0..rng.random_range(1..=2) {
+                            if let Some(&&(page, word, _)) =
+                                mine.get(rng.random_range(0..mine.len().max(1)))
+                            {
+                                if rng.random_bool(0.7) {
+                                    prog.push(Op::Add {
+                                        page,
+                                        word,
+                                        delta: rng.random_range(1..100),
+                                    });
+                                } else {
+                                    prog.push(Op::Read { page, word });
+                                }
+                            }
+                        }
+                        prog.push(Op::Release(l));
+                    }
+                    1 | 2 => {
+                        let mine: Vec<_> = class
+                            .iter()
+                            .filter(|x| matches!(x.2, Class::Thread(k) if k == t))
+                            .collect();
+                        if let Some(&&(page, word, _)) =
+                            mine.get(rng.random_range(0..mine.len().max(1)))
+                        {
+                            if rng.random_bool(0.6) {
+                                counter += 1;
+                                prog.push(Op::Write {
+                                    page,
+                                    word,
+                                    value: ((t as u64 + 1) << 32) | counter,
+                                });
+                            } else {
+                                prog.push(Op::Read { page, word });
+                            }
+                        }
+                    }
+                    _ => {
+                        let ro: Vec<_> = class
+                            .iter()
+                            .filter(|x| matches!(x.2, Class::ReadOnly))
+                            .collect();
+                        if let Some(&&(page, word, _)) =
+                            ro.get(rng.random_range(0..ro.len().max(1)))
+                        {
+                            prog.push(Op::Read { page, word });
+                        }
+                    }
+                }
+            }
+            prog.push(Op::Barrier);
+        }
+    }
+    Spec {
+        cfg,
+        words,
+        threads: owners.into_iter().zip(progs).collect(),
+    }
+}
+
+/// Runs the threads one after another, phase by phase, on a plain memory.
+fn sequential(spec: &Spec) -> Vec<Vec<u64>> {
+    let mut mem = vec![vec![0u64; spec.words]; spec.cfg.pages as usize];
+    let mut pcs = vec![0usize; spec.threads.len()];
+    loop {
+        let mut progressed = false;
+        for (t, (_, prog)) in spec.threads.iter().enumerate() {
+            while pcs[t] < prog.len() {
+                let op = prog[pcs[t]];
+                pcs[t] += 1;
+                match op {
+                    Op::Write { page, word, value } => mem[page as usize][word] = value,
+                    Op::Add { page, word, delta } => {
+                        let w = &mut mem[page as usize][word];
+                        *w = w.wrapping_add(delta);
+                    }
+                    Op::Barrier => {
+                        progressed = true;
+                        break;
+                    }
+                    Op::Read { .. } | Op::Acquire(_) | Op::Release(_) => {}
+                }
+            }
+        }
+        if !progressed {
+            return mem;
+        }
+    }
+}
+
+fn run(protocol: Protocol, policy: HomePolicy, seed: u64) -> Result<(), TestCaseError> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let spec = program(&mut rng, protocol, policy);
+    let mut order = StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
+    let w = World::run(&spec, |n| order.random_range(0..n))
+        .map_err(|e| TestCaseError::fail(format!("{e}\nspec: {spec:?}")))?;
+    prop_assert_eq!(w.final_memory(&spec), sequential(&spec), "spec: {:?}", spec);
+    // Every program ends with a barrier, after which no write notice is needed any
+    // more: the barrier garbage collection leaves no records behind.
+    for k in &w.clusters {
+        prop_assert_eq!(k.machine.stored_records(), 0);
+    }
+    Ok(())
+}
+
+fn policy() -> impl Strategy<Value = HomePolicy> {
+    prop_oneof![
+        Just(HomePolicy::RoundRobin),
+        Just(HomePolicy::Block),
+        Just(HomePolicy::FirstTouch)
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn hlrc_random_drf_programs_match_sequential_run(policy in policy(), seed in any::<u64>()) {
+        run(Protocol::Hlrc, policy, seed)?;
+    }
+
+    #[test]
+    fn sc_random_drf_programs_match_sequential_run(policy in policy(), seed in any::<u64>()) {
+        run(Protocol::Sc, policy, seed)?;
+    }
+}
+
+/// The generator does produce the situations the protocols must handle.
+#[test]
+fn random_programs_exercise_the_protocol() {
+    let mut seen = common::Seen::default();
+    let mut reads = 0;
+    for seed in 0..300u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let spec = program(&mut rng, Protocol::Hlrc, HomePolicy::RoundRobin);
+        let mut order = StdRng::seed_from_u64(seed);
+        let w = World::run(&spec, |n| order.random_range(0..n)).expect("run");
+        reads += w.checked_reads;
+        let s = w.seen;
+        seen.remote_value |= s.remote_value;
+        seen.concurrent_twins |= s.concurrent_twins;
+        seen.whole_page_diff |= s.whole_page_diff;
+        seen.migration |= s.migration;
+        seen.diff_at_acquire |= s.diff_at_acquire;
+        seen.coalesced_fault |= s.coalesced_fault;
+    }
+    eprintln!("checked reads: {reads}, seen: {seen:?}");
+    assert!(reads > 1000, "only {reads} race-free reads checked");
+    assert!(
+        seen.remote_value
+            && seen.concurrent_twins
+            && seen.whole_page_diff
+            && seen.migration
+            && seen.coalesced_fault,
+        "{seen:?}"
+    );
+}
