@@ -167,8 +167,8 @@ pub enum AddPeerError {
 /// takes the first, writes one datagram and re-queues it at the back if it has more. A
 /// connection whose window is full is not in the queue, so other connections' messages go
 /// first ("elements deeper in the queue will be processed before the top one") and one
-/// slow peer never blocks the others. Within a connection: NAKs, then retransmissions,
-/// then new DATA, then a standalone ACK.
+/// slow peer never blocks the others. Within a connection: NAKs, then an owed selective
+/// ACK, then retransmissions, then new DATA, then a plain standalone ACK.
 pub struct Ini {
     config: WindowConfig,
     params: Params,

@@ -11,6 +11,7 @@
 //! | sequence numbers, send/receive windows, piggy-backed ACK (§3.2.1) | [`Ini`], [`wire`] |
 //! | fixed SEND and ACK timeouts, NAK on out-of-order arrival (§3.2.1) | [`WindowConfig`] |
 //! | software timer lists, one per timer kind (§3.2.2) | [`timers`] |
+//! | selective ACK on standalone ACKs (ours: keeps a SEND timeout behind one lost frame from resending the window) | [`wire`], [`Ini`] |
 //! | checksum over each datagram, fragmentation above the MTU (§3.1, §4.4.1) | [`wire`] |
 //! | statistics (§4.4.2) | [`stats`] |
 //!

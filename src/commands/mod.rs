@@ -1,0 +1,4 @@
+//! One module per subcommand.
+
+pub mod bench_messaging;
+pub mod config;
