@@ -12,10 +12,12 @@
 //! deadlock (paper 000 §3.3); received messages go to the caller's `on_message` closure.
 //! Blocking receives spin briefly, then sleep on the queues' doorbell (paper 003 §4).
 
+use crate::basic::BasicRing;
 use crate::bulk::{FRAGMENT_HEADER, FragmentHeader, FragmentReject};
 use crate::message::{BasicSendError, BulkMsg, BulkSendError, Message, SendError, TagOnMsg};
 use crate::names::{Destination, DestinationTable, QueueId, SiteId, VirtualName};
 use crate::pool::{PoolExhausted, TagOnBuf, TagOnData};
+use crate::ring::RawRing;
 use crate::site::{Route, SiteInner, Substrate};
 use crate::stats::{EndpointCounters, KindCounters};
 use crate::sync::{Backoff, spin_hint};
@@ -48,7 +50,9 @@ pub struct Endpoint {
     site: Arc<SiteInner>,
     table: Arc<DestinationTable>,
     queues: Box<[QueueId]>,
-    sources: Box<[PollSource]>,
+    /// Views of this endpoint's receive rings, copied here so polling does not chase
+    /// pointers through the site (the site, held by `site`, keeps their memory alive).
+    rx: Box<[RxQueue]>,
     doorbell: Option<u16>,
     counters: Arc<EndpointCounters>,
     spin: Duration,
@@ -64,6 +68,14 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
+/// One receive queue's rings, as polled by an endpoint.
+#[derive(Clone, Copy)]
+struct RxQueue {
+    id: QueueId,
+    express: RawRing<u64>,
+    basic: BasicRing,
+}
+
 pub(crate) fn alloc_from(site: &SiteInner) -> Result<TagOnBuf, PoolExhausted> {
     site.own
         .pool
@@ -77,9 +89,13 @@ impl Endpoint {
         table: Arc<DestinationTable>,
         queues: &[QueueId],
     ) -> Endpoint {
-        let sources: Box<[PollSource]> = queues
+        let rx: Box<[RxQueue]> = queues
             .iter()
-            .flat_map(|&q| [PollSource::Express(q), PollSource::Basic(q)])
+            .map(|&q| RxQueue {
+                id: q,
+                express: site.own.express[usize::from(q.0)],
+                basic: site.own.basic[usize::from(q.0)],
+            })
             .collect();
         let bells: Vec<u16> = queues
             .iter()
@@ -95,7 +111,7 @@ impl Endpoint {
             site,
             table,
             queues: queues.into(),
-            sources,
+            rx,
             doorbell,
             counters,
             spin: DEFAULT_SPIN,
@@ -112,7 +128,7 @@ impl Endpoint {
             site: self.site.clone(),
             table: self.table.clone(),
             queues: self.queues.clone(),
-            sources: self.sources.clone(),
+            rx: self.rx.clone(),
             doorbell: self.doorbell,
             counters,
             spin: self.spin,
@@ -437,8 +453,11 @@ impl Endpoint {
     /// the order given at creation; within a queue, Express before Basic), or `None` at once.
     #[inline]
     pub fn try_recv(&self) -> Option<Message> {
-        for &source in self.sources.iter() {
-            if let Some(m) = self.poll_source(source) {
+        for q in self.rx.iter() {
+            if let Some(m) = self.poll_express(q) {
+                return Some(m);
+            }
+            if let Some(m) = self.poll_basic(q) {
                 return Some(m);
             }
         }
@@ -450,19 +469,32 @@ impl Endpoint {
     /// # Errors
     /// [`NotOwnQueue`] for a queue the endpoint does not receive from.
     pub fn poll_set(&self, order: &[PollSource]) -> Result<PollSet, NotOwnQueue> {
-        for s in order {
-            let (PollSource::Express(q) | PollSource::Basic(q)) = *s;
-            if !self.queues.contains(&q) {
-                return Err(NotOwnQueue(q));
-            }
-        }
-        Ok(PollSet(order.into()))
+        order
+            .iter()
+            .map(|s| {
+                let (PollSource::Express(q) | PollSource::Basic(q)) = *s;
+                let i = self
+                    .queues
+                    .iter()
+                    .position(|&own| own == q)
+                    .ok_or(NotOwnQueue(q))?;
+                Ok((i, matches!(s, PollSource::Basic(_))))
+            })
+            .collect::<Result<_, _>>()
+            .map(PollSet)
     }
 
     /// OnePoll with a custom priority order (paper 004 §4.3): the message from the first
     /// non-empty source in `set`, or `None`.
     pub fn one_poll(&self, set: &PollSet) -> Option<Message> {
-        set.0.iter().find_map(|&s| self.poll_source(s))
+        set.0.iter().find_map(|&(i, basic)| {
+            let q = &self.rx[i];
+            if basic {
+                self.poll_basic(q)
+            } else {
+                self.poll_express(q)
+            }
+        })
     }
 
     /// Waits up to `timeout` for a message: spins for the endpoint's spin time, then sleeps
@@ -517,37 +549,35 @@ impl Endpoint {
     }
 
     fn any_claimed(&self) -> bool {
-        self.queues.iter().any(|q| {
-            let i = usize::from(q.0);
-            self.site.own.express[i].has_claimed() || self.site.own.basic[i].has_claimed()
-        })
+        self.rx
+            .iter()
+            .any(|q| q.express.has_claimed() || q.basic.has_claimed())
     }
 
     /// Takes the next message from one source. Words that are rejected, or bulk fragments
     /// that do not yet complete a message, are consumed and the source is polled again.
     #[inline]
-    fn poll_source(&self, source: PollSource) -> Option<Message> {
-        match source {
-            PollSource::Express(q) => {
-                let ring = &self.site.own.express[usize::from(q.0)];
-                loop {
-                    let word = Word(ring.pop()?);
-                    if let Some(m) = self.decode(q, word) {
-                        return Some(m);
-                    }
-                }
+    fn poll_express(&self, q: &RxQueue) -> Option<Message> {
+        loop {
+            let word = Word(q.express.pop()?);
+            if let Some(m) = self.decode(q.id, word) {
+                return Some(m);
             }
-            PollSource::Basic(q) => loop {
-                match self.site.own.basic[usize::from(q.0)].pop()? {
-                    Ok(m) => {
-                        let r = &self.counters.received;
-                        r.basic.add(1);
-                        r.bytes.add(m.data().len() as u64);
-                        return Some(Message::Basic(m));
-                    }
-                    Err(_) => self.site.counters.bad_basic.add_shared(1),
+        }
+    }
+
+    #[inline]
+    fn poll_basic(&self, q: &RxQueue) -> Option<Message> {
+        loop {
+            match q.basic.pop()? {
+                Ok(m) => {
+                    let r = &self.counters.received;
+                    r.basic.add(1);
+                    r.bytes.add(m.data().len() as u64);
+                    return Some(Message::Basic(Box::new(m)));
                 }
-            },
+                Err(_) => self.site.counters.bad_basic.add_shared(1),
+            }
         }
     }
 
@@ -619,4 +649,4 @@ impl Endpoint {
 
 /// A validated OnePoll priority order (see [`Endpoint::poll_set`]).
 #[derive(Clone, Debug)]
-pub struct PollSet(Box<[PollSource]>);
+pub struct PollSet(Box<[(usize, bool)]>);

@@ -29,16 +29,15 @@ pub struct BulkMsg {
 }
 
 /// Any received message.
-// Basic carries its 256 bytes inline on purpose: receiving one allocates nothing.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Message {
     /// One word.
     Express(ExpressMsg),
     /// Header plus a pool buffer.
     TagOn(TagOnMsg),
-    /// Up to 256 bytes, copied out of a Basic ring.
-    Basic(BasicMsg),
+    /// Up to 256 bytes, copied out of a Basic ring (boxed so that the common Express and
+    /// Tag-On messages stay small to move around).
+    Basic(Box<BasicMsg>),
     /// A reassembled bulk payload.
     Bulk(BulkMsg),
 }
