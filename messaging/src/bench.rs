@@ -551,3 +551,194 @@ pub mod cross_process {
         }
     }
 }
+
+/// Kernels of the inter-cluster path: two sites in this process connected through INI
+/// threads over UDP on loopback, beside raw UDP.
+pub mod network {
+    use super::*;
+    use crate::net::{BoundInis, IniGroup, NetConfig};
+    use multigrain_cluster_config::{IniPolicy, JobConfig};
+    use std::net::UdpSocket;
+
+    /// Bytes on the wire of an Express message through an INI (sliding-window overhead +
+    /// frame header): the size of the raw-UDP baseline's datagrams.
+    pub const EXPRESS_DATAGRAM: usize = crate::window::wire::OVERHEAD + crate::net::frame::HEADER;
+
+    /// Baseline: `round_trips` round trips of `size`-byte datagrams between two threads
+    /// with blocking UDP sockets on loopback.
+    pub fn udp_pingpong(round_trips: u64, size: usize) -> Duration {
+        let a = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let b = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        a.connect(b.local_addr().expect("addr")).expect("connect");
+        b.connect(a.local_addr().expect("addr")).expect("connect");
+        for s in [&a, &b] {
+            s.set_read_timeout(Some(DEADLINE)).expect("timeout");
+        }
+        let echo = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65_536];
+            for _ in 0..round_trips {
+                let n = b.recv(&mut buf).expect("echo recv");
+                b.send(&buf[..n]).expect("echo send");
+            }
+        });
+        let msg = vec![7u8; size];
+        let mut buf = vec![0u8; 65_536];
+        let t0 = Instant::now();
+        for _ in 0..round_trips {
+            a.send(&msg).expect("send");
+            a.recv(&mut buf).expect("recv");
+        }
+        let elapsed = t0.elapsed();
+        echo.join().expect("echo thread");
+        elapsed
+    }
+
+    /// Two single-queue sites in this process joined by `inis` INIs each over loopback UDP.
+    pub struct Pair {
+        /// Site 0 and its INIs.
+        pub a: (Site, IniGroup),
+        /// Site 1 and its INIs.
+        pub b: (Site, IniGroup),
+    }
+
+    impl Pair {
+        /// Builds the pair with `inis` INIs per site and `policy`.
+        pub fn new(inis: usize, policy: IniPolicy) -> Pair {
+            Pair::with_spin(
+                inis,
+                policy,
+                NetConfig::from_job(&JobConfig::local(2, 1)).spin,
+            )
+        }
+
+        /// As [`Pair::new`], with the INIs' idle spin time set to `spin`.
+        pub fn with_spin(inis: usize, policy: IniPolicy, spin: Duration) -> Pair {
+            let mut job = JobConfig::local(2, 1);
+            job.ini.per_cluster = inis;
+            job.ini.policy = policy;
+            job.ini.mtu = 8972;
+            let mut cfg = NetConfig::from_job(&job);
+            cfg.spin = spin;
+            let bound: Vec<BoundInis> = (0..2)
+                .map(|s| BoundInis::bind(SiteId(s), "127.0.0.1", 0, inis).expect("bind"))
+                .collect();
+            let addrs: Vec<_> = bound.iter().map(|b| b.addrs().to_vec()).collect();
+            let mut made: Vec<(Site, IniGroup)> = bound
+                .into_iter()
+                .enumerate()
+                .map(|(s, b)| {
+                    let site = Site::new(SiteConfig {
+                        site: SiteId(s as u16),
+                        queues: vec![QueueSpec::default(); 2],
+                        pool_slots: 4096,
+                        ..SiteConfig::default()
+                    })
+                    .expect("site");
+                    let remote: Vec<Option<Vec<_>>> =
+                        (0..2).map(|r| (r != s).then(|| addrs[r].clone())).collect();
+                    let g = b.start(&site, &cfg, &remote).expect("start INIs");
+                    (site, g)
+                })
+                .collect();
+            let b = made.pop().expect("two");
+            let a = made.pop().expect("two");
+            Pair { a, b }
+        }
+
+        /// An endpoint of `site` receiving on `queue` whose name 0 leads to queue `to` of
+        /// the other site.
+        pub fn endpoint(&self, side: usize, queue: u16, to: u16) -> Endpoint {
+            let site = if side == 0 { &self.a.0 } else { &self.b.0 };
+            let (ep, w) = site.create_endpoint(&[QueueId(queue)]).expect("endpoint");
+            w.map(
+                VirtualName(0),
+                Destination {
+                    site: SiteId(1 - side as u16),
+                    queue: QueueId(to),
+                    source: SourceId::default(),
+                },
+            )
+            .expect("map");
+            ep
+        }
+    }
+
+    /// `round_trips` Express round trips between the two sites of `pair`; each side waits
+    /// with `recv_timeout` (spins briefly, then waits on the network itself).
+    pub fn express_pingpong(pair: &Pair, round_trips: u64) -> Duration {
+        let a = pair.endpoint(0, 0, 0);
+        let b = pair.endpoint(1, 0, 0);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                for _ in 0..round_trips {
+                    let m = b.recv_timeout(DEADLINE).expect("network ping-pong stuck");
+                    let Message::Express(e) = m else {
+                        panic!("not Express")
+                    };
+                    spin_send(&b, Express::new(Handler(1), e.payload).expect("payload"));
+                }
+            });
+            let t0 = Instant::now();
+            for i in 0..round_trips {
+                spin_send(
+                    &a,
+                    Express::new(Handler(1), i & crate::word::MAX_PAYLOAD).expect("payload"),
+                );
+                a.recv_timeout(DEADLINE).expect("network ping-pong stuck");
+            }
+            t0.elapsed()
+        })
+    }
+
+    /// Streams `pages` 4 KiB Tag-On messages from site 0 to site 1, sent by `senders`
+    /// threads (thread i uses INI i mod K under the static policy). Returns the time until
+    /// the last one is received.
+    pub fn tag_on_stream(pair: &Pair, senders: usize, pages: u64) -> Duration {
+        let rx = pair.endpoint(1, 1, 0);
+        let per = pages / senders as u64;
+        let deadline = Instant::now() + DEADLINE;
+        let page: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+        std::thread::scope(|s| {
+            let t0 = Instant::now();
+            for t in 0..senders {
+                let ep = pair.endpoint(0, 0, 1);
+                ep.set_thread_index(t);
+                let page = &page;
+                s.spawn(move || {
+                    for _ in 0..per {
+                        let mut buf = loop {
+                            match ep.alloc() {
+                                Ok(b) => break b,
+                                Err(_) => {
+                                    assert!(Instant::now() < deadline, "pool never freed");
+                                    std::thread::yield_now();
+                                }
+                            }
+                        };
+                        buf.fill(page);
+                        ep.send_tag_on_blocking(
+                            VirtualName(0),
+                            Handler(1),
+                            buf,
+                            Some(DEADLINE),
+                            |_| {},
+                        )
+                        .expect("send");
+                    }
+                });
+            }
+            let mut got = 0;
+            while got < per * senders as u64 {
+                match rx.recv_timeout(Duration::from_millis(100)) {
+                    Some(Message::TagOn(m)) => {
+                        assert_eq!(m.data.len(), 4096);
+                        got += 1;
+                    }
+                    Some(other) => panic!("unexpected {other:?}"),
+                    None => assert!(Instant::now() < deadline, "stream stuck at {got}"),
+                }
+            }
+            t0.elapsed()
+        })
+    }
+}

@@ -13,9 +13,14 @@
 //! Blocking receives spin briefly, then sleep on the queues' doorbell (paper 003 §4).
 
 use crate::basic::BasicRing;
+use crate::basic::BasicTooLong;
 use crate::bulk::{FRAGMENT_HEADER, FragmentHeader, FragmentReject};
 use crate::message::{BasicSendError, BulkMsg, BulkSendError, Message, SendError, TagOnMsg};
 use crate::names::{Destination, DestinationTable, QueueId, SiteId, VirtualName};
+use crate::net::Net;
+use crate::net::frame::FrameKind;
+use crate::net::handoff::{NO_SLOT, OutMsg};
+use crate::net::poll::AdaptivePoller;
 use crate::pool::{PoolExhausted, TagOnBuf, TagOnData};
 use crate::ring::RawRing;
 use crate::site::{Route, SiteInner, Substrate};
@@ -56,7 +61,38 @@ pub struct Endpoint {
     doorbell: Option<u16>,
     counters: Arc<EndpointCounters>,
     spin: Duration,
+    net: NetState,
     _not_sync: PhantomData<Cell<()>>,
+}
+
+/// Per-endpoint state of the network path.
+struct NetState {
+    /// Unique per site: the unit whose order the receiving site restores.
+    lane: u16,
+    /// The compute thread this endpoint serves (the `static` policy maps it to an INI).
+    thread_index: Cell<usize>,
+    /// Rotation counter of the `round-robin` and `least-loaded` policies.
+    rr: Cell<usize>,
+    /// Next sequence number per destination site.
+    seqs: Box<[Cell<u32>]>,
+    /// When this endpoint's receive loop polls the network (paper 000 §3.4).
+    poller: Cell<AdaptivePoller>,
+    /// Epoll set for waiting on the network (created on first use).
+    epoll: std::cell::OnceCell<Option<nix::sys::epoll::Epoll>>,
+}
+
+impl NetState {
+    fn new(site: &SiteInner) -> NetState {
+        let lane = site.next_lane();
+        NetState {
+            lane,
+            thread_index: Cell::new(usize::from(lane)),
+            rr: Cell::new(usize::from(lane)),
+            seqs: (0..site.config.max_sites).map(|_| Cell::new(0)).collect(),
+            poller: Cell::new(AdaptivePoller::default()),
+            epoll: std::cell::OnceCell::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -108,14 +144,15 @@ impl Endpoint {
         let counters = Arc::new(EndpointCounters::default());
         site.register(counters.clone());
         Endpoint {
-            site,
             table,
             queues: queues.into(),
             rx,
             doorbell,
+            net: NetState::new(&site),
             counters,
             spin: DEFAULT_SPIN,
             _not_sync: PhantomData,
+            site,
         }
     }
 
@@ -132,6 +169,7 @@ impl Endpoint {
             doorbell: self.doorbell,
             counters,
             spin: self.spin,
+            net: NetState::new(&self.site),
             _not_sync: PhantomData,
         }
     }
@@ -173,7 +211,64 @@ impl Endpoint {
         match substrate {
             Substrate::Local => self.counters.local.add(1),
             Substrate::Shm => self.counters.shm.add(1),
+            Substrate::Network => self.counters.network.add(1),
         }
+    }
+
+    /// After a push into one of this process's own queues: wakes a thread of this process
+    /// that waits on the network (it cannot see the futex doorbell).
+    #[inline]
+    fn notify_local(&self, substrate: Substrate) {
+        if substrate == Substrate::Local
+            && let Some(net) = self.site.net.get()
+        {
+            net.notify_local();
+        }
+    }
+
+    /// Says which compute thread this endpoint serves; the `static` INI scheduling policy
+    /// sends thread i's inter-cluster messages through INI i mod K (paper 002 §3.1).
+    pub fn set_thread_index(&self, index: usize) {
+        self.net.thread_index.set(index);
+    }
+
+    /// Hands a message for a remote site to an INI (chosen by the job's policy). The
+    /// buffer, if any, is named by `(pool, slot)`; on success the INI owns that reference.
+    #[inline]
+    fn submit_remote(
+        &self,
+        link: &Net,
+        dest: Destination,
+        kind: FrameKind,
+        word: Word,
+        buffer: Option<(u16, u32)>,
+    ) -> Result<(), ()> {
+        if link.is_dead(dest.site.0) {
+            return Err(());
+        }
+        link.emulate_send_overhead();
+        let (ini, misscheduled) = link.choose(self.net.thread_index.get(), &self.net.rr);
+        let seq = &self.net.seqs[usize::from(dest.site.0)];
+        let (pool, slot) = buffer.unwrap_or((0, NO_SLOT));
+        let out = OutMsg {
+            kind,
+            misscheduled,
+            dest_site: dest.site.0,
+            dest_queue: dest.queue.0,
+            lane: self.net.lane,
+            seq: seq.get(),
+            word: word.0,
+            pool,
+            slot,
+            enqueued_ns: link.now_ns(),
+        };
+        if link.submit(ini, out).is_err() {
+            self.counters.full.add(1);
+            return Err(());
+        }
+        seq.set(seq.get().wrapping_add(1));
+        self.counters.network.add(1);
+        Ok(())
     }
 
     /// Sends an Express message to `name`: one claim on the destination ring.
@@ -196,6 +291,17 @@ impl Endpoint {
                 self.counts_sent().express.add(1);
                 self.counts_sent().bytes.add(8);
                 self.count_substrate(*substrate);
+                self.notify_local(*substrate);
+                Ok(())
+            }
+            Route::Network(link) => {
+                if link.is_dead(dest.site.0) {
+                    return Err(SendError::Unreachable(dest, msg));
+                }
+                self.submit_remote(link, dest, FrameKind::Express, word, None)
+                    .map_err(|()| SendError::Full(msg))?;
+                self.counts_sent().express.add(1);
+                self.counts_sent().bytes.add(8);
                 Ok(())
             }
         }
@@ -295,6 +401,29 @@ impl Endpoint {
                 let _ = data.into_transfer();
                 self.counts_sent().bytes.add(len);
                 self.count_substrate(*substrate);
+                self.notify_local(*substrate);
+                Ok(())
+            }
+            Route::Network(link) => {
+                if link.is_dead(dest.site.0) {
+                    return Err(SendError::Unreachable(dest, data));
+                }
+                let frame = if kind == WordKind::Bulk {
+                    FrameKind::Bulk
+                } else {
+                    FrameKind::TagOn
+                };
+                let word = Word::express(handler, dest.source, 0);
+                let len = data.len() as u64;
+                if self
+                    .submit_remote(link, dest, frame, word, Some(data.location()))
+                    .is_err()
+                {
+                    return Err(SendError::Full(data));
+                }
+                // The INI now owns this reference (it frames the data, then releases it).
+                let _ = data.into_transfer();
+                self.counts_sent().bytes.add(len);
                 Ok(())
             }
         }
@@ -324,6 +453,32 @@ impl Endpoint {
                 self.counts_sent().basic.add(1);
                 self.counts_sent().bytes.add(data.len() as u64);
                 self.count_substrate(*substrate);
+                self.notify_local(*substrate);
+                Ok(())
+            }
+            Route::Network(link) => {
+                if data.len() > crate::BASIC_MAX {
+                    return Err(BasicTooLong(data.len()).into());
+                }
+                if link.is_dead(dest.site.0) {
+                    return Err(SendError::Unreachable(dest, ()).into());
+                }
+                // The bytes travel to the INI in a pool slot (copied once, as on a NIC).
+                let Ok(mut buf) = self.alloc() else {
+                    return Err(SendError::Full(()).into());
+                };
+                buf.fill(data);
+                let frozen = buf.freeze();
+                let word = Word::express(handler, dest.source, 0);
+                if self
+                    .submit_remote(link, dest, FrameKind::Basic, word, Some(frozen.location()))
+                    .is_err()
+                {
+                    return Err(SendError::Full(()).into());
+                }
+                let _ = frozen.into_transfer();
+                self.counts_sent().basic.add(1);
+                self.counts_sent().bytes.add(data.len() as u64);
                 Ok(())
             }
         }
@@ -453,6 +608,24 @@ impl Endpoint {
     /// the order given at creation; within a queue, Express before Basic), or `None` at once.
     #[inline]
     pub fn try_recv(&self) -> Option<Message> {
+        if let Some(m) = self.poll_local() {
+            return Some(m);
+        }
+        // Paper 000 §3.4: the receive loop polls the network one time in 8 to 32,
+        // depending on how often recent network polls found something.
+        let net = self.site.net.get()?;
+        let mut p = self.net.poller.get();
+        let poll = p.tick();
+        if poll {
+            let found = net.poll();
+            p.record(found);
+        }
+        self.net.poller.set(p);
+        if poll { self.poll_local() } else { None }
+    }
+
+    #[inline]
+    fn poll_local(&self) -> Option<Message> {
         for q in self.rx.iter() {
             if let Some(m) = self.poll_express(q) {
                 return Some(m);
@@ -521,6 +694,14 @@ impl Endpoint {
             let now = Instant::now();
             if now >= deadline {
                 return None;
+            }
+            // With INIs, wait on the network sockets themselves when they are free, so a
+            // datagram wakes this thread directly.
+            if let Some(net) = self.site.net.get()
+                && let Some(epoll) = self.net.epoll.get_or_init(|| net.waiter_epoll().ok())
+                && let Ok(r) = net.wait(epoll, deadline, || self.poll_local())
+            {
+                return r;
             }
             match self.doorbell.and_then(|d| self.site.own.doorbell(d)) {
                 Some(bell) => {

@@ -32,6 +32,7 @@ mod futex;
 mod layout;
 mod message;
 pub mod names;
+pub mod net;
 mod pool;
 mod ring;
 pub mod segment;

@@ -99,6 +99,8 @@ pub enum Substrate {
     Local,
     /// A same-machine peer's shared segment.
     Shm,
+    /// The network, through this cluster's INIs.
+    Network,
 }
 
 pub(crate) enum Route {
@@ -106,17 +108,21 @@ pub(crate) enum Route {
         site: Arc<MappedSite>,
         substrate: Substrate,
     },
+    Network(Arc<crate::net::Net>),
 }
 
 pub(crate) struct SiteInner {
     pub(crate) id: SiteId,
     pub(crate) own: Arc<MappedSite>,
     routes: Box<[OnceLock<Route>]>,
-    pools: Box<[OnceLock<Arc<Pool>>]>,
+    pub(crate) pools: Arc<[OnceLock<Arc<Pool>>]>,
     pub(crate) reassembly: Box<[Mutex<Reassembly>]>,
     pub(crate) counters: SiteCounters,
     endpoints: Mutex<Vec<Arc<EndpointCounters>>>,
     next_bulk: AtomicU64,
+    next_lane: AtomicU64,
+    /// This site's INIs, once started: endpoints poll them (paper 000 §3.4).
+    pub(crate) net: OnceLock<Arc<crate::net::Net>>,
     pub(crate) config: SiteConfig,
 }
 
@@ -133,6 +139,11 @@ impl SiteInner {
 
     pub(crate) fn next_bulk_sequence(&self) -> u32 {
         self.next_bulk.fetch_add(1, Ordering::Relaxed) as u32
+    }
+
+    /// A fresh lane id for a new endpoint (the unit of ordering on the network path).
+    pub(crate) fn next_lane(&self) -> u16 {
+        self.next_lane.fetch_add(1, Ordering::Relaxed) as u16
     }
 
     pub(crate) fn register(&self, counters: Arc<EndpointCounters>) {
@@ -207,7 +218,7 @@ impl Site {
         ));
         let routes: Box<[OnceLock<Route>]> =
             (0..config.max_sites).map(|_| OnceLock::new()).collect();
-        let pools: Box<[OnceLock<Arc<Pool>>]> =
+        let pools: Arc<[OnceLock<Arc<Pool>>]> =
             (0..config.max_sites).map(|_| OnceLock::new()).collect();
         let _ = routes[usize::from(config.site.0)].set(Route::Segment {
             site: own.clone(),
@@ -225,6 +236,8 @@ impl Site {
             counters: SiteCounters::default(),
             endpoints: Mutex::new(Vec::new()),
             next_bulk: AtomicU64::new(0),
+            next_lane: AtomicU64::new(0),
+            net: OnceLock::new(),
             config,
         };
         Ok(Site {
@@ -298,6 +311,36 @@ impl Site {
     pub fn owner_pid(&self, site: SiteId) -> Option<u32> {
         match self.inner.route(site)? {
             Route::Segment { site, .. } => Some(site.owner_pid()),
+            Route::Network(_) => None,
+        }
+    }
+
+    /// Routes `site` through this cluster's INIs (called by the INI layer at start-up).
+    pub(crate) fn add_network_route(
+        &self,
+        site: SiteId,
+        link: Arc<crate::net::Net>,
+    ) -> Result<(), SiteError> {
+        let i = usize::from(site.0);
+        let slot = self.inner.routes.get(i).ok_or_else(|| {
+            SiteError::Config(format!(
+                "{site} is not below max_sites {}",
+                self.inner.routes.len()
+            ))
+        })?;
+        slot.set(Route::Network(link))
+            .map_err(|_| SiteError::AlreadyAttached(site))
+    }
+
+    pub(crate) fn inner_arc(&self) -> &Arc<SiteInner> {
+        &self.inner
+    }
+
+    /// How `site` is reached from here, if at all.
+    pub fn substrate(&self, site: SiteId) -> Option<Substrate> {
+        match self.inner.route(site)? {
+            Route::Segment { substrate, .. } => Some(*substrate),
+            Route::Network(_) => Some(Substrate::Network),
         }
     }
 

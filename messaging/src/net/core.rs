@@ -1,0 +1,451 @@
+//! One INI's protocol state and the pass that advances it.
+//!
+//! The state sits behind a mutex in an [`IniSlot`]. The INI thread runs passes in a loop;
+//! a compute thread that finds the INI free runs a pass itself — right after handing it a
+//! message (its message leaves at once, no thread hand-over on the send path) and, one
+//! poll in 8 to 32, while it waits for messages (paper 000 §3.4: the receive loop polls
+//! the network adaptively). Whoever holds the lock does the same work.
+//!
+//! A pass: frame waiting hand-off messages into the window; transmit what the window
+//! releases (fault shim, emulated gap); read the socket (if asked); release datagrams
+//! whose emulated latency has passed; fire due timers; deliver what the window
+//! reassembled, in each sender's order, into this site's receive queues.
+
+use super::faults::{FaultShim, Verdict};
+use super::frame::{Frame, FrameKind, HEADER};
+use super::handoff::{Handoff, NO_SLOT, OutMsg};
+use super::reseq::Delivery;
+use super::stats::IniReport;
+use super::{Net, spin_for};
+use crate::layout::MappedSite;
+use crate::sync::{AtomicU64, Ordering};
+use crate::window::{ConnHandle, EnqueueError, Event, Ini, Micros};
+use crate::word::{Word, WordKind};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::io::ErrorKind;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+/// Most hand-off messages framed per pass.
+const PULL_BUDGET: usize = 64;
+/// Most datagrams read per socket poll.
+const RECV_BUDGET: usize = 64;
+/// An INI thread asleep longer than this past a new timer deadline is woken.
+pub(crate) const TIMER_SLACK_US: u64 = 1000;
+
+/// An INI: its lockable protocol state, its hand-off queue and its reporting.
+pub(crate) struct IniSlot {
+    /// A second handle on the core's UDP socket, for network waiters' epoll sets.
+    pub(crate) socket_fd: UdpSocket,
+    pub(crate) core: Mutex<IniCore>,
+    pub(crate) handoff: Handoff,
+    /// When the sleeping INI thread will wake by itself (µs on the net clock); 0 while awake.
+    pub(crate) sleep_until_us: AtomicU64,
+    pub(crate) report: Mutex<IniReport>,
+}
+
+impl IniSlot {
+    /// Runs a pass from a compute thread if nobody else is running one. Returns whether
+    /// anything happened, or `None` if the INI was busy.
+    #[inline]
+    pub(crate) fn try_pass(&self, net: &Net, poll_socket: bool) -> Option<bool> {
+        let mut core = self.core.try_lock()?;
+        let work = core.pass(net, &self.handoff, poll_socket);
+        // Wake a sleeping INI thread if this pass created a timer it would sleep through.
+        if let Some(due) = core.ini.poll_timeout() {
+            let until = self.sleep_until_us.load(Ordering::Acquire);
+            if until != 0 && until > due.as_u64() + TIMER_SLACK_US {
+                self.handoff.kick();
+            }
+        }
+        Some(work)
+    }
+}
+
+/// Counters kept by whoever runs passes.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) messages: u64,
+    pub(crate) bytes: u64,
+    pub(crate) time_in_ini_ns: u64,
+    pub(crate) misscheduled_time_ns: u64,
+    pub(crate) delivered: u64,
+    pub(crate) rejected: u64,
+    pub(crate) busy_ns: u64,
+}
+
+/// The protocol state of one INI (see the module docs).
+pub(crate) struct IniCore {
+    pub(crate) index: u8,
+    pub(crate) inis_per_site: u8,
+    pub(crate) ini: Ini,
+    pub(crate) socket: UdpSocket,
+    /// Address of each connection's peer, by connection index.
+    pub(crate) peer_addrs: Vec<SocketAddr>,
+    /// Connection to INI `j` of site `s` at `[s * inis_per_site + j]`.
+    pub(crate) conns: Vec<Option<ConnHandle>>,
+    pub(crate) faults: FaultShim,
+    pub(crate) gap: Duration,
+    pub(crate) per_byte_ns: f64,
+    pub(crate) latency: Duration,
+    pub(crate) recv_overhead: Duration,
+    pub(crate) stalled: Option<(ConnHandle, Vec<u8>)>,
+    pub(crate) delayed: VecDeque<(Instant, Vec<u8>)>,
+    pub(crate) next_inject: Instant,
+    pub(crate) buf: Vec<u8>,
+    pub(crate) c: Counters,
+    pub(crate) started: Instant,
+}
+
+impl IniCore {
+    /// Advances this INI (see the module docs). Returns whether it did anything.
+    pub(crate) fn pass(&mut self, net: &Net, handoff: &Handoff, poll_socket: bool) -> bool {
+        let t0 = Instant::now();
+        let now = net.now();
+        let mut work = self.pull(net, handoff);
+        work |= self.transmit(now);
+        if poll_socket {
+            work |= self.receive(now);
+        }
+        work |= self.release_delayed(net);
+        if self.ini.poll_timeout().is_some_and(|t| t <= now) {
+            self.ini.handle_timeout(now);
+            work = true;
+        }
+        work |= self.events(net);
+        if net.held.load(Ordering::Relaxed) > 0 {
+            work |= self.retry_held(net);
+        }
+        work |= self.transmit(now);
+        if work {
+            self.c.busy_ns += t0.elapsed().as_nanos() as u64;
+        }
+        work
+    }
+
+    /// Nothing queued, in flight, stalled or delayed.
+    pub(crate) fn idle(&self, handoff: &Handoff) -> bool {
+        handoff.ring.is_empty()
+            && self.stalled.is_none()
+            && self.delayed.is_empty()
+            && self.ini.is_idle()
+    }
+
+    fn conn_for(&self, site: u16) -> Option<ConnHandle> {
+        let j = usize::from(self.index % self.inis_per_site);
+        self.conns
+            .get(usize::from(site) * usize::from(self.inis_per_site) + j)
+            .copied()
+            .flatten()
+    }
+
+    /// Frames hand-off messages into the window (paper 002 §3.1).
+    fn pull(&mut self, net: &Net, handoff: &Handoff) -> bool {
+        let mut work = false;
+        if let Some((conn, bytes)) = self.stalled.take() {
+            match self.ini.enqueue(conn, bytes) {
+                Ok(()) => work = true,
+                Err(EnqueueError::Full(b)) => {
+                    self.stalled = Some((conn, b));
+                    return false;
+                }
+                Err(e) => self.undeliverable(net, conn, &e.to_string()),
+            }
+        }
+        let now_ns = net.now_ns();
+        for _ in 0..PULL_BUDGET {
+            let Some(m) = handoff.ring.pop() else { break };
+            work = true;
+            let waited = now_ns.saturating_sub(m.enqueued_ns);
+            self.c.time_in_ini_ns += waited;
+            if m.misscheduled {
+                self.c.misscheduled_time_ns += waited;
+            }
+            let Some(bytes) = frame(net, &m) else {
+                self.c.rejected += 1;
+                continue;
+            };
+            self.c.messages += 1;
+            self.c.bytes += (bytes.len() - HEADER) as u64;
+            let Some(conn) = self.conn_for(m.dest_site) else {
+                net.fail(
+                    m.dest_site,
+                    format!("no INI connection to cluster {}", m.dest_site),
+                );
+                continue;
+            };
+            match self.ini.enqueue(conn, bytes) {
+                Ok(()) => {}
+                Err(EnqueueError::Full(b)) => {
+                    self.stalled = Some((conn, b));
+                    break;
+                }
+                Err(e) => self.undeliverable(net, conn, &e.to_string()),
+            }
+        }
+        work
+    }
+
+    fn undeliverable(&self, net: &Net, conn: ConnHandle, why: &str) {
+        let peer = self.ini.peer(conn);
+        net.fail(
+            peer.site,
+            format!(
+                "a message to cluster {} could not be sent: {why}",
+                peer.site
+            ),
+        );
+    }
+
+    fn transmit(&mut self, now: Micros) -> bool {
+        let mut work = false;
+        let emulate_gap = !self.gap.is_zero() || self.per_byte_ns > 0.0;
+        while let Some(t) = self.ini.poll_transmit(now, &mut self.buf) {
+            work = true;
+            let addr = self.peer_addrs[t.conn.index()];
+            if emulate_gap {
+                let wait = self.next_inject.saturating_duration_since(Instant::now());
+                if !wait.is_zero() {
+                    spin_for(wait);
+                }
+            }
+            if self.faults.is_active() {
+                let Verdict::Send(ds) = self.faults.apply(&self.buf[..t.len]);
+                for d in ds {
+                    send(&self.socket, addr, &d);
+                }
+            } else {
+                send(&self.socket, addr, &self.buf[..t.len]);
+            }
+            if emulate_gap {
+                let g = self.gap.max(Duration::from_nanos(
+                    (t.len as f64 * self.per_byte_ns) as u64,
+                ));
+                self.next_inject = Instant::now() + g;
+            }
+        }
+        work
+    }
+
+    fn receive(&mut self, now: Micros) -> bool {
+        let mut got = false;
+        for _ in 0..RECV_BUDGET {
+            match self.socket.recv_from(&mut self.buf) {
+                Ok((n, _)) => {
+                    got = true;
+                    if self.latency.is_zero() {
+                        let _ = self.ini.handle_datagram(now, &self.buf[..n]);
+                    } else {
+                        self.delayed
+                            .push_back((Instant::now() + self.latency, self.buf[..n].to_vec()));
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        got
+    }
+
+    /// Emulated latency *L* (paper 001 §3.2): datagrams wait in arrival order.
+    fn release_delayed(&mut self, net: &Net) -> bool {
+        let mut work = false;
+        let t = Instant::now();
+        while self.delayed.front().is_some_and(|(due, _)| *due <= t) {
+            let (_, d) = self.delayed.pop_front().expect("front exists");
+            let _ = self.ini.handle_datagram(net.now(), &d);
+            work = true;
+        }
+        work
+    }
+
+    fn events(&mut self, net: &Net) -> bool {
+        let mut work = false;
+        while let Some(ev) = self.ini.poll_event() {
+            work = true;
+            match ev {
+                Event::Delivered { msg, .. } => match Frame::decode(&msg, net.own.pool.slot_size())
+                {
+                    Ok(f) => {
+                        let ro = self.recv_overhead;
+                        let n = net
+                            .reseq
+                            .accept(&f, |k, q, w, t, d| deliver(&net.own, ro, k, q, w, t, d));
+                        self.c.delivered += n as u64;
+                        net.held.store(net.reseq.held() as u64, Ordering::Relaxed);
+                    }
+                    Err(_) => self.c.rejected += 1,
+                },
+                Event::PeerUnresponsive { peer, .. } => {
+                    net.fail(
+                        peer.site,
+                        format!(
+                            "cluster {} stopped acknowledging: INI {} silent for the peer timeout",
+                            peer.site, peer.ini
+                        ),
+                    );
+                }
+            }
+        }
+        work
+    }
+
+    fn retry_held(&mut self, net: &Net) -> bool {
+        let ro = self.recv_overhead;
+        let n = net
+            .reseq
+            .retry(|k, q, w, t, d| deliver(&net.own, ro, k, q, w, t, d));
+        self.c.delivered += n as u64;
+        net.held.store(net.reseq.held() as u64, Ordering::Relaxed);
+        n > 0
+    }
+
+    /// A held-back (reordered) datagram, sent before the INI stops.
+    pub(crate) fn flush_faults(&mut self) {
+        if let (Some(d), Some(&a)) = (self.faults.flush(), self.peer_addrs.first()) {
+            send(&self.socket, a, &d);
+        }
+    }
+
+    /// Copies the counters into `r`.
+    pub(crate) fn publish(&self, handoff: &Handoff, r: &mut IniReport) {
+        let arrivals = handoff.arrivals.load(Ordering::Relaxed);
+        let qsum = handoff.queue_len_sum.load(Ordering::Relaxed);
+        let m = self.c.messages;
+        r.messages = m;
+        r.bytes = self.c.bytes;
+        r.mean_message_bytes = if m == 0 {
+            0.0
+        } else {
+            self.c.bytes as f64 / m as f64
+        };
+        r.mean_time_in_ini_us = if m == 0 {
+            0.0
+        } else {
+            self.c.time_in_ini_ns as f64 / m as f64 / 1e3
+        };
+        r.mean_queue_len_at_arrival = if arrivals == 0 {
+            0.0
+        } else {
+            qsum as f64 / arrivals as f64
+        };
+        let elapsed = self.started.elapsed();
+        r.utilization = self.c.busy_ns as f64 / elapsed.as_nanos().max(1) as f64;
+        r.misscheduled = handoff.misscheduled.load(Ordering::Relaxed);
+        r.misscheduled_time_us = self.c.misscheduled_time_ns as f64 / 1e3;
+        r.delivered = self.c.delivered;
+        r.rejected_frames = self.c.rejected;
+        r.injected = self.faults.counts;
+        r.window = self.ini.stats();
+        r.elapsed_us = elapsed.as_secs_f64() * 1e6;
+    }
+}
+
+fn send(socket: &UdpSocket, addr: SocketAddr, d: &[u8]) {
+    loop {
+        match socket.send_to(d, addr) {
+            Ok(_) => return,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::yield_now(),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            // Unreachable peers and the like: the datagram is lost; the window resends and
+            // eventually reports the peer unresponsive.
+            Err(_) => return,
+        }
+    }
+}
+
+/// Builds the frame for `m`, reading (and then releasing) its buffer.
+fn frame(net: &Net, m: &OutMsg) -> Option<Vec<u8>> {
+    let data = if m.slot == NO_SLOT {
+        None
+    } else {
+        Some(
+            net.pools
+                .get(usize::from(m.pool))?
+                .get()?
+                .adopt(m.slot)
+                .ok()?,
+        )
+    };
+    let (tag, bytes): (u64, &[u8]) = data
+        .as_ref()
+        .map_or((0, &[][..]), |d| (d.tag(), d.as_slice()));
+    Some(
+        Frame {
+            kind: m.kind,
+            queue: m.dest_queue,
+            origin: net.site.0,
+            lane: m.lane,
+            seq: m.seq,
+            word: m.word,
+            tag,
+            data: bytes,
+        }
+        .encode(),
+    )
+}
+
+/// Delivers one arrived message into this site's receive queue `queue`: Express words
+/// directly; Tag-On and bulk data copied into a slot of this site's pool (the header is
+/// re-pointed at it); Basic payloads into the Basic ring. A full queue or empty pool asks
+/// for a retry; an impossible destination or a corrupt word is dropped (counted by the
+/// caller as delivered-and-rejected: it can never be delivered).
+fn deliver(
+    own: &MappedSite,
+    recv_overhead: Duration,
+    kind: FrameKind,
+    queue: u16,
+    word: u64,
+    tag: u64,
+    data: &[u8],
+) -> Delivery {
+    let q = usize::from(queue);
+    let (Some(ring), Some(basic)) = (own.express.get(q), own.basic.get(q)) else {
+        return Delivery::Done;
+    };
+    if !recv_overhead.is_zero() {
+        spin_for(recv_overhead);
+    }
+    let w = Word(word);
+    match kind {
+        FrameKind::Express => {
+            if w.kind() != Ok(WordKind::Express) {
+                return Delivery::Done;
+            }
+            if ring.push(word).is_ok() {
+                Delivery::Done
+            } else {
+                Delivery::Retry
+            }
+        }
+        FrameKind::TagOn | FrameKind::Bulk => {
+            let Ok(mut buf) = own.pool.alloc() else {
+                return Delivery::Retry;
+            };
+            buf.fill(data);
+            buf.set_tag(tag);
+            let d = buf.freeze();
+            let (pool, slot) = d.location();
+            let k = if kind == FrameKind::Bulk {
+                WordKind::Bulk
+            } else {
+                WordKind::TagOn
+            };
+            if ring
+                .push(Word::buffer(k, w.handler(), w.source(), pool, slot).0)
+                .is_ok()
+            {
+                let _ = d.into_transfer();
+                Delivery::Done
+            } else {
+                Delivery::Retry
+            }
+        }
+        FrameKind::Basic => match basic.push(w.handler(), w.source(), data) {
+            Ok(true) => Delivery::Done,
+            Ok(false) => Delivery::Retry,
+            Err(_) => Delivery::Done,
+        },
+    }
+}

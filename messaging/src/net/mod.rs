@@ -1,0 +1,655 @@
+//! The inter-cluster path: INI threads running the sliding-window protocol over UDP
+//! (paper 002 chapter 3), reached through the same [`Endpoint`](crate::Endpoint) API as
+//! local and shared-memory destinations.
+//!
+//! Each cluster runs K INI threads ([`IniGroup`]); each has its own UDP socket and a
+//! connection (a [`window::Ini`](crate::window::Ini) core) to every INI of every other
+//! cluster reached over the network. A compute thread's send to a remote site picks an INI
+//! by the job's scheduling policy (`static`, `round-robin`, `least-loaded`) and drops the
+//! message into that INI's lock-free hand-off queue; the INI frames it (module [`frame`]),
+//! the window fragments, checksums, sequences and retransmits it, and the receiving INI
+//! reassembles it, restores the sending endpoint's order ([`reseq`]) and deposits it in
+//! the destination receive queue — Tag-On data into a slot of the receiving site's pool.
+//!
+//! Also here: paper 000's adaptive network polling ([`poll`]), fault injection
+//! ([`faults`]), the LogGP emulation of paper 001 §3.2 (o, g, L, G from the job's
+//! `[emulation]` section) and per-INI statistics ([`IniReport`]).
+
+mod core;
+pub mod faults;
+pub mod frame;
+pub(crate) mod handoff;
+pub mod poll;
+mod reseq;
+pub mod stats;
+mod thread;
+
+pub use stats::IniReport;
+
+use crate::layout::MappedSite;
+use crate::names::SiteId;
+use crate::pool::Pool;
+use crate::site::Site;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::window::{IniAddr, Micros, WindowConfig};
+use core::{Counters, IniCore, IniSlot};
+use handoff::{Handoff, OutMsg};
+use multigrain_cluster_config::{EmulationConfig, FaultConfig, IniPolicy, JobConfig};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use parking_lot::Mutex;
+use reseq::Resequencer;
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Everything the INI layer takes from the job's configuration.
+#[derive(Clone, Debug)]
+pub struct NetConfig {
+    /// INI threads per cluster (K).
+    pub inis: usize,
+    /// How compute threads choose an INI.
+    pub policy: IniPolicy,
+    /// Sliding-window parameters (job key, MTU, window, SEND/ACK timeouts, peer timeout).
+    pub window: WindowConfig,
+    /// Messages each hand-off queue holds.
+    pub queue_capacity: usize,
+    /// LogGP emulation (all zero = off).
+    pub emulation: EmulationConfig,
+    /// Fault injection (all zero = off).
+    pub faults: FaultConfig,
+    /// How long an idle INI keeps polling before it sleeps.
+    pub spin: Duration,
+}
+
+impl NetConfig {
+    /// The INI settings of `cfg` (`[ini]`, `[emulation]`, `[faults]`, `job.key`,
+    /// `job.peer_timeout_ms`).
+    pub fn from_job(cfg: &JobConfig) -> NetConfig {
+        let mut window = WindowConfig {
+            job_key: cfg.job.key,
+            mtu: cfg.ini.mtu,
+            window: cfg.ini.window,
+            ..WindowConfig::default()
+        };
+        window.send_timeout = crate::window::Micros(cfg.ini.send_timeout_us);
+        window.ack_timeout = crate::window::Micros(cfg.ini.ack_timeout_us);
+        window.peer_timeout = crate::window::Micros::from_millis(cfg.job.peer_timeout_ms);
+        window.max_message_len = window
+            .max_message_len
+            .max(crate::DEFAULT_SLOT_SIZE + frame::HEADER);
+        NetConfig {
+            inis: cfg.ini.per_cluster,
+            policy: cfg.ini.policy,
+            window,
+            queue_capacity: cfg.ini.queue_capacity,
+            emulation: cfg.emulation,
+            faults: cfg.faults,
+            spin: Duration::from_micros(50),
+        }
+    }
+}
+
+/// Errors setting up or running the INI layer.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// A socket could not be bound.
+    #[error("cannot bind INI {ini} of cluster {site} to {addr}: {source}")]
+    Bind {
+        /// Cluster.
+        site: u16,
+        /// INI index.
+        ini: usize,
+        /// Address tried.
+        addr: String,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// A host name did not resolve.
+    #[error("cannot resolve host {host:?} of cluster {site}: {reason}")]
+    Resolve {
+        /// Cluster.
+        site: u16,
+        /// Host.
+        host: String,
+        /// Why.
+        reason: String,
+    },
+    /// The configuration is unusable.
+    #[error("INI configuration: {0}")]
+    Config(String),
+    /// An OS call failed while starting.
+    #[error("starting INI threads: {0}")]
+    Io(#[from] std::io::Error),
+    /// A peer failed (dead, unreachable, protocol error).
+    #[error("cluster {site} failed: {reason}")]
+    PeerFailed {
+        /// The failed cluster.
+        site: u16,
+        /// What happened.
+        reason: String,
+    },
+    /// Shutdown could not deliver everything in time.
+    #[error("INIs did not drain within {0:?}: messages still unacknowledged")]
+    DrainTimeout(Duration),
+}
+
+type FailureHook = Box<dyn Fn(SiteId, &str) + Send + Sync>;
+
+/// A cluster's network layer as seen by its endpoints and INI threads: the INIs, the
+/// scheduling policy, and the receive side's shared state.
+pub(crate) struct Net {
+    pub(crate) site: SiteId,
+    pub(crate) own: Arc<MappedSite>,
+    pub(crate) pools: Arc<[OnceLock<Arc<Pool>>]>,
+    pub(crate) slots: Box<[Arc<IniSlot>]>,
+    pub(crate) policy: IniPolicy,
+    /// Emulated send overhead *o* (paper 001 §3.2), busy-waited by the sending thread.
+    pub(crate) send_overhead: Duration,
+    /// Per site: non-zero once the site is known dead (its messages are refused).
+    pub(crate) dead: Box<[AtomicU32]>,
+    pub(crate) reseq: Resequencer,
+    /// Messages held by the resequencer (a cheap check on the hot path).
+    pub(crate) held: AtomicU64,
+    /// 0 run, 1 drain then stop, 2 stop now.
+    pub(crate) stop: AtomicU32,
+    pub(crate) epoch: Instant,
+    failure: Mutex<Option<(SiteId, String)>>,
+    hooks: Mutex<Vec<FailureHook>>,
+    /// Threads of this process blocked in `epoll_wait` as network waiters, and the eventfd
+    /// that local senders write to wake them (a futex doorbell cannot be polled with
+    /// sockets).
+    waiters: AtomicU32,
+    local_efd: EventFd,
+    /// Cap on a network waiter's sleep when same-machine peers (which can only ring the
+    /// futex doorbell) may also deliver to it.
+    waiter_cap: Duration,
+}
+
+impl Net {
+    /// Called after a message was put in one of this site's own queues by this process:
+    /// wakes a thread waiting on the network, if any (one load when none waits).
+    #[inline]
+    pub(crate) fn notify_local(&self) {
+        if self.waiters.load(Ordering::SeqCst) != 0 {
+            let _ = self.local_efd.write(1);
+        }
+    }
+
+    /// Waits up to `deadline` for `check` to find a message, the calling thread acting as
+    /// the network's receiver: it takes every INI (if all are free), then alternates passes
+    /// and `epoll_wait` on the INIs' sockets, hand-off eventfds and the local eventfd, so
+    /// an arriving datagram wakes the thread that wants it — one wake-up, as for a plain
+    /// blocking socket. Returns `Err(())` without waiting if an INI is busy (its thread or
+    /// another waiter holds it: the caller sleeps on its doorbell instead).
+    pub(crate) fn wait<T>(
+        &self,
+        epoll: &Epoll,
+        deadline: Instant,
+        mut check: impl FnMut() -> Option<T>,
+    ) -> Result<Option<T>, ()> {
+        let mut cores = Vec::with_capacity(self.slots.len());
+        for s in self.slots.iter() {
+            cores.push(s.core.try_lock().ok_or(())?);
+        }
+        let mut events = [EpollEvent::empty(); 8];
+        loop {
+            for (slot, core) in self.slots.iter().zip(cores.iter_mut()) {
+                core.pass(self, &slot.handoff, true);
+            }
+            if let Some(m) = check() {
+                return Ok(Some(m));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            // Announce the sleep (hand-offs and local senders then write eventfds), re-check,
+            // sleep until the first timer, the deadline, or an event.
+            for s in self.slots.iter() {
+                s.handoff.prepare_sleep();
+            }
+            self.waiters.fetch_add(1, Ordering::SeqCst);
+            let ready = check();
+            let mut wait = deadline - now;
+            let tnow = self.now();
+            for core in cores.iter_mut() {
+                if let Some(t) = core.ini.poll_timeout() {
+                    wait = wait.min(Duration::from_micros(t.saturating_sub(tnow).as_u64()));
+                }
+                if !core.delayed.is_empty() || core.stalled.is_some() {
+                    wait = wait.min(Duration::from_micros(core::TIMER_SLACK_US));
+                }
+            }
+            wait = wait.min(self.waiter_cap);
+            if ready.is_none() && !wait.is_zero() {
+                let ms = wait.as_micros().div_ceil(1000).clamp(1, 1000) as u16;
+                let _ = epoll.wait(&mut events, EpollTimeout::from(ms));
+            }
+            self.waiters.fetch_sub(1, Ordering::SeqCst);
+            let _ = self.local_efd.read();
+            for s in self.slots.iter() {
+                s.handoff.woke();
+            }
+            if ready.is_some() {
+                return Ok(ready);
+            }
+        }
+    }
+
+    /// An epoll instance watching every INI socket, hand-off eventfd and the local
+    /// eventfd, for [`Net::wait`].
+    pub(crate) fn waiter_epoll(&self) -> std::io::Result<Epoll> {
+        let e = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        for s in self.slots.iter() {
+            e.add(&s.handoff.efd, EpollEvent::new(EpollFlags::EPOLLIN, 1))?;
+            e.add(&s.socket_fd, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
+        }
+        e.add(&self.local_efd, EpollEvent::new(EpollFlags::EPOLLIN, 2))?;
+        Ok(e)
+    }
+
+    /// The window clock: µs since the group started.
+    pub(crate) fn now(&self) -> Micros {
+        Micros(self.epoch.elapsed().as_micros() as u64)
+    }
+
+    /// ns since the group started (hand-off timestamps).
+    #[inline]
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// True if `site` has been declared dead.
+    #[inline]
+    pub(crate) fn is_dead(&self, site: u16) -> bool {
+        self.dead
+            .get(usize::from(site))
+            .is_some_and(|d| d.load(Ordering::Relaxed) != 0)
+    }
+
+    /// Records that `site` failed: its messages are refused from now on, and the failure
+    /// hooks run (once per site).
+    pub(crate) fn fail(&self, site: u16, reason: String) {
+        if let Some(d) = self.dead.get(usize::from(site))
+            && d.swap(1, Ordering::AcqRel) != 0
+        {
+            return;
+        }
+        tracing::error!(cluster = site, "{reason}");
+        {
+            let mut f = self.failure.lock();
+            if f.is_none() {
+                *f = Some((SiteId(site), reason.clone()));
+            }
+        }
+        for h in self.hooks.lock().iter() {
+            h(SiteId(site), &reason);
+        }
+    }
+
+    /// Picks an INI: `static` maps compute thread i to INI i mod K; `round-robin` rotates
+    /// per sending endpoint; `least-loaded` takes the shortest hand-off queue (paper 002
+    /// §3.1). Also says whether the choice is mis-scheduled: the chosen queue is not empty
+    /// while another one is.
+    #[inline]
+    pub(crate) fn choose(&self, thread_index: usize, rr: &Cell<usize>) -> (usize, bool) {
+        let k = self.slots.len();
+        if k == 1 {
+            return (0, false);
+        }
+        let i = match self.policy {
+            IniPolicy::Static => thread_index % k,
+            IniPolicy::RoundRobin => {
+                let i = rr.get() % k;
+                rr.set(i + 1);
+                i
+            }
+            IniPolicy::LeastLoaded => {
+                let start = rr.get() % k;
+                rr.set(start + 1);
+                (0..k)
+                    .map(|j| (start + j) % k)
+                    .min_by_key(|&j| self.slots[j].handoff.len())
+                    .unwrap_or(0)
+            }
+        };
+        let mis =
+            self.slots[i].handoff.len() > 0 && self.slots.iter().any(|s| s.handoff.len() == 0);
+        (i, mis)
+    }
+
+    /// Busy-waits the emulated send overhead.
+    #[inline]
+    pub(crate) fn emulate_send_overhead(&self) {
+        if !self.send_overhead.is_zero() {
+            spin_for(self.send_overhead);
+        }
+    }
+
+    /// Hands `msg` to INI `ini` and, if that INI is free, sends it right away from the
+    /// calling thread. A full hand-off queue hands the message back.
+    #[inline]
+    pub(crate) fn submit(&self, ini: usize, msg: OutMsg) -> Result<(), OutMsg> {
+        let slot = &self.slots[ini];
+        slot.handoff.push(msg)?;
+        let _ = slot.try_pass(self, false);
+        Ok(())
+    }
+
+    /// One network poll from a receiving thread (paper 000 §3.4): a pass of every INI that
+    /// is free. Returns whether anything arrived or moved.
+    pub(crate) fn poll(&self) -> bool {
+        let mut work = false;
+        for slot in self.slots.iter() {
+            work |= slot.try_pass(self, true).unwrap_or(false);
+        }
+        work
+    }
+}
+
+/// Busy-waits `d` (emulated overheads are CPU time, paper 001 §3.2).
+pub(crate) fn spin_for(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// UDP sockets bound for a cluster's INIs, before the peers' addresses are known (their
+/// addresses go into the start-up exchange).
+#[derive(Debug)]
+pub struct BoundInis {
+    site: SiteId,
+    sockets: Vec<UdpSocket>,
+    addrs: Vec<SocketAddr>,
+}
+
+impl BoundInis {
+    /// Binds `count` UDP sockets for cluster `site` on `host` (its address in the topology),
+    /// ports `base_port + k` (`base_port` 0: any free port each).
+    ///
+    /// # Errors
+    /// [`NetError::Resolve`] or [`NetError::Bind`] naming the cluster, INI and address.
+    pub fn bind(
+        site: SiteId,
+        host: &str,
+        base_port: u16,
+        count: usize,
+    ) -> Result<BoundInis, NetError> {
+        let ip = (host, 0)
+            .to_socket_addrs()
+            .map_err(|e| NetError::Resolve {
+                site: site.0,
+                host: host.to_owned(),
+                reason: e.to_string(),
+            })?
+            .find(|a| a.is_ipv4())
+            .or_else(|| (host, 0).to_socket_addrs().ok().and_then(|mut a| a.next()))
+            .ok_or_else(|| NetError::Resolve {
+                site: site.0,
+                host: host.to_owned(),
+                reason: "no address".into(),
+            })?
+            .ip();
+        let mut sockets = Vec::with_capacity(count);
+        let mut addrs = Vec::with_capacity(count);
+        for k in 0..count {
+            let port = if base_port == 0 {
+                0
+            } else {
+                base_port + k as u16
+            };
+            let addr = SocketAddr::new(ip, port);
+            let s = UdpSocket::bind(addr).map_err(|source| NetError::Bind {
+                site: site.0,
+                ini: k,
+                addr: addr.to_string(),
+                source,
+            })?;
+            s.set_nonblocking(true)?;
+            addrs.push(s.local_addr()?);
+            sockets.push(s);
+        }
+        Ok(BoundInis {
+            site,
+            sockets,
+            addrs,
+        })
+    }
+
+    /// The bound addresses, INI 0 first (what the other clusters need).
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Starts the INI threads and gives `site` a network route to every site `s` with
+    /// `remote[s] = Some(its INI addresses)` (every cluster must use the same number of
+    /// INIs).
+    ///
+    /// # Errors
+    /// [`NetError::Config`] for inconsistent INI counts or window parameters.
+    pub fn start(
+        self,
+        site: &Site,
+        cfg: &NetConfig,
+        remote: &[Option<Vec<SocketAddr>>],
+    ) -> Result<IniGroup, NetError> {
+        let k = self.sockets.len();
+        if k == 0 || k > usize::from(u8::MAX) {
+            return Err(NetError::Config(format!(
+                "{k} INIs per cluster; 1..=255 allowed"
+            )));
+        }
+        for (s, addrs) in remote.iter().enumerate() {
+            if let Some(a) = addrs
+                && a.len() != k
+            {
+                return Err(NetError::Config(format!(
+                    "cluster {s} has {} INIs, this cluster {k}: every cluster needs the same number",
+                    a.len()
+                )));
+            }
+        }
+        let inner = site.inner_arc().clone();
+        let max_sites = inner.config.max_sites;
+        if remote.len() > max_sites {
+            return Err(NetError::Config(format!(
+                "{} clusters exceed the site's max_sites {max_sites}",
+                remote.len()
+            )));
+        }
+        let epoch = Instant::now();
+        let mut slots = Vec::with_capacity(k);
+        for (i, socket) in self.sockets.into_iter().enumerate() {
+            let mut ini =
+                crate::window::Ini::new(IniAddr::new(self.site.0, i as u8), cfg.window.clone())
+                    .map_err(|e| NetError::Config(e.to_string()))?;
+            let mut peer_addrs = Vec::new();
+            let mut conns = vec![None; remote.len() * k];
+            for (s, addrs) in remote.iter().enumerate() {
+                let Some(addrs) = addrs else { continue };
+                for (j, a) in addrs.iter().enumerate() {
+                    let c = ini
+                        .add_peer(IniAddr::new(s as u16, j as u8))
+                        .map_err(|e| NetError::Config(e.to_string()))?;
+                    peer_addrs.push(*a);
+                    conns[s * k + j] = Some(c);
+                }
+            }
+            let core = IniCore {
+                index: i as u8,
+                inis_per_site: k as u8,
+                ini,
+                socket,
+                peer_addrs,
+                conns,
+                faults: faults::FaultShim::new(
+                    &cfg.faults,
+                    (u64::from(self.site.0) << 8) | i as u64,
+                ),
+                gap: Duration::from_secs_f64(cfg.emulation.gap_us / 1e6),
+                per_byte_ns: cfg.emulation.per_byte_gap_ns,
+                latency: Duration::from_secs_f64(cfg.emulation.latency_us / 1e6),
+                recv_overhead: Duration::from_secs_f64(cfg.emulation.recv_overhead_us / 1e6),
+                stalled: None,
+                delayed: VecDeque::new(),
+                next_inject: epoch,
+                buf: vec![0; 65_536],
+                c: Counters::default(),
+                started: epoch,
+            };
+            let socket_fd = core.socket.try_clone()?;
+            slots.push(Arc::new(IniSlot {
+                socket_fd,
+                core: Mutex::new(core),
+                handoff: Handoff::new(cfg.queue_capacity)?,
+                sleep_until_us: AtomicU64::new(0),
+                report: Mutex::new(IniReport {
+                    site: self.site.0,
+                    ini: i as u8,
+                    ..IniReport::default()
+                }),
+            }));
+        }
+        let net = Arc::new(Net {
+            site: self.site,
+            own: inner.own.clone(),
+            pools: inner.pools.clone(),
+            slots: slots.into(),
+            policy: cfg.policy,
+            send_overhead: Duration::from_secs_f64(cfg.emulation.send_overhead_us / 1e6),
+            dead: (0..max_sites).map(|_| AtomicU32::new(0)).collect(),
+            reseq: Resequencer::default(),
+            held: AtomicU64::new(0),
+            stop: AtomicU32::new(0),
+            epoch,
+            failure: Mutex::new(None),
+            hooks: Mutex::new(Vec::new()),
+            waiters: AtomicU32::new(0),
+            local_efd: EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                .map_err(std::io::Error::from)?,
+            waiter_cap: if (0..remote.len())
+                .any(|s| site.substrate(SiteId(s as u16)) == Some(crate::site::Substrate::Shm))
+            {
+                Duration::from_millis(1)
+            } else {
+                Duration::from_millis(100)
+            },
+        });
+        let mut threads = Vec::with_capacity(k);
+        for (i, slot) in net.slots.iter().enumerate() {
+            let (n, s, spin) = (net.clone(), slot.clone(), cfg.spin);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("mg-ini-{i}"))
+                    .spawn(move || thread::run(n, s, i, spin))?,
+            );
+        }
+        for (s, addrs) in remote.iter().enumerate() {
+            if addrs.is_some() {
+                site.add_network_route(SiteId(s as u16), net.clone())
+                    .map_err(|e| NetError::Config(e.to_string()))?;
+            }
+        }
+        let _ = inner.net.set(net.clone());
+        Ok(IniGroup { net, threads })
+    }
+}
+
+/// A cluster's running INI threads.
+pub struct IniGroup {
+    net: Arc<Net>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for IniGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IniGroup")
+            .field("site", &self.net.site)
+            .field("inis", &self.net.slots.len())
+            .finish()
+    }
+}
+
+impl IniGroup {
+    /// The statistics of each INI (refreshed every 100 ms while running, exact after
+    /// [`IniGroup::shutdown`]).
+    pub fn reports(&self) -> Vec<IniReport> {
+        self.net
+            .slots
+            .iter()
+            .map(|s| {
+                if let Some(core) = s.core.try_lock() {
+                    core.publish(&s.handoff, &mut s.report.lock());
+                }
+                s.report.lock().clone()
+            })
+            .collect()
+    }
+
+    /// The first cluster this INI group found failed (unresponsive, undeliverable), if any.
+    pub fn failure(&self) -> Option<(SiteId, String)> {
+        self.net.failure.lock().clone()
+    }
+
+    /// Runs `f` (on whichever thread detects it) when a cluster is found failed, once per
+    /// cluster.
+    pub fn on_failure(&self, f: impl Fn(SiteId, &str) + Send + Sync + 'static) {
+        self.net.hooks.lock().push(Box::new(f));
+    }
+
+    /// Stops the INIs after they have delivered and had acknowledged everything queued
+    /// (so no message is lost at the end of a job), or after `timeout`. Returns the final
+    /// statistics.
+    ///
+    /// # Errors
+    /// [`NetError::DrainTimeout`] if messages were still unacknowledged at the timeout (the
+    /// threads are stopped anyway).
+    pub fn shutdown(mut self, timeout: Duration) -> Result<Vec<IniReport>, NetError> {
+        self.net.stop.store(1, Ordering::Release);
+        let deadline = Instant::now() + timeout;
+        let mut drained = true;
+        while self.threads.iter().any(|t| !t.is_finished()) {
+            for s in self.net.slots.iter() {
+                s.handoff.kick();
+            }
+            if Instant::now() >= deadline {
+                drained = false;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.join();
+        let reports = self
+            .net
+            .slots
+            .iter()
+            .map(|s| s.report.lock().clone())
+            .collect();
+        if drained {
+            Ok(reports)
+        } else {
+            Err(NetError::DrainTimeout(timeout))
+        }
+    }
+
+    fn join(&mut self) {
+        self.net.stop.store(2, Ordering::Release);
+        for s in self.net.slots.iter() {
+            s.handoff.kick();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for IniGroup {
+    fn drop(&mut self) {
+        self.join();
+    }
+}

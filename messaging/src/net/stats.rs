@@ -1,0 +1,66 @@
+//! Per-INI statistics (paper 002 §4.4.2, Tables 5.3 and 5.4).
+
+use super::faults::InjectedFaults;
+use crate::window::IniStats;
+use serde::Serialize;
+
+/// What one INI did, as printed with `--stats` and written with `--stats-json`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IniReport {
+    /// Site (cluster) of the INI.
+    pub site: u16,
+    /// INI index in its cluster.
+    pub ini: u8,
+    /// Messages this INI took from its hand-off queue and sent.
+    pub messages: u64,
+    /// Their bytes (frame data, excluding headers).
+    pub bytes: u64,
+    /// Mean message length, bytes.
+    pub mean_message_bytes: f64,
+    /// Mean time a message waited in this INI's hand-off queue before the INI framed it
+    /// into the sliding window, µs.
+    pub mean_time_in_ini_us: f64,
+    /// Mean length of the hand-off queue as seen by arriving messages.
+    pub mean_queue_len_at_arrival: f64,
+    /// Fraction of wall time the INI thread spent doing work (not polling idle or sleeping).
+    pub utilization: f64,
+    /// Messages put in this INI's queue while another INI of the cluster had an empty
+    /// queue (mis-scheduled, paper 002 §5.3).
+    pub misscheduled: u64,
+    /// Their total time waiting in this INI, µs.
+    pub misscheduled_time_us: f64,
+    /// Messages this INI received and delivered to local queues.
+    pub delivered: u64,
+    /// Frames from peers that did not decode (counted, dropped).
+    pub rejected_frames: u64,
+    /// Faults injected by the `[faults]` shim.
+    pub injected: InjectedFaults,
+    /// The sliding window's counters: retransmissions, NAKs, duplicates, checksum failures…
+    pub window: IniStats,
+    /// Wall time the INI ran, µs.
+    pub elapsed_us: f64,
+}
+
+impl IniReport {
+    /// A one-line summary (for `--stats` tables).
+    pub fn line(&self) -> String {
+        let c = &self.window.connections;
+        format!(
+            "c{}/ini{}  msgs {:>9}  bytes {:>12}  mean len {:>7.1}  in-INI {:>8.1} µs  queue {:>6.2}  util {:>5.1}%  missched {:>7}  retx {:>6}  NAK {:>5}/{:<5}  dup {:>5}  crc {:>5}",
+            self.site,
+            self.ini,
+            self.messages,
+            self.bytes,
+            self.mean_message_bytes,
+            self.mean_time_in_ini_us,
+            self.mean_queue_len_at_arrival,
+            self.utilization * 100.0,
+            self.misscheduled,
+            c.retransmissions,
+            c.naks_sent,
+            c.naks_received,
+            c.duplicates,
+            self.window.checksum_failures,
+        )
+    }
+}

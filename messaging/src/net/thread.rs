@@ -1,0 +1,85 @@
+//! The INI thread: runs passes of its [`IniCore`](super::core::IniCore) while there is
+//! work, then sleeps in `epoll_wait` on its UDP socket and hand-off eventfd until the next
+//! timer deadline (paper 002 §3.2.2) or until woken.
+
+use super::Net;
+use super::core::{IniSlot, TIMER_SLACK_US};
+use super::poll::AdaptivePoller;
+use crate::sync::Ordering;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest sleep of an idle INI with no timer pending, µs (also bounds shutdown latency).
+const IDLE_SLEEP_US: u64 = 100_000;
+
+pub(crate) fn run(net: Arc<Net>, slot: Arc<IniSlot>, index: usize, spin: Duration) {
+    let epoll = {
+        let core = slot.core.lock();
+        let e = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).and_then(|e| {
+            e.add(&core.socket, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
+            e.add(&slot.handoff.efd, EpollEvent::new(EpollFlags::EPOLLIN, 1))?;
+            Ok(e)
+        });
+        match e {
+            Ok(e) => e,
+            Err(e) => return net.fail(net.site.0, format!("INI {index}: epoll setup failed: {e}")),
+        }
+    };
+    let mut poller = AdaptivePoller::default();
+    let mut last_work = Instant::now();
+    let mut last_report = Instant::now();
+    loop {
+        let stop = net.stop.load(Ordering::Acquire);
+        let (work, idle, next_timer) = {
+            let mut core = slot.core.lock();
+            if stop == 2
+                || (stop == 1 && core.idle(&slot.handoff) && net.held.load(Ordering::Relaxed) == 0)
+            {
+                core.flush_faults();
+                core.publish(&slot.handoff, &mut slot.report.lock());
+                return;
+            }
+            let poll_socket = poller.tick();
+            let work = core.pass(&net, &slot.handoff, poll_socket);
+            if poll_socket {
+                poller.record(work);
+            }
+            if last_report.elapsed() >= Duration::from_millis(100) {
+                core.publish(&slot.handoff, &mut slot.report.lock());
+                last_report = Instant::now();
+            }
+            (work, core.idle(&slot.handoff), core.ini.poll_timeout())
+        };
+        let t = Instant::now();
+        if work {
+            last_work = t;
+            continue;
+        }
+        if t - last_work < spin {
+            std::thread::yield_now();
+            continue;
+        }
+        // Sleep until the next timer, a datagram, or a hand-off.
+        if !slot.handoff.prepare_sleep() {
+            continue;
+        }
+        let now = net.now().as_u64();
+        let mut wait_us = next_timer
+            .map_or(IDLE_SLEEP_US, |d| d.as_u64().saturating_sub(now))
+            .min(IDLE_SLEEP_US);
+        if !idle || net.held.load(Ordering::Relaxed) > 0 {
+            // Emulated latency queue or held deliveries: come back soon.
+            wait_us = wait_us.min(TIMER_SLACK_US);
+        }
+        slot.sleep_until_us
+            .store(now + wait_us.max(1), Ordering::Release);
+        let ms = wait_us.div_ceil(1000).clamp(1, 100) as u16;
+        let mut events = [EpollEvent::empty(); 2];
+        let _ = epoll.wait(&mut events, EpollTimeout::from(ms));
+        slot.sleep_until_us.store(0, Ordering::Release);
+        slot.handoff.woke();
+        // Whatever woke us, poll the socket on the next pass.
+        poller.force();
+    }
+}

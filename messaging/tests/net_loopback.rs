@@ -1,0 +1,302 @@
+//! The INI path on loopback, two or more sites in one process: every message kind crosses
+//! real UDP sockets through INI threads; order per sending endpoint survives every
+//! scheduling policy; with injected drops, duplicates, reordering and corruption every
+//! message still arrives exactly once and in order; a peer that stops answering is
+//! reported within the peer timeout.
+
+use multigrain_cluster_config::{FaultConfig, IniPolicy, JobConfig};
+use multigrain_messaging::net::{BoundInis, IniGroup, NetConfig};
+use multigrain_messaging::*;
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Cluster {
+    site: Site,
+    inis: IniGroup,
+}
+
+/// `n` sites in this process, each with `k` INIs on 127.0.0.1, all reached over UDP.
+fn clusters(
+    n: usize,
+    k: usize,
+    policy: IniPolicy,
+    faults: FaultConfig,
+    tweak: impl Fn(&mut NetConfig),
+) -> Vec<Cluster> {
+    let mut job = JobConfig::local(n, 1);
+    job.ini.per_cluster = k;
+    job.ini.policy = policy;
+    job.faults = faults;
+    job.job.peer_timeout_ms = 2000;
+    let mut cfg = NetConfig::from_job(&job);
+    tweak(&mut cfg);
+    let bound: Vec<BoundInis> = (0..n)
+        .map(|s| BoundInis::bind(SiteId(s as u16), "127.0.0.1", 0, k).unwrap())
+        .collect();
+    let addrs: Vec<Vec<std::net::SocketAddr>> = bound.iter().map(|b| b.addrs().to_vec()).collect();
+    bound
+        .into_iter()
+        .enumerate()
+        .map(|(s, b)| {
+            let site = Site::new(SiteConfig {
+                site: SiteId(s as u16),
+                queues: vec![QueueSpec::default(); 2],
+                pool_slots: 2048,
+                ..SiteConfig::default()
+            })
+            .unwrap();
+            let remote: Vec<Option<Vec<_>>> =
+                (0..n).map(|r| (r != s).then(|| addrs[r].clone())).collect();
+            let inis = b.start(&site, &cfg, &remote).unwrap();
+            Cluster { site, inis }
+        })
+        .collect()
+}
+
+/// An endpoint of `c` receiving on queue `own`; name `s` leads to queue `to_queue` of site `s`.
+fn endpoint(c: &Cluster, own: u16, to_queue: u16, sites: usize) -> Endpoint {
+    let (ep, w) = c.site.create_endpoint(&[QueueId(own)]).unwrap();
+    for s in 0..sites {
+        w.map(
+            VirtualName(s as u16),
+            Destination {
+                site: SiteId(s as u16),
+                queue: QueueId(to_queue),
+                source: SourceId::new(c.site.id().0).unwrap(),
+            },
+        )
+        .unwrap();
+    }
+    std::mem::forget(w); // the table stays as mapped for the endpoint's life
+    ep
+}
+
+fn recv(ep: &Endpoint, what: &str) -> Message {
+    ep.recv_timeout(TIMEOUT)
+        .unwrap_or_else(|| panic!("timed out waiting for {what}"))
+}
+
+#[test]
+fn every_message_kind_crosses_the_network() {
+    let cs = clusters(2, 1, IniPolicy::Static, FaultConfig::default(), |_| {});
+    let a = endpoint(&cs[0], 0, 1, 2);
+    let b = endpoint(&cs[1], 1, 0, 2);
+    assert_eq!(cs[0].site.substrate(SiteId(1)), Some(Substrate::Network));
+    a.send_express(VirtualName(1), Express::new(Handler(3), 77).unwrap())
+        .unwrap();
+    let mut buf = a.alloc().unwrap();
+    let page: Vec<u8> = (0..4096).map(|i| (i * 13) as u8).collect();
+    buf.fill(&page);
+    buf.set_tag(0xabc);
+    a.send_tag_on(VirtualName(1), Handler(4), buf).unwrap();
+    a.send_basic(VirtualName(1), Handler(5), b"basic over udp")
+        .unwrap();
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    a.send_bulk(VirtualName(1), Handler(6), &big, Some(TIMEOUT), |_| {})
+        .unwrap();
+    let Message::Express(e) = recv(&b, "Express") else {
+        panic!("not Express")
+    };
+    assert_eq!((e.handler, e.source.get(), e.payload), (Handler(3), 0, 77));
+    let Message::TagOn(t) = recv(&b, "Tag-On") else {
+        panic!("not Tag-On")
+    };
+    assert_eq!(
+        (t.handler, t.data.tag(), *t.data == page[..]),
+        (Handler(4), 0xabc, true)
+    );
+    assert_eq!(
+        t.data.location().0,
+        1,
+        "the data now lives in the receiving site's pool"
+    );
+    drop(t);
+    let Message::Basic(m) = recv(&b, "Basic") else {
+        panic!("not Basic")
+    };
+    assert_eq!((m.handler, m.data()), (Handler(5), &b"basic over udp"[..]));
+    let Message::Bulk(m) = recv(&b, "bulk") else {
+        panic!("not bulk")
+    };
+    assert!(m.data == big);
+    // The reply travels back through the source id.
+    b.reply_express(e.source, Express::new(Handler(7), 1).unwrap())
+        .unwrap();
+    assert_eq!(recv(&a, "reply").handler(), Handler(7));
+    let stats = cs[0].site.stats();
+    assert_eq!(
+        stats.substrate.network,
+        4 + 49,
+        "four messages, the bulk one in 49 fragments"
+    );
+    assert_eq!(
+        cs[0].site.pool().free_slots(),
+        2048,
+        "the INI released every sent buffer"
+    );
+    for c in cs {
+        let reports = c.inis.shutdown(Duration::from_secs(10)).unwrap();
+        assert!(reports[0].messages > 0 && reports[0].window.checksum_failures == 0);
+    }
+}
+
+/// `senders` endpoints per site send `per` Express messages to every other site's queue 0;
+/// every message must arrive exactly once and in order per (sender, destination).
+fn all_to_all(cs: &[Cluster], senders: usize, per: u64) {
+    let n = cs.len();
+    std::thread::scope(|scope| {
+        for (s, c) in cs.iter().enumerate() {
+            for t in 0..senders {
+                let ep = endpoint(c, 1, 0, n);
+                ep.set_thread_index(t);
+                scope.spawn(move || {
+                    for i in 0..per {
+                        for d in (0..n).filter(|&d| d != s) {
+                            let payload = ((t as u64) << 32) | i;
+                            ep.send_express_blocking(
+                                VirtualName(d as u16),
+                                Express::new(Handler(s as u8), payload).unwrap(),
+                                Some(TIMEOUT),
+                                |_| {},
+                            )
+                            .unwrap();
+                        }
+                    }
+                });
+            }
+            let rx = endpoint(c, 0, 0, n);
+            scope.spawn(move || {
+                let expected = (n as u64 - 1) * senders as u64 * per;
+                let mut next = vec![vec![0u64; senders]; n];
+                let deadline = Instant::now() + TIMEOUT;
+                let mut got = 0;
+                while got < expected {
+                    assert!(
+                        Instant::now() < deadline,
+                        "site {s} received {got} of {expected}"
+                    );
+                    let Some(Message::Express(m)) = rx.recv_timeout(Duration::from_millis(100))
+                    else {
+                        continue;
+                    };
+                    let (from, t, i) = (
+                        usize::from(m.handler.0),
+                        (m.payload >> 32) as usize,
+                        m.payload & 0xffff_ffff,
+                    );
+                    assert_eq!(
+                        i, next[from][t],
+                        "site {s}: message from site {from} sender {t} out of order or duplicated"
+                    );
+                    next[from][t] += 1;
+                    got += 1;
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn order_per_sender_survives_every_policy_with_two_inis() {
+    for policy in [
+        IniPolicy::Static,
+        IniPolicy::RoundRobin,
+        IniPolicy::LeastLoaded,
+    ] {
+        let cs = clusters(3, 2, policy, FaultConfig::default(), |_| {});
+        all_to_all(&cs, 2, 5_000);
+        for c in cs {
+            let r = c.inis.shutdown(Duration::from_secs(10)).unwrap();
+            if policy == IniPolicy::Static {
+                // Two senders, two INIs: each thread has its own INI.
+                assert!(r.iter().all(|x| x.messages > 0), "{policy}: {r:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn injected_faults_lose_nothing() {
+    let faults = FaultConfig {
+        drop: 0.10,
+        duplicate: 0.05,
+        reorder: 0.05,
+        corrupt: 0.01,
+        seed: 42,
+    };
+    let cs = clusters(2, 1, IniPolicy::Static, faults, |c| {
+        c.window.peer_timeout = multigrain_messaging::window::Micros::from_millis(20_000)
+    });
+    all_to_all(&cs, 1, 100_000);
+    let mut retx = 0;
+    let mut rejected = 0;
+    let mut injected = 0;
+    for c in cs {
+        for r in c.inis.shutdown(Duration::from_secs(20)).unwrap() {
+            retx += r.window.connections.retransmissions;
+            rejected += r.window.checksum_failures
+                + r.window.decode_failures
+                + r.window.connections.duplicates;
+            injected += r.injected.dropped + r.injected.corrupted + r.injected.duplicated;
+        }
+    }
+    assert!(injected > 10_000, "faults were injected: {injected}");
+    assert!(
+        retx > 0 && rejected > 0,
+        "retransmissions {retx}, rejected datagrams {rejected}"
+    );
+}
+
+#[test]
+fn a_silent_peer_is_reported_within_the_timeout() {
+    let mut cs = clusters(2, 1, IniPolicy::Static, FaultConfig::default(), |c| {
+        c.window.peer_timeout = multigrain_messaging::window::Micros::from_millis(500)
+    });
+    let a = endpoint(&cs[0], 0, 0, 2);
+    let dead = cs.pop().unwrap();
+    drop(dead); // its INIs stop: nothing will acknowledge
+    let t0 = Instant::now();
+    a.send_express(VirtualName(1), Express::new(Handler(1), 1).unwrap())
+        .unwrap();
+    while cs[0].inis.failure().is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "silent peer not reported"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (site, reason) = cs[0].inis.failure().unwrap();
+    assert_eq!(site, SiteId(1));
+    assert!(reason.contains("cluster 1"), "{reason}");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(500),
+        "not before the timeout"
+    );
+    // Later sends to the dead site come back to the sender as errors.
+    assert!(matches!(
+        a.send_express(VirtualName(1), Express::new(Handler(1), 2).unwrap()),
+        Err(SendError::Unreachable(..))
+    ));
+}
+
+#[test]
+fn emulated_latency_delays_each_way() {
+    let cs = clusters(2, 1, IniPolicy::Static, FaultConfig::default(), |c| {
+        c.emulation.latency_us = 2000.0
+    });
+    let a = endpoint(&cs[0], 0, 0, 2);
+    let b = endpoint(&cs[1], 0, 0, 2);
+    let t0 = Instant::now();
+    a.send_express(VirtualName(1), Express::new(Handler(1), 0).unwrap())
+        .unwrap();
+    let m = recv(&b, "ping");
+    b.reply_express(m.source(), Express::new(Handler(1), 0).unwrap())
+        .unwrap();
+    recv(&a, "pong");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(4),
+        "L = 2 ms each way, round trip {:?}",
+        t0.elapsed()
+    );
+}
