@@ -119,6 +119,7 @@ impl Features {
             Features::PAGEFAULT_FLAG_WP => "Linux 5.7",
             Features::SIGBUS | Features::THREAD_ID => "Linux 4.14",
             Features::WP_UNPOPULATED => "Linux 6.4",
+            Features::WP_HUGETLBFS_SHMEM => "Linux 5.19",
             Features::MOVE => "Linux 6.8",
             _ => "a newer kernel",
         }

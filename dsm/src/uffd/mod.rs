@@ -92,7 +92,7 @@ pub use layout::{
     Coalesce, DEFAULT_REGION_BASE, DEFAULT_REGION_LEN, LayoutError, OutOfRange, PAGE_SIZE,
     PageIndex, PageRange, RegionLayout, coalesce, resolve,
 };
-pub use mapping::MapError;
+pub use mapping::{Backing, MapError};
 pub use region::{
     Delivery, Install, Op, OpError, Protection, Region, RegionConfig, RegionError, RegionOps,
 };

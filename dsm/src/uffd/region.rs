@@ -7,7 +7,7 @@ use super::layout::{
     DEFAULT_REGION_BASE, DEFAULT_REGION_LEN, LayoutError, OutOfRange, PAGE_SIZE, PageIndex,
     PageRange, RegionLayout, coalesce,
 };
-use super::mapping::{MapError, Mapping};
+use super::mapping::{Backing, MapError, Mapping};
 use super::resolver::FaultResolver;
 use super::signal::{self, SignalError, Slot};
 use super::sys;
@@ -16,6 +16,7 @@ use std::ffi::c_void;
 use std::fmt;
 use std::os::fd::AsFd;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use userfaultfd::{IoctlFlags, RegisterMode};
 
@@ -75,6 +76,8 @@ pub struct RegionConfig {
     /// into the region, a `futex` on it) then fail with `EFAULT` instead of faulting;
     /// touch such pages first. With [`Delivery::Signal`] that is the case either way.
     pub user_mode_only: bool,
+    /// What memory backs the region (default [`Backing::Anonymous`]).
+    pub backing: Backing,
 }
 
 impl Default for RegionConfig {
@@ -84,6 +87,7 @@ impl Default for RegionConfig {
             len: DEFAULT_REGION_LEN,
             delivery: Delivery::Signal,
             user_mode_only: true,
+            backing: Backing::Anonymous,
         }
     }
 }
@@ -101,6 +105,11 @@ impl RegionConfig {
     /// The same configuration with another delivery.
     pub fn with_delivery(self, delivery: Delivery) -> Self {
         RegionConfig { delivery, ..self }
+    }
+
+    /// The same configuration with another backing.
+    pub fn with_backing(self, backing: Backing) -> Self {
+        RegionConfig { backing, ..self }
     }
 }
 
@@ -188,6 +197,8 @@ pub enum Op {
     Wake,
     /// [`RegionOps::try_read_page`].
     Read,
+    /// [`RegionOps::view_read`] or [`RegionOps::view_write_words`].
+    View,
 }
 
 impl fmt::Display for Op {
@@ -197,9 +208,10 @@ impl fmt::Display for Op {
             Op::InstallZero => "zero-fill install",
             Op::WriteProtect => "UFFDIO_WRITEPROTECT (protect)",
             Op::Unprotect => "UFFDIO_WRITEPROTECT (unprotect)",
-            Op::Invalidate => "madvise(MADV_DONTNEED)",
+            Op::Invalidate => "madvise(MADV_DONTNEED or MADV_REMOVE)",
             Op::Wake => "UFFDIO_WAKE",
             Op::Read => "process_vm_readv",
+            Op::View => "runtime-view access",
         })
     }
 }
@@ -224,6 +236,20 @@ pub enum OpError {
     /// [`RegionOps::try_read_page`]: the page is not present.
     #[error("{0} is not present")]
     NotPresent(PageIndex),
+    /// A runtime-view operation on a region without a view ([`Backing::Anonymous`]).
+    #[error("the region has no runtime view (create it with Backing::SharedMemory)")]
+    NoView,
+    /// [`RegionOps::view_write_words`]: the words do not fit the page, or the byte count
+    /// is not a multiple of 8.
+    #[error("{bytes} bytes at word {first_word} do not fit {page} as whole 8-byte words")]
+    BadWords {
+        /// The page.
+        page: PageIndex,
+        /// First word index.
+        first_word: usize,
+        /// Number of bytes given.
+        bytes: usize,
+    },
 }
 
 /// How many times an `EAGAIN` ("mapping changing, retry") is retried before it is
@@ -502,6 +528,80 @@ impl RegionOps {
     }
 }
 
+impl RegionOps {
+    /// What memory backs the region.
+    pub fn backing(&self) -> Backing {
+        self.mapping.backing()
+    }
+
+    /// The first byte of the runtime view ([`Backing::SharedMemory`]): the same pages as
+    /// the region, mapped a second time, unregistered and always writable. `None` for an
+    /// anonymous region. Prefer [`view_read`](Self::view_read) and
+    /// [`view_write_words`](Self::view_write_words).
+    pub fn view_ptr(&self) -> Option<*mut u8> {
+        self.mapping.view_base().map(|b| b as *mut u8)
+    }
+
+    fn view_page(&self, page: PageIndex) -> Result<&[std::sync::atomic::AtomicU64], OpError> {
+        if self.mapping.view_base().is_none() {
+            return Err(OpError::NoView);
+        }
+        self.page_addr(page)?;
+        self.mapping.view_words(page).ok_or(OpError::NoView)
+    }
+
+    /// Copies `page` into `out` through the runtime view ([`Backing::SharedMemory`]) with
+    /// relaxed atomic 8-byte loads. Never faults, whatever the page's state, so it is
+    /// usable anywhere (resolvers included); 0.3 µs measured.
+    ///
+    /// Precondition (for the protocol, not for memory safety): the page is installed. A
+    /// missing page read through the view is allocated zero-filled in the memfd, and the
+    /// application's next access then finds it without a fault (see
+    /// [`Backing::SharedMemory`]). Words written concurrently by other threads are read as
+    /// either their old or their new value.
+    pub fn view_read(&self, page: PageIndex, out: &mut [u8; PAGE_SIZE]) -> Result<(), OpError> {
+        let words = self.view_page(page)?;
+        for (w, chunk) in words.iter().zip(out.chunks_exact_mut(8)) {
+            chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        Ok(())
+    }
+
+    /// Stores `bytes` (whole 8-byte words, native byte order) into `page` starting at word
+    /// `first_word`, through the runtime view, with relaxed atomic stores: only those words
+    /// change, whatever the page's protection as application threads see it, and writes
+    /// that application threads make to other words concurrently are kept. Used by a home
+    /// to apply a diff to its master copy.
+    ///
+    /// Precondition (for the protocol): the page is installed, as for
+    /// [`view_read`](Self::view_read).
+    pub fn view_write_words(
+        &self,
+        page: PageIndex,
+        first_word: usize,
+        bytes: &[u8],
+    ) -> Result<(), OpError> {
+        let words = self.view_page(page)?;
+        let bad = OpError::BadWords {
+            page,
+            first_word,
+            bytes: bytes.len(),
+        };
+        if !bytes.len().is_multiple_of(8) {
+            return Err(bad);
+        }
+        let Some(target) = words.get(first_word..first_word.saturating_add(bytes.len() / 8))
+        else {
+            return Err(bad);
+        };
+        for (w, chunk) in target.iter().zip(bytes.chunks_exact(8)) {
+            let v = u64::from_ne_bytes(chunk.try_into().expect("chunks of 8 bytes"));
+            w.store(v, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
 /// What a registered region shares with the threads and the signal handler that serve
 /// its faults.
 pub(crate) struct Shared {
@@ -548,16 +648,19 @@ impl Region {
         resolver: Arc<dyn FaultResolver>,
     ) -> Result<Self, RegionError> {
         let layout = RegionLayout::new(config.base, config.len)?;
-        let required = match config.delivery {
+        let mut required = match config.delivery {
             Delivery::Signal => Features::PAGEFAULT_FLAG_WP.union(Features::SIGBUS),
             Delivery::Threads { threads: 0, .. } => return Err(RegionError::NoHandlerThreads),
             Delivery::Threads { .. } => Features::PAGEFAULT_FLAG_WP,
         };
+        if config.backing == Backing::SharedMemory {
+            required = required.union(Features::WP_HUGETLBFS_SHMEM);
+        }
         if config.delivery == Delivery::Signal {
             signal::install_sigbus_handler()?;
         }
         let (uffd, kernel) = kernel::open(Attempt::standard(config.user_mode_only), required)?;
-        let mapping = Mapping::reserve(layout)?;
+        let mapping = Mapping::reserve(layout, config.backing)?;
         let ioctls = uffd
             .register_with_mode(
                 layout.base() as *mut c_void,

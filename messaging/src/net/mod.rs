@@ -8,7 +8,7 @@
 //! by the job's scheduling policy (`static`, `round-robin`, `least-loaded`) and drops the
 //! message into that INI's lock-free hand-off queue; the INI frames it (module [`frame`]),
 //! the window fragments, checksums, sequences and retransmits it, and the receiving INI
-//! reassembles it, restores the sending endpoint's order ([`reseq`]) and deposits it in
+//! reassembles it, restores the sending endpoint's order (per-lane sequence numbers) and deposits it in
 //! the destination receive queue — Tag-On data into a slot of the receiving site's pool.
 //!
 //! Also here: paper 000's adaptive network polling ([`poll`]), fault injection
