@@ -3,6 +3,7 @@
 //! See `multigrain --help`; every subcommand has its own `--help`.
 
 mod commands;
+mod launch;
 mod measure;
 mod progress;
 
@@ -30,6 +31,97 @@ enum Command {
     /// Validate or display a cluster-configuration (topology) file.
     #[command(subcommand)]
     Config(ConfigCommand),
+    Launch(LaunchArgs),
+    Hello(HelloArgs),
+    Selftest(SelftestArgs),
+}
+
+/// Check a job's network end to end: every compute thread of every cluster sends Express and
+/// 4 KiB Tag-On messages to every other cluster, and every receiver verifies that each
+/// arrives exactly once, in order per (sender thread, destination queue), intact.
+///
+/// Run it as the command of `multigrain launch --config FILE -- multigrain selftest` (or
+/// under srun). Clusters on one machine use shared memory unless `ini.substrate = "udp"`;
+/// `[faults]` in the config injects drops, duplicates, reordering and corruption into the
+/// INIs' datagrams to test the sliding window.
+#[derive(Args, Debug)]
+struct SelftestArgs {
+    /// The job's TOML file (default: $MULTIGRAIN_CONFIG, set by `multigrain launch`).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Express messages from each cluster to each other cluster.
+    #[arg(long, default_value_t = 100_000)]
+    express: u64,
+    /// 4 KiB Tag-On messages from each cluster to each other cluster.
+    #[arg(long, default_value_t = 10_000)]
+    tag_on: u64,
+    /// Fail if not done after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout_s: u64,
+    /// Print each INI's statistics at the end (paper 002 Tables 5.3/5.4).
+    #[arg(long)]
+    stats: bool,
+    /// Write each INI's statistics as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    stats_json: Option<PathBuf>,
+}
+
+/// Start one process per cluster of a job, locally or over ssh.
+///
+/// Every cluster runs COMMAND with MULTIGRAIN_CLUSTER_ID, MULTIGRAIN_CLUSTERS,
+/// MULTIGRAIN_COORDINATOR (host:port of cluster 0's coordinator; a free port is picked when
+/// cluster 0's port is 0) and MULTIGRAIN_CONFIG (the config's absolute path) set. Clusters on
+/// loopback hosts run here (a COMMAND named `multigrain` runs this executable); the others run
+/// as `SSH HOST 'cd CWD && exec env VAR=... COMMAND'`. Their output lines are prefixed with
+/// `[cN] `.
+///
+/// If a cluster fails, the others learn it through the control plane and exit; clusters still
+/// running peer_timeout + grace later get SIGTERM, then SIGKILL after grace. launch exits
+/// non-zero naming the failed clusters and how they ended. Ctrl-C or SIGTERM stops every
+/// cluster (SIGTERM to each one's process group, SIGKILL after grace; a second Ctrl-C kills at
+/// once) and exits with 128 + the signal. Every cluster runs in its own process group and dies
+/// with the launcher, even if the launcher is killed (PR_SET_PDEATHSIG).
+///
+/// Under Slurm or an MPI launcher no launcher is needed: `srun -n 4 multigrain hello --config
+/// job.toml` works when cluster 0 has a fixed port in the config.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Example: multigrain launch --config cluster-config/examples/4x1.toml -- multigrain hello"
+)]
+struct LaunchArgs {
+    /// The job's TOML file (see cluster-config/examples/).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Command prefix that runs a command on a remote host, split at whitespace; overrides the
+    /// config's `launch.ssh` (default `ssh -o BatchMode=yes`).
+    #[arg(long, value_name = "CMD")]
+    ssh: Option<String>,
+    /// Milliseconds between SIGTERM and SIGKILL, and added to peer_timeout before stragglers
+    /// are stopped after a failure.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    grace_ms: u64,
+    /// The command every cluster runs, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+/// Join the job's control plane, print every cluster (from cluster 0), pass a barrier, finish.
+///
+/// Run it under `multigrain launch --config FILE -- multigrain hello`, or one process per
+/// cluster under `srun`/`mpirun`. If another cluster fails it prints
+/// `multigrain: error: cluster N failed: REASON` and exits non-zero.
+#[derive(Args, Debug)]
+struct HelloArgs {
+    /// The job's TOML file; default: $MULTIGRAIN_CONFIG (set by `multigrain launch`).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// After the barrier, wait this many milliseconds (watching for failures) before finishing.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    sleep_ms: u64,
+    /// Fail on purpose after the barrier (and the sleep): report `abort` and exit non-zero.
+    /// `--fail` alone fails every cluster; `--fail=N` only cluster N.
+    #[arg(long, value_name = "CLUSTER", num_args = 0..=1, require_equals = true)]
+    fail: Option<Option<usize>>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -40,6 +132,25 @@ enum BenchCommand {
     /// median and interquartile range; ratios compare medians from the same run. The
     /// machine should be otherwise idle: ping-pong needs both threads on their own cores.
     Messaging(BenchMessagingArgs),
+    /// The inter-cluster path on loopback: Express latency through INIs beside raw UDP, and
+    /// 4 KiB Tag-On throughput with 1 and 2 INIs per cluster.
+    Net(BenchNetArgs),
+}
+
+#[derive(Args, Debug)]
+struct BenchNetArgs {
+    /// Samples per row (at least 3).
+    #[arg(long, default_value_t = 7)]
+    samples: usize,
+    /// Round trips per latency sample.
+    #[arg(long, default_value_t = 5_000)]
+    round_trips: u64,
+    /// 4 KiB pages per throughput sample.
+    #[arg(long, default_value_t = 20_000)]
+    pages: u64,
+    /// Also write the rows as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -83,7 +194,10 @@ fn main() {
     if multigrain_messaging::bench::cross_process::run_peer_if_requested() {
         return;
     }
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_env("MULTIGRAIN_LOG")).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("MULTIGRAIN_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         eprintln!("multigrain: error: {e:#}");
@@ -94,10 +208,44 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Bench(BenchCommand::Messaging(a)) => commands::bench_messaging::run(
-            commands::bench_messaging::Options { samples: a.samples, round_trips: a.round_trips, messages: a.messages, pages: a.pages, cross_process: !a.no_cross_process },
+            commands::bench_messaging::Options {
+                samples: a.samples,
+                round_trips: a.round_trips,
+                messages: a.messages,
+                pages: a.pages,
+                cross_process: !a.no_cross_process,
+            },
             a.json.as_deref(),
         ),
+        Command::Bench(BenchCommand::Net(a)) => commands::bench_net::run(
+            commands::bench_net::Options {
+                samples: a.samples,
+                round_trips: a.round_trips,
+                pages: a.pages,
+            },
+            a.json.as_deref(),
+        ),
+        Command::Selftest(a) => {
+            let cfg = commands::job_config(a.config.as_deref(), "selftest")?;
+            let opts = commands::selftest::Options {
+                express: a.express,
+                tag_on: a.tag_on,
+                timeout: std::time::Duration::from_secs(a.timeout_s),
+            };
+            commands::selftest::run(&cfg, opts, a.stats, a.stats_json.as_deref())
+        }
         Command::Config(ConfigCommand::Check { file }) => commands::config::check(&file),
         Command::Config(ConfigCommand::Show { file }) => commands::config::show(&file),
+        Command::Launch(a) => launch::run(launch::Options {
+            config: a.config,
+            ssh: a.ssh,
+            grace: std::time::Duration::from_millis(a.grace_ms),
+            command: a.command,
+        }),
+        Command::Hello(a) => commands::hello::run(&commands::hello::Options {
+            config: a.config,
+            sleep: std::time::Duration::from_millis(a.sleep_ms),
+            fail: a.fail,
+        }),
     }
 }

@@ -36,7 +36,14 @@ impl Summary {
         assert!(!samples.is_empty(), "no samples");
         let mut s = samples.to_vec();
         s.sort_by(|a, b| a.partial_cmp(b).expect("no NaN samples"));
-        Summary { median: quantile(&s, 0.5), p25: quantile(&s, 0.25), p75: quantile(&s, 0.75), min: s[0], max: s[s.len() - 1], samples: s.len() }
+        Summary {
+            median: quantile(&s, 0.5),
+            p25: quantile(&s, 0.25),
+            p75: quantile(&s, 0.75),
+            min: s[0],
+            max: s[s.len() - 1],
+            samples: s.len(),
+        }
     }
 
     /// `self.median / base.median`.
@@ -52,7 +59,10 @@ mod tests {
     #[test]
     fn median_and_quartiles() {
         let s = Summary::of(&[5.0, 1.0, 3.0, 2.0, 4.0]);
-        assert_eq!((s.median, s.p25, s.p75, s.min, s.max, s.samples), (3.0, 2.0, 4.0, 1.0, 5.0, 5));
+        assert_eq!(
+            (s.median, s.p25, s.p75, s.min, s.max, s.samples),
+            (3.0, 2.0, 4.0, 1.0, 5.0, 5)
+        );
         let even = Summary::of(&[1.0, 2.0, 3.0, 4.0]);
         assert_eq!(even.median, 2.5);
         assert_eq!(Summary::of(&[4.0, 4.0]).ratio_to(&Summary::of(&[2.0])), 2.0);

@@ -9,7 +9,10 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
         return ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::hidden());
     }
     let bar = ProgressBar::new(len);
-    bar.set_style(ProgressStyle::with_template("{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len}").expect("valid template"));
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len}")
+            .expect("valid template"),
+    );
     bar.set_prefix(what.to_owned());
     bar
 }

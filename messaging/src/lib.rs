@@ -24,11 +24,13 @@
 mod basic;
 pub mod bench;
 pub mod bulk;
+pub mod control;
 pub mod dispatch;
 mod doorbell;
 mod endpoint;
 #[cfg(not(loom))]
 mod futex;
+pub mod job;
 mod layout;
 mod message;
 pub mod names;

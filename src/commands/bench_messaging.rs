@@ -23,7 +23,7 @@ pub struct Options {
 }
 
 #[derive(Debug, Serialize)]
-struct Row {
+pub(crate) struct Row {
     group: &'static str,
     name: String,
     unit: &'static str,
@@ -34,29 +34,64 @@ struct Row {
     met: Option<bool>,
 }
 
-struct Table {
-    rows: Vec<Row>,
+pub(crate) struct Table {
+    pub(crate) rows: Vec<Row>,
 }
 
 impl Table {
-    fn push(&mut self, group: &'static str, name: impl Into<String>, unit: &'static str, summary: Summary) {
-        self.rows.push(Row { group, name: name.into(), unit, summary, baseline: None, ratio: None, target: None, met: None });
+    pub(crate) fn push(
+        &mut self,
+        group: &'static str,
+        name: impl Into<String>,
+        unit: &'static str,
+        summary: Summary,
+    ) {
+        self.rows.push(Row {
+            group,
+            name: name.into(),
+            unit,
+            summary,
+            baseline: None,
+            ratio: None,
+            target: None,
+            met: None,
+        });
     }
 
     /// Adds a row compared with `base` (ratio of medians); `target` is (text, met).
-    fn compare(&mut self, group: &'static str, name: impl Into<String>, unit: &'static str, summary: Summary, base: (&str, &Summary), target: Option<(String, bool)>) {
+    pub(crate) fn compare(
+        &mut self,
+        group: &'static str,
+        name: impl Into<String>,
+        unit: &'static str,
+        summary: Summary,
+        base: (&str, &Summary),
+        target: Option<(String, bool)>,
+    ) {
         let ratio = summary.ratio_to(base.1);
         let (target, met) = target.map_or((None, None), |(t, m)| (Some(t), Some(m)));
-        self.rows.push(Row { group, name: name.into(), unit, summary, baseline: Some(base.0.to_owned()), ratio: Some(ratio), target, met });
+        self.rows.push(Row {
+            group,
+            name: name.into(),
+            unit,
+            summary,
+            baseline: Some(base.0.to_owned()),
+            ratio: Some(ratio),
+            target,
+            met,
+        });
     }
 
-    fn print(&self) {
+    pub(crate) fn print(&self) {
         let mut group = "";
         for r in &self.rows {
             if r.group != group {
                 group = r.group;
                 println!("\n{group}");
-                println!("  {:<34} {:>10} {:>21} {:>9}  target", "", "median", "p25 – p75", "ratio");
+                println!(
+                    "  {:<34} {:>10} {:>21} {:>9}  target",
+                    "", "median", "p25 – p75", "ratio"
+                );
             }
             let s = &r.summary;
             let ratio = r.ratio.map_or(String::new(), |x| format!("{x:.2}×"));
@@ -65,17 +100,24 @@ impl Table {
                 (Some(t), Some(false)) => format!("{t}  NOT MET"),
                 _ => String::new(),
             };
-            println!("  {:<34} {:>7.1} {:<2} {:>9.1} – {:<9.1} {:>9}  {}", r.name, s.median, r.unit, s.p25, s.p75, ratio, target);
+            println!(
+                "  {:<34} {:>7.1} {:<2} {:>9.1} – {:<9.1} {:>9}  {}",
+                r.name, s.median, r.unit, s.p25, s.p75, ratio, target
+            );
         }
     }
 }
 
-fn ns_per(d: Duration, ops: u64) -> f64 {
+pub(crate) fn ns_per(d: Duration, ops: u64) -> f64 {
     d.as_nanos() as f64 / ops as f64
 }
 
 /// Runs `kernels` alternately for `samples` rounds; returns one Summary per kernel.
-fn alternate(samples: usize, kernels: &[&dyn Fn() -> f64], progress: &indicatif::ProgressBar) -> Vec<Summary> {
+pub(crate) fn alternate(
+    samples: usize,
+    kernels: &[&dyn Fn() -> f64],
+    progress: &indicatif::ProgressBar,
+) -> Vec<Summary> {
     let mut data = vec![Vec::with_capacity(samples); kernels.len()];
     for _ in 0..samples {
         for (k, f) in kernels.iter().enumerate() {
@@ -88,7 +130,11 @@ fn alternate(samples: usize, kernels: &[&dyn Fn() -> f64], progress: &indicatif:
 
 /// Runs the benchmark and prints the table (and writes JSON if asked).
 pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
-    anyhow::ensure!(opts.samples >= 3, "--samples must be at least 3 (median and quartiles), got {}", opts.samples);
+    anyhow::ensure!(
+        opts.samples >= 3,
+        "--samples must be at least 3 (median and quartiles), got {}",
+        opts.samples
+    );
     let steps = opts.samples as u64 * (3 + 4 * 3 + 2 + if opts.cross_process { 3 } else { 0 });
     let progress = crate::progress::bar(steps, "bench messaging");
     let mut t = Table { rows: Vec::new() };
@@ -96,51 +142,138 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
 
     let rt = opts.round_trips;
     let one_way = |f: fn(u64) -> Duration| move || ns_per(f(rt), rt) / 2.0;
-    let lat = alternate(s, &[&one_way(bench::atomic_pingpong), &one_way(bench::express_pingpong), &one_way(bench::crossbeam_pingpong)], &progress);
+    let lat = alternate(
+        s,
+        &[
+            &one_way(bench::atomic_pingpong),
+            &one_way(bench::express_pingpong),
+            &one_way(bench::crossbeam_pingpong),
+        ],
+        &progress,
+    );
     let g = "Express one-way latency, thread → thread (ping-pong ÷ 2)";
     t.push(g, "bare atomic ping-pong", "ns", lat[0]);
     let r = lat[1].ratio_to(&lat[0]);
-    t.compare(g, "Express", "ns", lat[1], ("atomic", &lat[0]), Some(("≤ 2.0× atomic".into(), r <= 2.0)));
+    t.compare(
+        g,
+        "Express",
+        "ns",
+        lat[1],
+        ("atomic", &lat[0]),
+        Some(("≤ 2.0× atomic".into(), r <= 2.0)),
+    );
     let faster = lat[1].median < lat[2].median;
-    t.compare(g, "crossbeam-channel bounded", "ns", lat[2], ("atomic", &lat[0]), Some(("Express faster".into(), faster)));
+    t.compare(
+        g,
+        "crossbeam-channel bounded",
+        "ns",
+        lat[2],
+        ("atomic", &lat[0]),
+        Some(("Express faster".into(), faster)),
+    );
 
     let m = opts.messages;
     for senders in [1usize, 2, 4, 8] {
-        let mps = |f: fn(usize, u64) -> Duration| move || m as f64 / f(senders, m).as_secs_f64() / 1e6;
-        let thr = alternate(s, &[&mps(bench::array_queue_throughput), &mps(bench::express_throughput), &mps(bench::mutex_deque_throughput)], &progress);
+        let mps =
+            |f: fn(usize, u64) -> Duration| move || m as f64 / f(senders, m).as_secs_f64() / 1e6;
+        let thr = alternate(
+            s,
+            &[
+                &mps(bench::array_queue_throughput),
+                &mps(bench::express_throughput),
+                &mps(bench::mutex_deque_throughput),
+            ],
+            &progress,
+        );
         let g = "Throughput into one queue, one receiver (million messages/s)";
-        let name = |what: &str| format!("{what}, {senders} sender{}", if senders > 1 { "s" } else { "" });
+        let name = |what: &str| {
+            format!(
+                "{what}, {senders} sender{}",
+                if senders > 1 { "s" } else { "" }
+            )
+        };
         t.push(g, name("ArrayQueue"), "M/s", thr[0]);
         let r = thr[1].ratio_to(&thr[0]);
-        t.compare(g, name("Express"), "M/s", thr[1], ("ArrayQueue", &thr[0]), Some(("≥ 0.9× ArrayQueue".into(), r >= 0.9)));
-        t.compare(g, name("Mutex<VecDeque>"), "M/s", thr[2], ("ArrayQueue", &thr[0]), None);
+        t.compare(
+            g,
+            name("Express"),
+            "M/s",
+            thr[1],
+            ("ArrayQueue", &thr[0]),
+            Some(("≥ 0.9× ArrayQueue".into(), r >= 0.9)),
+        );
+        t.compare(
+            g,
+            name("Mutex<VecDeque>"),
+            "M/s",
+            thr[2],
+            ("ArrayQueue", &thr[0]),
+            None,
+        );
     }
 
     let p = opts.pages;
     let per_page = |f: fn(u64) -> Duration| move || ns_per(f(p), p);
-    let pages = alternate(s, &[&per_page(bench::basic_stream), &per_page(bench::tag_on_stream)], &progress);
+    let pages = alternate(
+        s,
+        &[
+            &per_page(bench::basic_stream),
+            &per_page(bench::tag_on_stream),
+        ],
+        &progress,
+    );
     let g = "4 KiB page one way, thread → thread (ns per page)";
     t.push(g, "Basic ×16 (256 B each, copied)", "ns", pages[0]);
-    t.compare(g, "Tag-On (one pool buffer)", "ns", pages[1], ("Basic", &pages[0]), Some(("faster than Basic".into(), pages[1].median < pages[0].median)));
+    t.compare(
+        g,
+        "Tag-On (one pool buffer)",
+        "ns",
+        pages[1],
+        ("Basic", &pages[0]),
+        Some((
+            "faster than Basic".into(),
+            pages[1].median < pages[0].median,
+        )),
+    );
 
     if opts.cross_process {
-        let exe = std::env::current_exe().context("locating the multigrain binary to start the peer process")?;
-        let pp = bench::cross_process::PingPong::start(std::process::Command::new(exe)).map_err(anyhow::Error::msg)?;
+        let exe = std::env::current_exe()
+            .context("locating the multigrain binary to start the peer process")?;
+        let pp = bench::cross_process::PingPong::start(std::process::Command::new(exe))
+            .map_err(anyhow::Error::msg)?;
         let in_proc = || ns_per(bench::atomic_pingpong(rt), rt) / 2.0;
         let shm_atomic = || ns_per(pp.atomic(rt), rt) / 2.0;
         let shm_express = || ns_per(pp.express(rt), rt) / 2.0;
         let x = alternate(s, &[&in_proc, &shm_atomic, &shm_express], &progress);
         let g = "Express one-way latency, process → process (shared segment)";
         t.push(g, "bare atomic ping-pong, threads", "ns", x[0]);
-        t.compare(g, "bare atomic ping-pong, processes", "ns", x[1], ("atomic threads", &x[0]), None);
+        t.compare(
+            g,
+            "bare atomic ping-pong, processes",
+            "ns",
+            x[1],
+            ("atomic threads", &x[0]),
+            None,
+        );
         let r = x[2].ratio_to(&x[0]);
-        t.compare(g, "Express, processes", "ns", x[2], ("atomic threads", &x[0]), Some(("≤ 2.5× atomic".into(), r <= 2.5)));
+        t.compare(
+            g,
+            "Express, processes",
+            "ns",
+            x[2],
+            ("atomic threads", &x[0]),
+            Some(("≤ 2.5× atomic".into(), r <= 2.5)),
+        );
     }
     progress.finish_and_clear();
-    println!("multigrain bench messaging: {} samples per row, baselines measured in the same run (ratio = median / baseline median)", s);
+    println!(
+        "multigrain bench messaging: {} samples per row, baselines measured in the same run (ratio = median / baseline median)",
+        s
+    );
     t.print();
     if let Some(path) = json {
-        std::fs::write(path, serde_json::to_string_pretty(&t.rows)?).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, serde_json::to_string_pretty(&t.rows)?)
+            .with_context(|| format!("writing {}", path.display()))?;
         println!("\nwrote {}", path.display());
     }
     Ok(())

@@ -1,4 +1,24 @@
 //! One module per subcommand.
 
 pub mod bench_messaging;
+pub mod bench_net;
 pub mod config;
+pub mod hello;
+pub mod selftest;
+
+use anyhow::{Result, anyhow};
+use multigrain_cluster_config::JobConfig;
+use multigrain_messaging::control::ENV_CONFIG;
+use std::path::Path;
+
+/// The job's configuration: `--config FILE`, else `$MULTIGRAIN_CONFIG` (set by `multigrain
+/// launch`), else an error saying how to start the job.
+pub fn job_config(config: Option<&Path>, command: &str) -> Result<JobConfig> {
+    let path = match config {
+        Some(p) => p.to_path_buf(),
+        None => std::env::var_os(ENV_CONFIG).map(Into::into).ok_or_else(|| {
+            anyhow!("no job configuration: pass --config FILE, or start the job with `multigrain launch --config FILE -- multigrain {command}`, which sets {ENV_CONFIG}")
+        })?,
+    };
+    Ok(JobConfig::from_path(&path)?)
+}

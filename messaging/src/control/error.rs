@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use multigrain_cluster_config::{Launcher, RankError};
 
-use super::wire::FrameError;
 use super::ENV_CLUSTER;
+use super::wire::FrameError;
 
 /// A cluster that failed or died, as every cluster learns it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,12 +82,12 @@ pub enum ControlError {
     #[error("{0}")]
     Usage(String),
     /// Cluster 0 could not listen at the coordinator address.
-    #[error("cluster 0 (the coordinator) cannot listen on TCP {addr}: {source}{hint}")]
+    #[error("cluster 0 (the coordinator) cannot listen on TCP {addr}: {error}{hint}")]
     Bind {
         /// The address.
         addr: SocketAddr,
         /// The operating system's error.
-        source: io::Error,
+        error: io::Error,
         /// What to do, starting with `"; "`, or empty.
         hint: String,
     },
@@ -161,7 +161,7 @@ pub enum ControlError {
         error: String,
     },
     /// A control connection failed.
-    #[error("cluster {cluster}: control connection to {peer} failed while {doing}: {source}")]
+    #[error("cluster {cluster}: control connection to {peer} failed while {doing}: {error}")]
     Io {
         /// The cluster reporting.
         cluster: usize,
@@ -170,7 +170,7 @@ pub enum ControlError {
         /// What was being done.
         doing: &'static str,
         /// The error.
-        source: io::Error,
+        error: io::Error,
     },
     /// A cluster failed or died; the job cannot go on.
     #[error("{0}")]
@@ -277,7 +277,7 @@ pub(crate) fn show_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
         format!("{ms} ms")
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{:.1} s", d.as_secs_f64())

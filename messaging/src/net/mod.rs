@@ -602,6 +602,28 @@ impl IniGroup {
         self.net.hooks.lock().push(Box::new(f));
     }
 
+    /// Waits until every INI has sent, and had acknowledged, everything queued so far
+    /// (without stopping them: peers may still need to be acknowledged).
+    ///
+    /// # Errors
+    /// [`NetError::DrainTimeout`] if messages are still unacknowledged after `timeout`.
+    pub fn drain(&self, timeout: Duration) -> Result<(), NetError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let idle = self.net.slots.iter().all(|s| {
+                s.handoff.kick();
+                s.core.lock().idle(&s.handoff)
+            }) && self.net.held.load(Ordering::Relaxed) == 0;
+            if idle {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(NetError::DrainTimeout(timeout));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Stops the INIs after they have delivered and had acknowledged everything queued
     /// (so no message is lost at the end of a job), or after `timeout`. Returns the final
     /// statistics.

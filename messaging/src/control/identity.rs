@@ -1,0 +1,269 @@
+//! Which cluster this process is ([`Identity`]) and what it tells the
+//! others at start-up ([`Registration`]).
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, ToSocketAddrs};
+
+use multigrain_cluster_config::{JobConfig, detect_rank};
+use serde::{Deserialize, Serialize};
+
+use super::error::ControlError;
+use super::{ENV_CLUSTER, ENV_CLUSTERS, ENV_COORDINATOR};
+
+/// Which cluster this process is, and where the coordinator listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// This process's cluster id, below `clusters`.
+    pub cluster: usize,
+    /// The number of clusters in the job.
+    pub clusters: usize,
+    /// The TCP address of cluster 0's coordinator; cluster 0 binds it, the
+    /// others connect to it.
+    pub coordinator: SocketAddr,
+}
+
+impl Identity {
+    /// From the variables `multigrain launch` sets ([`ENV_CLUSTER`],
+    /// [`ENV_CLUSTERS`], [`ENV_COORDINATOR`]); else from
+    /// `SLURM_PROCID`/`SLURM_NTASKS`, `PMI_RANK`/`PMI_SIZE` or
+    /// `OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE` (see
+    /// [`detect_rank`]), with the coordinator at cluster 0's `host:port`
+    /// from `cfg`.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::BadVariable`] for a missing or malformed launch
+    /// variable or a cluster count that differs from `cfg`;
+    /// [`ControlError::Rank`] for unusable launcher rank variables;
+    /// [`ControlError::CoordinatorPortZero`] when a launcher started the
+    /// process and cluster 0's port is 0; [`ControlError::Resolve`] when
+    /// cluster 0's host does not resolve; [`ControlError::NoIdentity`] when
+    /// none of these variables is set.
+    pub fn from_env(cfg: &JobConfig) -> Result<Identity, ControlError> {
+        Self::from_lookup(cfg, |k| {
+            std::env::var_os(k).map(|v| v.to_string_lossy().into_owned())
+        })
+    }
+
+    /// [`Identity::from_env`] with variables read through `env` (which
+    /// returns `None` for an unset variable).
+    ///
+    /// # Errors
+    ///
+    /// As [`Identity::from_env`].
+    ///
+    /// ```
+    /// use multigrain_cluster_config::JobConfig;
+    /// use multigrain_messaging::control::Identity;
+    /// let cfg = JobConfig::from_str_named(
+    ///     "[[cluster]]\nhost = \"127.0.0.1\"\nport = 7000\n[[cluster]]\nhost = \"127.0.0.1\"\nport = 7010\n",
+    ///     "inline",
+    /// )?;
+    /// let env = |k: &str| match k {
+    ///     "SLURM_PROCID" => Some("1".to_owned()),
+    ///     "SLURM_NTASKS" => Some("2".to_owned()),
+    ///     _ => None,
+    /// };
+    /// let id = Identity::from_lookup(&cfg, env)?;
+    /// assert_eq!((id.cluster, id.clusters, id.coordinator.port()), (1, 2, 7000));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_lookup(
+        cfg: &JobConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Identity, ControlError> {
+        let clusters = cfg.clusters.len();
+        if let Some(value) = env(ENV_CLUSTER) {
+            let cluster = parse_count(ENV_CLUSTER, &value)?;
+            let total = env(ENV_CLUSTERS).ok_or_else(|| ControlError::BadVariable {
+                var: ENV_CLUSTERS,
+                value: None,
+                problem: format!(
+                    "not set, although {ENV_CLUSTER} is; start cluster processes with \
+                     `multigrain launch`, which sets both"
+                ),
+            })?;
+            let total_n = parse_count(ENV_CLUSTERS, &total)?;
+            if total_n != clusters {
+                return Err(ControlError::BadVariable {
+                    var: ENV_CLUSTERS,
+                    value: Some(total),
+                    problem: format!(
+                        "but the config defines {clusters} clusters; give every cluster process \
+                         the config the launcher used"
+                    ),
+                });
+            }
+            if cluster >= clusters {
+                return Err(ControlError::BadVariable {
+                    var: ENV_CLUSTER,
+                    value: Some(value),
+                    problem: format!("must be below {ENV_CLUSTERS} = {clusters}"),
+                });
+            }
+            let coordinator = env(ENV_COORDINATOR).ok_or_else(|| ControlError::BadVariable {
+                var: ENV_COORDINATOR,
+                value: None,
+                problem: format!(
+                    "not set, although {ENV_CLUSTER} is; it must be cluster 0's host:port"
+                ),
+            })?;
+            let coordinator =
+                parse_host_port(&coordinator).map_err(|problem| ControlError::BadVariable {
+                    var: ENV_COORDINATOR,
+                    value: Some(coordinator.clone()),
+                    problem,
+                })?;
+            return Ok(Identity {
+                cluster,
+                clusters,
+                coordinator,
+            });
+        }
+        let Some(rank) = detect_rank(|k| env(k))? else {
+            return Err(ControlError::NoIdentity { clusters });
+        };
+        cfg.check_launch_rank(&rank)?;
+        let c0 = &cfg.clusters[0];
+        if c0.port == 0 {
+            return Err(ControlError::CoordinatorPortZero {
+                launcher: rank.launcher,
+                host: c0.host.clone(),
+            });
+        }
+        let coordinator = resolve(&c0.host, c0.port).map_err(|reason| ControlError::Resolve {
+            host: c0.host.clone(),
+            port: c0.port,
+            reason,
+        })?;
+        Ok(Identity {
+            cluster: rank.rank,
+            clusters,
+            coordinator,
+        })
+    }
+}
+
+fn parse_count(var: &'static str, value: &str) -> Result<usize, ControlError> {
+    let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
+    match value.parse() {
+        Ok(n) if digits => Ok(n),
+        _ => Err(ControlError::BadVariable {
+            var,
+            value: Some(value.to_owned()),
+            problem: "expected a non-negative decimal integer".to_owned(),
+        }),
+    }
+}
+
+/// Parses `host:port` (`[v6]:port` for IPv6) and resolves the host,
+/// preferring an IPv4 address.
+///
+/// # Errors
+///
+/// A message saying what is wrong.
+pub fn parse_host_port(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err("expected host:port".to_owned());
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("port {port:?} is not a number between 0 and 65535"))?;
+    resolve(host, port)
+}
+
+/// Resolves `host` (a name or an address, IPv6 possibly in brackets) with
+/// `port`, preferring an IPv4 address.
+///
+/// # Errors
+///
+/// The resolver's answer, in words.
+pub fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let addrs: Vec<SocketAddr> = (bare, port)
+        .to_socket_addrs()
+        .map_err(|e| e.to_string())?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| "the name has no address".to_owned())
+}
+
+/// A TCP port that is free on `ip` now (the kernel picks it). Another
+/// process may take it before it is bound again; the coordinator then
+/// fails with an error naming the port.
+///
+/// # Errors
+///
+/// The error of binding `ip:0`.
+pub fn free_tcp_port(ip: IpAddr) -> io::Result<u16> {
+    Ok(TcpListener::bind(SocketAddr::new(ip, 0))?
+        .local_addr()?
+        .port())
+}
+
+/// [`free_tcp_port`] on 127.0.0.1.
+///
+/// # Errors
+///
+/// As [`free_tcp_port`].
+pub fn free_loopback_port() -> io::Result<u16> {
+    free_tcp_port(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// What a cluster tells every other cluster at start-up. `payload` is
+/// opaque to the control plane (the network layer puts its INI UDP
+/// addresses and shared-segment name there).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registration {
+    /// The cluster's id.
+    pub cluster: usize,
+    /// The host name of the machine it runs on.
+    pub host: String,
+    /// The machine's boot id (`/proc/sys/kernel/random/boot_id`): two
+    /// clusters with equal boot ids run on the same machine (and may share
+    /// memory).
+    pub boot_id: String,
+    /// The cluster process's pid.
+    pub pid: u32,
+    /// Data for the layers above, opaque here.
+    pub payload: Vec<u8>,
+}
+
+impl Registration {
+    /// This process's registration as cluster `cluster`: the host name
+    /// (`uname`'s node name), the boot id and the pid filled in.
+    pub fn local(cluster: usize, payload: Vec<u8>) -> Registration {
+        let host = nix::sys::utsname::uname()
+            .ok()
+            .map(|u| u.nodename().to_string_lossy().into_owned())
+            .unwrap_or_else(|| "unknown-host".to_owned());
+        let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|_| format!("unknown-boot-id-of-{host}"));
+        Registration {
+            cluster,
+            host,
+            boot_id,
+            pid: std::process::id(),
+            payload,
+        }
+    }
+
+    /// Whether `other` runs on the same machine (equal boot ids).
+    pub fn same_machine(&self, other: &Registration) -> bool {
+        self.boot_id == other.boot_id
+    }
+}

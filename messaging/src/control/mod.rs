@@ -1,0 +1,1141 @@
+//! The job control plane: who is in the job, start-up, barriers between
+//! start-up phases, failure propagation and the end of the job.
+//!
+//! Every cluster process of a job creates one [`Control`] with
+//! [`Control::join`]. The clusters form a TCP star through cluster 0, the
+//! *coordinator*: cluster 0 listens at [`Identity::coordinator`], every
+//! other cluster (a *member*) connects, retrying until the start-up timeout,
+//! and registers. When all have registered, the coordinator broadcasts every
+//! [`Registration`] — the configuration broadcast of paper 002 §3.2, from
+//! which every INI learns every other INI's address — and `join` returns
+//! them everywhere, indexed by cluster id. If start-up cannot complete
+//! within `job.startup_timeout_ms`, `join` fails naming the clusters that
+//! never registered.
+//!
+//! After start-up:
+//!
+//! * [`Control::barrier`] holds every cluster until all have reached it
+//!   (start-up phases such as "INIs up" and "begin");
+//! * heartbeats travel both ways on every connection every
+//!   `peer_timeout / 4`. A connection silent for `job.peer_timeout_ms`, or
+//!   closed or reset before its cluster called [`Control::finish`], is a
+//!   failure of that cluster; the coordinator tells every other cluster. If
+//!   the coordinator dies, every member reports "cluster 0 (the coordinator)
+//!   died". A process that dies closes its sockets at once, so a death is
+//!   usually known everywhere within milliseconds, and always within
+//!   `peer_timeout`. [`Control::failure`] and [`Control::on_failure`] tell
+//!   the caller; [`Control::abort`] reports this cluster's own failure;
+//! * [`Control::finish`] returns when every cluster has finished, so no
+//!   cluster tears down its network while another still needs it.
+//!
+//! Frames ([`wire`]) carry the job key (`job.key`) and a protocol version; a
+//! process of another job is refused.
+//!
+//! ```no_run
+//! use multigrain_cluster_config::JobConfig;
+//! use multigrain_messaging::control::{Control, Identity, Registration};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let cfg = JobConfig::from_path("job.toml".as_ref())?;
+//! let id = Identity::from_env(&cfg)?;
+//! let (control, all) = Control::join(&id, &cfg.job, Registration::local(id.cluster, vec![]))?;
+//! println!("cluster {} of {}; cluster 0 runs on {}", id.cluster, all.len(), all[0].host);
+//! control.barrier(1, cfg.job.startup_timeout())?;
+//! // ... the job ...
+//! control.finish(cfg.job.startup_timeout())?;
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod identity;
+pub mod wire;
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{self, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use multigrain_cluster_config::JobSettings;
+use parking_lot::{Condvar, Mutex};
+
+pub use error::{ControlError, Failure};
+pub use identity::{
+    Identity, Registration, free_loopback_port, free_tcp_port, parse_host_port, resolve,
+};
+use wire::{FrameError, Message, ReadError};
+
+use error::show_duration;
+
+/// Cluster id of this process; set by `multigrain launch`.
+pub const ENV_CLUSTER: &str = "MULTIGRAIN_CLUSTER_ID";
+/// Number of clusters in the job; set by `multigrain launch`.
+pub const ENV_CLUSTERS: &str = "MULTIGRAIN_CLUSTERS";
+/// `host:port` of cluster 0's coordinator (TCP); set by `multigrain launch`.
+pub const ENV_COORDINATOR: &str = "MULTIGRAIN_COORDINATOR";
+/// Absolute path of the job's TOML file; set by `multigrain launch`.
+pub const ENV_CONFIG: &str = "MULTIGRAIN_CONFIG";
+
+/// Exit code of a cluster process that stops because *another* cluster
+/// failed ([`ControlError::ClusterFailed`] naming another cluster), so that
+/// `multigrain launch` can tell the cause of a failed job from its
+/// consequences. A cluster's own failure exits with another non-zero code.
+pub const EXIT_PEER_FAILED: i32 = 3;
+
+/// How long the coordinator waits for a new connection's registration.
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
+/// How often the coordinator looks for new connections during start-up.
+const ACCEPT_POLL: Duration = Duration::from_millis(10);
+
+/// One control connection, seen from this end.
+struct Conn {
+    /// The cluster at the other end.
+    cluster: usize,
+    /// Its address.
+    peer: SocketAddr,
+    /// The job key frames carry.
+    key: u64,
+    /// Frames are written whole under this lock.
+    writer: Mutex<TcpStream>,
+    /// A handle for `shutdown`, usable while a write blocks.
+    ctl: TcpStream,
+}
+
+impl Conn {
+    /// Wraps `stream`; returns the connection and a handle for its reader.
+    fn new(
+        stream: TcpStream,
+        cluster: usize,
+        key: u64,
+        write_timeout: Duration,
+    ) -> io::Result<(Arc<Conn>, TcpStream)> {
+        stream.set_nodelay(true)?;
+        stream.set_write_timeout(Some(write_timeout))?;
+        let peer = stream.peer_addr()?;
+        let conn = Conn {
+            cluster,
+            peer,
+            key,
+            writer: Mutex::new(stream.try_clone()?),
+            ctl: stream.try_clone()?,
+        };
+        Ok((Arc::new(conn), stream))
+    }
+
+    fn send(&self, msg: &Message) -> io::Result<()> {
+        let frame = wire::encode(self.key, msg);
+        self.writer.lock().write_all(&frame)
+    }
+
+    fn shutdown(&self) {
+        let _ = self.ctl.shutdown(Shutdown::Both);
+    }
+}
+
+/// How a connection ended.
+enum Lost {
+    Closed,
+    Reset(io::Error),
+    Silent,
+    Read(io::Error),
+    Send(io::Error),
+    Frame(FrameError),
+}
+
+impl From<ReadError> for Lost {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Closed => Lost::Closed,
+            ReadError::Frame(f) => Lost::Frame(f),
+            ReadError::Io(e) => match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Lost::Silent,
+                io::ErrorKind::UnexpectedEof => Lost::Closed,
+                io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe => Lost::Reset(e),
+                _ => Lost::Read(e),
+            },
+        }
+    }
+}
+
+type Callback = Box<dyn Fn(&Failure) + Send + Sync>;
+
+#[derive(Default)]
+struct State {
+    /// The first failure learned.
+    failure: Option<Failure>,
+    /// `on_failure` callbacks not yet called.
+    callbacks: Vec<Callback>,
+    /// Barrier releases not yet consumed, by tag.
+    released: HashMap<u32, u64>,
+    /// Coordinator: clusters arrived at each open barrier.
+    arrivals: HashMap<u32, BTreeSet<usize>>,
+    /// Coordinator: clusters that called `finish`.
+    finished: BTreeSet<usize>,
+    /// Coordinator: clusters whose connection has ended.
+    closed: BTreeSet<usize>,
+    /// Coordinator during start-up: clusters not registered yet.
+    missing: Option<Vec<usize>>,
+    /// Coordinator during start-up: a member gave up waiting (its own
+    /// start-up timeout passed first).
+    gave_up: Option<usize>,
+    /// This cluster called `finish`.
+    finishing: bool,
+    /// Every cluster finished.
+    done: bool,
+    /// The `Control` is being dropped.
+    closing: bool,
+    /// A failure is being broadcast; it becomes `failure` afterwards.
+    announcing: bool,
+    /// Coordinator: `Done` is being broadcast; `done` follows.
+    announcing_done: bool,
+}
+
+struct Shared {
+    me: usize,
+    clusters: usize,
+    key: u64,
+    coordinator: SocketAddr,
+    peer_timeout: Duration,
+    links: Mutex<Vec<Arc<Conn>>>,
+    state: Mutex<State>,
+    changed: Condvar,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn links(&self) -> Vec<Arc<Conn>> {
+        self.links.lock().clone()
+    }
+
+    fn spawn(self: &Arc<Self>, name: String, f: impl FnOnce(Arc<Shared>) + Send + 'static) {
+        let shared = Arc::clone(self);
+        match thread::Builder::new().name(name).spawn(move || f(shared)) {
+            Ok(h) => self.threads.lock().push(h),
+            Err(e) => self.report(Failure {
+                cluster: self.me,
+                reason: format!("cannot start a control-plane thread: {e}"),
+            }),
+        }
+    }
+
+    /// Sends `msg` on `conn`; a failed send is that connection's loss.
+    fn send_to(&self, conn: &Conn, msg: &Message) {
+        if let Err(e) = conn.send(msg) {
+            self.connection_lost(conn.cluster, conn.peer, Lost::Send(e));
+        }
+    }
+
+    fn broadcast(&self, msg: &Message, except: Option<usize>) {
+        for conn in self.links() {
+            if Some(conn.cluster) != except {
+                self.send_to(&conn, msg);
+            }
+        }
+    }
+
+    /// Records the job's first failure, tells the others (coordinator) and
+    /// calls the callbacks. The coordinator broadcasts before the failure
+    /// becomes visible here, so a caller that reacts by exiting cannot cut
+    /// the broadcast short.
+    fn report(&self, f: Failure) {
+        {
+            let mut st = self.state.lock();
+            if st.failure.is_some() || st.announcing || st.done || st.announcing_done || st.closing
+            {
+                return;
+            }
+            st.announcing = true;
+        }
+        tracing::debug!(cluster = self.me, "control: {f}");
+        if self.me == 0 {
+            let msg = Message::Failed {
+                cluster: f.cluster,
+                reason: f.reason.clone(),
+            };
+            self.broadcast(&msg, Some(f.cluster));
+        }
+        let callbacks = {
+            let mut st = self.state.lock();
+            st.announcing = false;
+            st.failure = Some(f.clone());
+            self.changed.notify_all();
+            std::mem::take(&mut st.callbacks)
+        };
+        for cb in callbacks {
+            cb(&f);
+        }
+    }
+
+    /// The connection to `cluster` ended.
+    fn connection_lost(&self, cluster: usize, peer: SocketAddr, how: Lost) {
+        {
+            let mut st = self.state.lock();
+            if self.me == 0 {
+                st.closed.insert(cluster);
+                self.changed.notify_all();
+                if st.finished.contains(&cluster) || st.gave_up.is_some() {
+                    return;
+                }
+            }
+            if st.closing || st.done || st.failure.is_some() || st.announcing {
+                return;
+            }
+        }
+        let timeout = show_duration(self.peer_timeout);
+        let reason = if self.me == 0 {
+            match how {
+                Lost::Closed => "its control connection closed before it finished (the process \
+                                 exited, crashed or was killed)"
+                    .to_owned(),
+                Lost::Reset(e) => format!(
+                    "its control connection was reset ({e}): the process exited, crashed or was \
+                     killed"
+                ),
+                Lost::Silent => format!(
+                    "nothing heard from it (at {peer}) for {timeout}: it hangs, or its host or \
+                     the network is down"
+                ),
+                Lost::Read(e) => format!("reading from its control connection failed: {e}"),
+                Lost::Send(e) => format!("sending to it failed: {e}"),
+                Lost::Frame(e) => format!("it sent a bad control frame: {e}"),
+            }
+        } else {
+            match how {
+                Lost::Closed => format!(
+                    "cluster 0 (the coordinator) died: its control connection at {peer} closed"
+                ),
+                Lost::Reset(e) => format!(
+                    "cluster 0 (the coordinator) died: its control connection at {peer} was \
+                     reset ({e})"
+                ),
+                Lost::Silent => format!(
+                    "cluster 0 (the coordinator) died or hangs: nothing heard from it at {peer} \
+                     for {timeout}"
+                ),
+                Lost::Read(e) => {
+                    format!("cluster 0 (the coordinator) died: reading from {peer} failed: {e}")
+                }
+                Lost::Send(e) => {
+                    format!("cluster 0 (the coordinator) died: sending to {peer} failed: {e}")
+                }
+                Lost::Frame(e) => format!("cluster 0 (the coordinator) sent a bad frame: {e}"),
+            }
+        };
+        let cluster = if self.me == 0 { cluster } else { 0 };
+        self.report(Failure { cluster, reason });
+    }
+
+    /// A message from `from` after registration.
+    fn handle(&self, from: usize, msg: Message) {
+        match (self.me == 0, msg) {
+            (_, Message::Heartbeat | Message::StartupStatus { .. }) => {}
+            (true, Message::Barrier { tag }) => self.arrive(tag, from),
+            (true, Message::Abort { reason }) => self.report(Failure {
+                cluster: from,
+                reason,
+            }),
+            (true, Message::Finish) => self.mark_finished(from),
+            (true, Message::StartupFailed { .. }) => {
+                let mut st = self.state.lock();
+                if st.missing.is_some() {
+                    st.gave_up = Some(from);
+                    self.changed.notify_all();
+                }
+            }
+            (false, Message::Release { tag }) => {
+                let mut st = self.state.lock();
+                *st.released.entry(tag).or_default() += 1;
+                self.changed.notify_all();
+            }
+            (false, Message::Failed { cluster, reason }) => {
+                self.report(Failure { cluster, reason });
+            }
+            (false, Message::Done) => {
+                let mut st = self.state.lock();
+                st.done = true;
+                self.changed.notify_all();
+            }
+            (_, other) => tracing::debug!(
+                cluster = self.me,
+                "control: ignoring unexpected {other:?} from cluster {from}"
+            ),
+        }
+    }
+
+    /// Coordinator: `from` reached barrier `tag`. The release is broadcast
+    /// before the local waiters wake.
+    fn arrive(&self, tag: u32, from: usize) {
+        let complete = {
+            let mut st = self.state.lock();
+            let set = st.arrivals.entry(tag).or_default();
+            set.insert(from);
+            if set.len() == self.clusters {
+                st.arrivals.remove(&tag);
+                true
+            } else {
+                false
+            }
+        };
+        if complete {
+            self.broadcast(&Message::Release { tag }, None);
+            let mut st = self.state.lock();
+            *st.released.entry(tag).or_default() += 1;
+            self.changed.notify_all();
+        }
+    }
+
+    /// Coordinator: `from` called `finish`. `Done` is broadcast before the
+    /// local `finish` returns.
+    fn mark_finished(&self, from: usize) {
+        let all = {
+            let mut st = self.state.lock();
+            st.finished.insert(from);
+            let all = st.finished.len() == self.clusters
+                && st.failure.is_none()
+                && !st.announcing
+                && !st.done
+                && !st.announcing_done;
+            st.announcing_done |= all;
+            all
+        };
+        if all {
+            self.broadcast(&Message::Done, None);
+            let mut st = self.state.lock();
+            st.done = true;
+            self.changed.notify_all();
+        }
+    }
+
+    /// Reads frames from `conn` until it ends.
+    fn read_loop(&self, conn: &Conn, mut stream: TcpStream) {
+        if let Err(e) = stream.set_read_timeout(Some(self.peer_timeout)) {
+            self.connection_lost(conn.cluster, conn.peer, Lost::Read(e));
+            return;
+        }
+        loop {
+            match wire::read_frame(&mut stream, self.key) {
+                Ok(msg) => self.handle(conn.cluster, msg),
+                Err(e) => {
+                    self.connection_lost(conn.cluster, conn.peer, e.into());
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends a heartbeat (during the coordinator's start-up: the start-up
+    /// status) on every connection every `peer_timeout / 4`.
+    fn heartbeat_loop(&self) {
+        let interval = (self.peer_timeout / 4).max(Duration::from_millis(1));
+        let mut next = Instant::now() + interval;
+        loop {
+            let msg = {
+                let mut st = self.state.lock();
+                loop {
+                    if st.closing || st.done {
+                        return;
+                    }
+                    if Instant::now() >= next {
+                        break;
+                    }
+                    self.changed.wait_until(&mut st, next);
+                }
+                match &st.missing {
+                    Some(missing) => Message::StartupStatus {
+                        missing: missing.clone(),
+                    },
+                    None => Message::Heartbeat,
+                }
+            };
+            for conn in self.links() {
+                self.send_to(&conn, &msg);
+            }
+            next += interval;
+            let now = Instant::now();
+            if next < now {
+                next = now + interval;
+            }
+        }
+    }
+
+    /// Stops every thread and closes every connection.
+    fn close(&self) {
+        {
+            let mut st = self.state.lock();
+            st.closing = true;
+            self.changed.notify_all();
+        }
+        for conn in self.links() {
+            conn.shutdown();
+        }
+        let handles = std::mem::take(&mut *self.threads.lock());
+        let me = thread::current().id();
+        for h in handles {
+            if h.thread().id() != me {
+                let _ = h.join();
+            }
+        }
+    }
+
+    fn failed(&self) -> Result<(), ControlError> {
+        match &self.state.lock().failure {
+            Some(f) => Err(ControlError::ClusterFailed(f.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One cluster's handle on the job's control plane. Dropping it without
+/// [`Control::finish`] closes its connections, which every other cluster
+/// learns as this cluster's failure.
+pub struct Control {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("cluster", &self.shared.me)
+            .field("clusters", &self.shared.clusters)
+            .field("coordinator", &self.shared.coordinator)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        self.shared.close();
+    }
+}
+
+impl Control {
+    fn new(id: &Identity, settings: &JobSettings) -> Control {
+        let peer_timeout = settings.peer_timeout().max(Duration::from_millis(4));
+        Control {
+            shared: Arc::new(Shared {
+                me: id.cluster,
+                clusters: id.clusters,
+                key: settings.key,
+                coordinator: id.coordinator,
+                peer_timeout,
+                links: Mutex::new(Vec::new()),
+                state: Mutex::new(State::default()),
+                changed: Condvar::new(),
+                threads: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Joins the job. Cluster 0 becomes the coordinator (binds the TCP
+    /// address `id.coordinator`); the others connect (retrying until the
+    /// start-up timeout) and register. When all have registered, the
+    /// coordinator broadcasts every registration (paper 002 §3.2) and every
+    /// cluster returns them, indexed by cluster id.
+    ///
+    /// # Errors
+    ///
+    /// Within `settings.startup_timeout()`:
+    /// [`ControlError::StartupTimeout`] naming the clusters that never
+    /// registered, [`ControlError::Unreachable`] when a member never reached
+    /// the coordinator, [`ControlError::Bind`] when the coordinator cannot
+    /// listen, [`ControlError::Rejected`] / [`ControlError::ForeignJob`] when
+    /// the coordinator refuses this process (duplicate cluster id, other
+    /// cluster count, other job key), [`ControlError::ClusterFailed`] when a
+    /// cluster died during start-up, [`ControlError::Usage`] when `me` or
+    /// `id` is inconsistent.
+    pub fn join(
+        id: &Identity,
+        settings: &JobSettings,
+        me: Registration,
+    ) -> Result<(Control, Vec<Registration>), ControlError> {
+        if id.clusters == 0 || id.cluster >= id.clusters {
+            return Err(ControlError::Usage(format!(
+                "cluster id {} is not below the cluster count {}",
+                id.cluster, id.clusters
+            )));
+        }
+        if me.cluster != id.cluster {
+            return Err(ControlError::Usage(format!(
+                "the registration is for cluster {} but this process is cluster {}",
+                me.cluster, id.cluster
+            )));
+        }
+        if id.cluster == 0 {
+            Self::join_coordinator(id, settings, me)
+        } else {
+            Self::join_member(id, settings, me)
+        }
+    }
+
+    fn join_coordinator(
+        id: &Identity,
+        settings: &JobSettings,
+        me: Registration,
+    ) -> Result<(Control, Vec<Registration>), ControlError> {
+        let timeout = settings.startup_timeout();
+        let deadline = Instant::now() + timeout;
+        let addr = id.coordinator;
+        let listener = TcpListener::bind(addr).map_err(|error| {
+            let hint = match error.kind() {
+                io::ErrorKind::AddrInUse => format!(
+                    "; TCP port {} is in use on this host (another job or service?): give \
+                     cluster 0 another port in the config",
+                    addr.port()
+                ),
+                io::ErrorKind::AddrNotAvailable => format!(
+                    "; {} is not an address of this host: cluster 0 must run on the host the \
+                     config names for it",
+                    addr.ip()
+                ),
+                _ => String::new(),
+            };
+            ControlError::Bind { addr, error, hint }
+        })?;
+        let control = Control::new(id, settings);
+        let shared = &control.shared;
+        let n = id.clusters;
+        let mut regs: Vec<Option<Registration>> = vec![None; n];
+        regs[0] = Some(me);
+        if n > 1 {
+            listener
+                .set_nonblocking(true)
+                .map_err(|error| ControlError::Bind {
+                    addr,
+                    error,
+                    hint: String::new(),
+                })?;
+            shared.state.lock().missing = Some((1..n).collect());
+            shared.spawn("mg-ctl-heartbeat".into(), |s| s.heartbeat_loop());
+            let (tx, rx) = mpsc::channel();
+            loop {
+                loop {
+                    match listener.accept() {
+                        Ok((stream, from)) => {
+                            let tx = tx.clone();
+                            let key = settings.key;
+                            let spawned = thread::Builder::new()
+                                .name("mg-ctl-handshake".into())
+                                .spawn(move || handshake(stream, from, key, deadline, &tx));
+                            if let Err(e) = spawned {
+                                tracing::warn!("cluster 0: cannot start a handshake thread: {e}");
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) => {
+                            tracing::debug!("cluster 0: accept on {addr} failed: {e}");
+                            break;
+                        }
+                    }
+                }
+                if let Ok((stream, from, result)) = rx.recv_timeout(ACCEPT_POLL) {
+                    control.admit(&mut regs, stream, from, result);
+                }
+                shared.failed()?;
+                let missing: Vec<usize> = (0..n).filter(|&c| regs[c].is_none()).collect();
+                if missing.is_empty() {
+                    break;
+                }
+                let gave_up = shared.state.lock().gave_up;
+                if let Some(c) = gave_up {
+                    tracing::debug!("cluster 0: cluster {c} gave up waiting for start-up");
+                }
+                if Instant::now() >= deadline || gave_up.is_some() {
+                    let msg = Message::StartupFailed {
+                        missing: missing.clone(),
+                        timeout_ms: settings.startup_timeout_ms,
+                    };
+                    shared.broadcast(&msg, None);
+                    return Err(ControlError::StartupTimeout {
+                        cluster: 0,
+                        coordinator: addr,
+                        timeout,
+                        missing,
+                    });
+                }
+            }
+            shared.state.lock().missing = None;
+        }
+        drop(listener);
+        let registrations: Vec<Registration> = regs.into_iter().flatten().collect();
+        if n > 1 {
+            shared.broadcast(
+                &Message::Welcome {
+                    registrations: registrations.clone(),
+                },
+                None,
+            );
+            shared.failed()?;
+        }
+        Ok((control, registrations))
+    }
+
+    /// Coordinator during start-up: accepts or refuses one registration.
+    fn admit(
+        &self,
+        regs: &mut [Option<Registration>],
+        stream: TcpStream,
+        from: SocketAddr,
+        result: Result<Message, ReadError>,
+    ) {
+        let shared = &self.shared;
+        let n = shared.clusters;
+        let refuse = |reason: String| refuse(stream.try_clone(), from, shared.key, reason);
+        let (registration, clusters) = match result {
+            Ok(Message::Register {
+                registration,
+                clusters,
+            }) => (registration, clusters),
+            Ok(other) => return refuse(format!("expected a registration, got {other:?}")),
+            Err(ReadError::Frame(
+                e @ (FrameError::ForeignKey { .. } | FrameError::Version { .. }),
+            )) => {
+                return refuse(match e {
+                    FrameError::ForeignKey { .. } => {
+                        format!("{e} (a process of another job, or another `job.key`?)")
+                    }
+                    other => other.to_string(),
+                });
+            }
+            Err(e) => {
+                tracing::debug!(
+                    "cluster 0: dropped a connection from {from} that did not register: {e}"
+                );
+                return;
+            }
+        };
+        let c = registration.cluster;
+        if clusters != n {
+            return refuse(format!(
+                "cluster {c} believes the job has {clusters} clusters, the coordinator's config \
+                 has {n}: start every cluster with the same config"
+            ));
+        }
+        if c == 0 || c >= n {
+            return refuse(format!(
+                "cluster id {c} is out of range: the members of this job are clusters 1 to {}",
+                n - 1
+            ));
+        }
+        if let Some(prev) = &regs[c] {
+            return refuse(format!(
+                "cluster {c} is already registered (pid {} on {}): two processes were started \
+                 as cluster {c}",
+                prev.pid, prev.host
+            ));
+        }
+        let (conn, reader) = match Conn::new(stream, c, shared.key, shared.peer_timeout / 2) {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::warn!("cluster 0: lost the connection of cluster {c} from {from}: {e}");
+                return;
+            }
+        };
+        shared.links.lock().push(Arc::clone(&conn));
+        let reader_conn = Arc::clone(&conn);
+        shared.spawn(format!("mg-ctl-read-{c}"), move |s| {
+            s.read_loop(&reader_conn, reader)
+        });
+        regs[c] = Some(registration);
+        let missing: Vec<usize> = (0..n).filter(|&i| regs[i].is_none()).collect();
+        shared.state.lock().missing = Some(missing.clone());
+        shared.send_to(&conn, &Message::StartupStatus { missing });
+    }
+
+    fn join_member(
+        id: &Identity,
+        settings: &JobSettings,
+        me: Registration,
+    ) -> Result<(Control, Vec<Registration>), ControlError> {
+        let timeout = settings.startup_timeout();
+        let deadline = Instant::now() + timeout;
+        let addr = id.coordinator;
+        let cluster = id.cluster;
+        let stream = connect(id, timeout, deadline)?;
+        let control = Control::new(id, settings);
+        let shared = &control.shared;
+        let io_err = |doing, error| ControlError::Io {
+            cluster,
+            peer: addr,
+            doing,
+            error,
+        };
+        let (conn, mut stream) = Conn::new(stream, 0, settings.key, shared.peer_timeout / 2)
+            .map_err(|e| io_err("setting up the connection", e))?;
+        shared.links.lock().push(Arc::clone(&conn));
+        let register = Message::Register {
+            registration: me,
+            clusters: id.clusters,
+        };
+        conn.send(&register).map_err(|e| io_err("registering", e))?;
+        shared.spawn(format!("mg-ctl-heartbeat-{cluster}"), |s| {
+            s.heartbeat_loop()
+        });
+        let mut missing = Vec::new();
+        let registrations = loop {
+            let now = Instant::now();
+            if now >= deadline {
+                // Tell the coordinator, so that this hang-up is not taken
+                // for a crash.
+                let _ = conn.send(&Message::StartupFailed {
+                    missing: missing.clone(),
+                    timeout_ms: settings.startup_timeout_ms,
+                });
+                return Err(ControlError::StartupTimeout {
+                    cluster,
+                    coordinator: addr,
+                    timeout,
+                    missing,
+                });
+            }
+            let wait = (deadline - now).min(shared.peer_timeout);
+            stream
+                .set_read_timeout(Some(wait))
+                .map_err(|e| io_err("waiting for the configuration", e))?;
+            match wire::read_frame(&mut stream, settings.key) {
+                Ok(Message::StartupStatus { missing: m }) => missing = m,
+                Ok(Message::Welcome { registrations }) => break registrations,
+                Ok(Message::StartupFailed {
+                    missing,
+                    timeout_ms,
+                }) => {
+                    return Err(ControlError::StartupTimeout {
+                        cluster,
+                        coordinator: addr,
+                        timeout: Duration::from_millis(timeout_ms),
+                        missing,
+                    });
+                }
+                Ok(Message::Rejected { reason }) => {
+                    return Err(ControlError::Rejected {
+                        cluster,
+                        coordinator: addr,
+                        reason,
+                    });
+                }
+                Ok(Message::Failed { cluster: c, reason }) => {
+                    return Err(ControlError::ClusterFailed(Failure { cluster: c, reason }));
+                }
+                Ok(other) => tracing::debug!(
+                    "cluster {cluster}: ignoring {other:?} from the coordinator during start-up"
+                ),
+                Err(ReadError::Frame(e)) => return Err(ControlError::from_frame(cluster, addr, e)),
+                Err(e) => {
+                    let lost = Lost::from(e);
+                    if matches!(lost, Lost::Silent) && Instant::now() >= deadline {
+                        continue;
+                    }
+                    let how = match lost {
+                        Lost::Silent => format!(
+                            "died or hangs: nothing heard from it at {addr} for {}",
+                            show_duration(wait)
+                        ),
+                        Lost::Closed => format!("died: its control connection at {addr} closed"),
+                        Lost::Reset(e) | Lost::Read(e) | Lost::Send(e) => {
+                            format!("died: its control connection at {addr} failed: {e}")
+                        }
+                        Lost::Frame(e) => format!("sent a bad frame: {e}"),
+                    };
+                    return Err(ControlError::ClusterFailed(Failure {
+                        cluster: 0,
+                        reason: format!("cluster 0 (the coordinator) {how} during start-up"),
+                    }));
+                }
+            }
+        };
+        let consistent = registrations.len() == id.clusters
+            && registrations
+                .iter()
+                .enumerate()
+                .all(|(i, r)| r.cluster == i);
+        if !consistent {
+            return Err(ControlError::Protocol {
+                cluster,
+                peer: addr,
+                error: format!(
+                    "the configuration broadcast lists clusters {:?}, expected 0 to {}",
+                    registrations.iter().map(|r| r.cluster).collect::<Vec<_>>(),
+                    id.clusters - 1
+                ),
+            });
+        }
+        let reader_conn = Arc::clone(&conn);
+        shared.spawn(format!("mg-ctl-read-{cluster}"), move |s| {
+            s.read_loop(&reader_conn, stream)
+        });
+        Ok((control, registrations))
+    }
+
+    /// This cluster's id.
+    pub fn cluster(&self) -> usize {
+        self.shared.me
+    }
+
+    /// The number of clusters in the job.
+    pub fn clusters(&self) -> usize {
+        self.shared.clusters
+    }
+
+    /// The coordinator's address.
+    pub fn coordinator(&self) -> SocketAddr {
+        self.shared.coordinator
+    }
+
+    /// Waits until every cluster has reached barrier `tag` (start-up phases
+    /// such as "INIs up" and "begin"). Barriers with the same tag may be
+    /// repeated; each call is one more round.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::ClusterFailed`] when a cluster failed (before or
+    /// during the wait), [`ControlError::BarrierTimeout`] after `timeout`
+    /// (naming the missing clusters on the coordinator),
+    /// [`ControlError::Finished`] after [`Control::finish`].
+    pub fn barrier(&self, tag: u32, timeout: Duration) -> Result<(), ControlError> {
+        let shared = &self.shared;
+        let deadline = Instant::now() + timeout;
+        {
+            let st = shared.state.lock();
+            if let Some(f) = &st.failure {
+                return Err(ControlError::ClusterFailed(f.clone()));
+            }
+            if st.finishing || st.done {
+                return Err(ControlError::Finished { cluster: shared.me });
+            }
+        }
+        if shared.me == 0 {
+            shared.arrive(tag, 0);
+        } else {
+            for conn in shared.links() {
+                shared.send_to(&conn, &Message::Barrier { tag });
+            }
+        }
+        let mut st = shared.state.lock();
+        loop {
+            if let Some(left) = st.released.get_mut(&tag) {
+                *left -= 1;
+                if *left == 0 {
+                    st.released.remove(&tag);
+                }
+                return Ok(());
+            }
+            if let Some(f) = &st.failure {
+                return Err(ControlError::ClusterFailed(f.clone()));
+            }
+            if Instant::now() >= deadline {
+                let missing = match st.arrivals.get(&tag) {
+                    Some(arrived) if shared.me == 0 => (0..shared.clusters)
+                        .filter(|c| !arrived.contains(c))
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                return Err(ControlError::BarrierTimeout {
+                    cluster: shared.me,
+                    tag,
+                    timeout,
+                    missing,
+                });
+            }
+            shared.changed.wait_until(&mut st, deadline);
+        }
+    }
+
+    /// The first cluster that failed or died, if any (non-blocking).
+    pub fn failure(&self) -> Option<Failure> {
+        self.shared.state.lock().failure.clone()
+    }
+
+    /// Waits up to `timeout` for a failure; returns it, or `None` if none
+    /// happened (or the job finished) in that time.
+    pub fn wait_failure(&self, timeout: Duration) -> Option<Failure> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.state.lock();
+        loop {
+            if st.failure.is_some() || st.done || Instant::now() >= deadline {
+                return st.failure.clone();
+            }
+            self.shared.changed.wait_until(&mut st, deadline);
+        }
+    }
+
+    /// Calls `f` from a background thread when any cluster (this one
+    /// included, through [`Control::abort`]) fails or dies; at most once. If
+    /// a failure is already known, `f` is called at once from a new thread.
+    pub fn on_failure(&self, f: impl Fn(&Failure) + Send + Sync + 'static) {
+        let mut st = self.shared.state.lock();
+        match st.failure.clone() {
+            Some(failure) => {
+                drop(st);
+                let spawned = thread::Builder::new()
+                    .name("mg-ctl-on-failure".into())
+                    .spawn(move || f(&failure));
+                if let Err(e) = spawned {
+                    tracing::warn!("cannot start the on_failure thread: {e}");
+                }
+            }
+            None => st.callbacks.push(Box::new(f)),
+        }
+    }
+
+    /// This cluster failed: tells the others, who learn it as a
+    /// [`Failure`] naming this cluster with `reason`. This cluster's own
+    /// [`Control::failure`] reports it too, and pending barriers return.
+    pub fn abort(&self, reason: &str) {
+        let shared = &self.shared;
+        if shared.me != 0 {
+            for conn in shared.links() {
+                let _ = conn.send(&Message::Abort {
+                    reason: reason.to_owned(),
+                });
+            }
+        }
+        shared.report(Failure {
+            cluster: shared.me,
+            reason: reason.to_owned(),
+        });
+    }
+
+    /// This cluster is done: returns when every cluster is done (so nobody
+    /// tears down its network while a peer still needs it). Calling it again
+    /// after success returns at once.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::ClusterFailed`] if a cluster failed,
+    /// [`ControlError::FinishTimeout`] if not every cluster finished within
+    /// `timeout`.
+    pub fn finish(&self, timeout: Duration) -> Result<(), ControlError> {
+        let shared = &self.shared;
+        let deadline = Instant::now() + timeout;
+        {
+            let mut st = shared.state.lock();
+            if st.done {
+                return Ok(());
+            }
+            if let Some(f) = &st.failure {
+                return Err(ControlError::ClusterFailed(f.clone()));
+            }
+            st.finishing = true;
+        }
+        if shared.me == 0 {
+            shared.mark_finished(0);
+        } else {
+            for conn in shared.links() {
+                shared.send_to(&conn, &Message::Finish);
+            }
+        }
+        let mut st = shared.state.lock();
+        while !st.done {
+            if let Some(f) = &st.failure {
+                return Err(ControlError::ClusterFailed(f.clone()));
+            }
+            if Instant::now() >= deadline {
+                let missing = if shared.me == 0 {
+                    (0..shared.clusters)
+                        .filter(|c| !st.finished.contains(c))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                return Err(ControlError::FinishTimeout {
+                    cluster: shared.me,
+                    timeout,
+                    missing,
+                });
+            }
+            shared.changed.wait_until(&mut st, deadline);
+        }
+        if shared.me == 0 {
+            // Let every member read `Done` and hang up before this process
+            // may exit; a member that does not is cut off after peer_timeout.
+            let limit = deadline.min(Instant::now() + shared.peer_timeout);
+            while st.closed.len() + 1 < shared.clusters && Instant::now() < limit {
+                shared.changed.wait_until(&mut st, limit);
+            }
+        } else {
+            drop(st);
+            for conn in shared.links() {
+                conn.shutdown();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Coordinator: tells a refused process why and hangs up. The refused side
+/// may still be sending, so its data is drained on a thread until it hangs up
+/// too (at most a second): closing with unread data would reset the
+/// connection and could destroy the reason before it is read.
+fn refuse(stream: io::Result<TcpStream>, from: SocketAddr, key: u64, reason: String) {
+    tracing::warn!("cluster 0: refused the connection from {from}: {reason}");
+    let Ok(stream) = stream else { return };
+    let linger = Duration::from_secs(1);
+    let _ = stream.set_write_timeout(Some(linger));
+    let _ = wire::write_frame(&mut &stream, key, &Message::Rejected { reason });
+    let _ = stream.shutdown(Shutdown::Write);
+    let _ = thread::Builder::new()
+        .name("mg-ctl-refuse".into())
+        .spawn(move || {
+            let deadline = Instant::now() + linger;
+            let mut sink = [0u8; 4096];
+            while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+                if stream
+                    .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                    .is_err()
+                {
+                    break;
+                }
+                match io::Read::read(&mut &stream, &mut sink) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        });
+}
+
+/// Coordinator: reads a new connection's first frame on its own thread.
+fn handshake(
+    stream: TcpStream,
+    from: SocketAddr,
+    key: u64,
+    deadline: Instant,
+    tx: &mpsc::Sender<(TcpStream, SocketAddr, Result<Message, ReadError>)>,
+) {
+    let wait = deadline
+        .saturating_duration_since(Instant::now())
+        .clamp(Duration::from_millis(1), HANDSHAKE_LIMIT);
+    let result = match stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_read_timeout(Some(wait)))
+    {
+        Ok(()) => wire::read_frame(&mut &stream, key),
+        Err(e) => Err(ReadError::Io(e)),
+    };
+    let _ = tx.send((stream, from, result));
+}
+
+/// Member: connects to the coordinator, retrying until `deadline`.
+fn connect(id: &Identity, timeout: Duration, deadline: Instant) -> Result<TcpStream, ControlError> {
+    let mut pause = Duration::from_millis(20);
+    let mut last_error = "no attempt was made".to_owned();
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(ControlError::Unreachable {
+                cluster: id.cluster,
+                addr: id.coordinator,
+                timeout,
+                last_error,
+            });
+        }
+        let remaining = deadline - now;
+        match TcpStream::connect_timeout(&id.coordinator, remaining.min(Duration::from_secs(1))) {
+            Ok(s) => return Ok(s),
+            Err(e) => last_error = e.to_string(),
+        }
+        thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}

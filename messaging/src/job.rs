@@ -1,0 +1,287 @@
+//! Joining a job: one call that gives a cluster process its [`Site`] with a route to every
+//! other cluster, over shared memory or the network as the topology says.
+//!
+//! [`Job::join`] creates the site, binds the cluster's INI sockets, registers with the
+//! coordinator (cluster 0) and learns every other cluster's INI addresses and segment
+//! (paper 002 §3.2, the configuration broadcast). For each peer it then picks the
+//! substrate (paper 000, multi-protocol): with `substrate = "auto"`, a peer on the same
+//! machine (equal boot ids) is reached through its shared segment and one on another
+//! machine through the INIs over UDP; `"udp"` forces INIs even on one machine (how the
+//! experiments run); `"shm"` requires one machine. Everyone attaches, barriers, removes
+//! its segment name (so nothing is left in `/dev/shm`), and begins together.
+//!
+//! [`Job::finish`] ends the job without losing a message: all clusters stop sending,
+//! every INI drains (all it sent is acknowledged), all clusters agree, and the INIs stop.
+//! A failure anywhere (a dead or silent cluster, an aborting one) is reported through
+//! [`Job::failure`] within the configured peer timeout.
+
+use crate::control::{Control, ControlError, Failure, Identity, Registration};
+use crate::names::SiteId;
+use crate::net::{BoundInis, IniGroup, IniReport, NetConfig, NetError};
+use crate::site::{Site, SiteConfig, SiteError, Substrate};
+use multigrain_cluster_config::{JobConfig, Substrate as Policy};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Barrier tags of the start-up and shutdown phases.
+const PHASE_ATTACHED: u32 = 0x100;
+const PHASE_BEGIN: u32 = 0x101;
+const PHASE_QUIESCE: u32 = 0x102;
+const PHASE_DRAINED: u32 = 0x103;
+
+/// What a cluster publishes about its network endpoints at start-up.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct NetAddress {
+    inis: Vec<SocketAddr>,
+    segment: Option<String>,
+}
+
+/// Why joining or finishing a job failed.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The control plane failed (start-up timeout, dead cluster…).
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The site could not be created or a peer's segment attached.
+    #[error(transparent)]
+    Site(#[from] SiteError),
+    /// The INIs could not be bound or started, or did not drain.
+    #[error(transparent)]
+    Net(#[from] NetError),
+    /// A peer's registration is unusable, or the topology asks for something impossible.
+    #[error("{0}")]
+    Topology(String),
+}
+
+/// How this cluster reaches each other cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Link {
+    /// This cluster itself.
+    Local,
+    /// Through the peer's shared segment (same machine).
+    Shm,
+    /// Through the INIs over UDP.
+    Network,
+}
+
+/// One cluster's membership in a running job.
+pub struct Job {
+    identity: Identity,
+    site: Site,
+    control: Arc<Control>,
+    inis: Option<IniGroup>,
+    registrations: Vec<Registration>,
+    links: Vec<Link>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("cluster", &self.identity.cluster)
+            .field("clusters", &self.identity.clusters)
+            .field("links", &self.links)
+            .finish()
+    }
+}
+
+impl Job {
+    /// Joins the job as `identity.cluster` (see the module docs). `site_config` shapes this
+    /// cluster's receive queues and pool (its `site` and `shared` fields are set here).
+    ///
+    /// # Errors
+    /// [`JobError`] naming what failed: a cluster that never registered, a segment that
+    /// cannot be attached, a port in use, a failed peer.
+    pub fn join(
+        cfg: &JobConfig,
+        identity: Identity,
+        mut site_config: SiteConfig,
+    ) -> Result<Job, JobError> {
+        let me = identity.cluster;
+        let n = identity.clusters;
+        if n != cfg.clusters.len() {
+            return Err(JobError::Topology(format!(
+                "the launcher says {n} clusters, the configuration has {}",
+                cfg.clusters.len()
+            )));
+        }
+        site_config.site = SiteId(me as u16);
+        site_config.max_sites = site_config.max_sites.max(n);
+        site_config.shared = n > 1 && cfg.ini.substrate != Policy::Udp;
+        let site = Site::new(site_config)?;
+        let spec = &cfg.clusters[me];
+        let bound = if n > 1 {
+            Some(BoundInis::bind(
+                SiteId(me as u16),
+                &spec.host,
+                spec.port,
+                cfg.ini.per_cluster,
+            )?)
+        } else {
+            None
+        };
+        let address = NetAddress {
+            inis: bound.as_ref().map_or_else(Vec::new, |b| b.addrs().to_vec()),
+            segment: site.segment_name().map(str::to_owned),
+        };
+        let payload =
+            serde_json::to_vec(&address).map_err(|e| JobError::Topology(e.to_string()))?;
+        let (control, registrations) =
+            Control::join(&identity, &cfg.job, Registration::local(me, payload))?;
+        let control = Arc::new(control);
+        let mut links = vec![Link::Local; n];
+        let mut remote: Vec<Option<Vec<SocketAddr>>> = vec![None; n];
+        for (p, reg) in registrations.iter().enumerate().filter(|(p, _)| *p != me) {
+            let theirs: NetAddress = serde_json::from_slice(&reg.payload).map_err(|e| {
+                JobError::Topology(format!("cluster {p} sent an unreadable registration: {e}"))
+            })?;
+            let same_machine = reg.same_machine(&registrations[me]);
+            links[p] = match (cfg.ini.substrate, same_machine) {
+                (Policy::Udp, _) | (Policy::Auto, false) => Link::Network,
+                (Policy::Auto, true) | (Policy::Shm, true) => Link::Shm,
+                (Policy::Shm, false) => {
+                    return Err(JobError::Topology(format!(
+                        "substrate = \"shm\" but cluster {p} runs on {} and cluster {me} on {}: use \"auto\" or \"udp\"",
+                        reg.host, registrations[me].host
+                    )));
+                }
+            };
+            match links[p] {
+                Link::Shm => {
+                    let seg = theirs.segment.ok_or_else(|| {
+                        JobError::Topology(format!("cluster {p} has no shared segment"))
+                    })?;
+                    site.attach_peer(SiteId(p as u16), &seg)?;
+                }
+                Link::Network => {
+                    if theirs.inis.len() != cfg.ini.per_cluster {
+                        return Err(JobError::Topology(format!(
+                            "cluster {p} has {} INIs, this cluster {}",
+                            theirs.inis.len(),
+                            cfg.ini.per_cluster
+                        )));
+                    }
+                    remote[p] = Some(theirs.inis);
+                }
+                Link::Local => {}
+            }
+        }
+        let inis = match bound {
+            Some(b) if remote.iter().any(Option::is_some) => {
+                Some(b.start(&site, &NetConfig::from_job(cfg), &remote)?)
+            }
+            _ => None,
+        };
+        let timeout = cfg.job.startup_timeout();
+        control.barrier(PHASE_ATTACHED, timeout)?;
+        site.unlink_segment();
+        control.barrier(PHASE_BEGIN, timeout)?;
+        Ok(Job {
+            identity,
+            site,
+            control,
+            inis,
+            registrations,
+            links,
+        })
+    }
+
+    /// Joins with the identity from the environment (`multigrain launch`, Slurm, MPI).
+    ///
+    /// # Errors
+    /// As [`Job::join`], plus a missing or inconsistent identity.
+    pub fn join_from_env(cfg: &JobConfig, site_config: SiteConfig) -> Result<Job, JobError> {
+        Job::join(cfg, Identity::from_env(cfg)?, site_config)
+    }
+
+    /// This cluster's site.
+    pub fn site(&self) -> &Site {
+        &self.site
+    }
+
+    /// This cluster's id.
+    pub fn cluster(&self) -> usize {
+        self.identity.cluster
+    }
+
+    /// Number of clusters.
+    pub fn clusters(&self) -> usize {
+        self.identity.clusters
+    }
+
+    /// How this cluster reaches cluster `c`.
+    pub fn link(&self, c: usize) -> Link {
+        self.links[c]
+    }
+
+    /// Every cluster's registration (host, pid…), by cluster id.
+    pub fn registrations(&self) -> &[Registration] {
+        &self.registrations
+    }
+
+    /// The control plane (barriers, failure notifications).
+    pub fn control(&self) -> &Arc<Control> {
+        &self.control
+    }
+
+    /// A cluster found failed — by the control plane (death, abort, silence) or by the INIs
+    /// (a peer that stopped acknowledging) — if any.
+    pub fn failure(&self) -> Option<Failure> {
+        self.control.failure().or_else(|| {
+            self.inis.as_ref()?.failure().map(|(s, reason)| Failure {
+                cluster: usize::from(s.0),
+                reason,
+            })
+        })
+    }
+
+    /// Runs `f` once when any cluster is found failed (from a background thread).
+    pub fn on_failure(&self, f: impl Fn(&Failure) + Send + Sync + 'static) {
+        let f = Arc::new(f);
+        let g = f.clone();
+        self.control.on_failure(move |failure| g(failure));
+        if let Some(inis) = &self.inis {
+            inis.on_failure(move |s, reason| {
+                f(&Failure {
+                    cluster: usize::from(s.0),
+                    reason: reason.to_owned(),
+                })
+            });
+        }
+    }
+
+    /// This cluster's INI statistics (empty without INIs).
+    pub fn ini_reports(&self) -> Vec<IniReport> {
+        self.inis.as_ref().map_or_else(Vec::new, IniGroup::reports)
+    }
+
+    /// Tells every cluster that this one failed (they learn it as a failure naming it).
+    pub fn abort(&self, reason: &str) {
+        self.control.abort(reason);
+    }
+
+    /// Ends the job (see the module docs) and returns the final INI statistics. Call once
+    /// this cluster will send nothing more.
+    ///
+    /// # Errors
+    /// [`JobError`] if a cluster failed or the network did not drain within `timeout`.
+    pub fn finish(mut self, timeout: Duration) -> Result<Vec<IniReport>, JobError> {
+        self.control.barrier(PHASE_QUIESCE, timeout)?;
+        if let Some(inis) = &self.inis {
+            inis.drain(timeout)?;
+        }
+        self.control.barrier(PHASE_DRAINED, timeout)?;
+        let reports = match self.inis.take() {
+            Some(inis) => inis.shutdown(timeout)?,
+            None => Vec::new(),
+        };
+        self.control.finish(timeout)?;
+        Ok(reports)
+    }
+
+    /// The substrate the site uses for cluster `c` (as the message statistics count it).
+    pub fn substrate(&self, c: usize) -> Option<Substrate> {
+        self.site.substrate(SiteId(c as u16))
+    }
+}

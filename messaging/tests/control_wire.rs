@@ -1,0 +1,170 @@
+//! The control plane's frames: round trips, refusal of other jobs, versions
+//! and programs, and decoding of arbitrary bytes without panics.
+
+use std::io::Cursor;
+
+use multigrain_messaging::control::Registration;
+use multigrain_messaging::control::wire::{
+    self, FrameError, HEADER_LEN, MAX_FRAME, Message, ReadError,
+};
+use proptest::prelude::*;
+
+const KEY: u64 = 0x6d75_6c74_6900_0001;
+
+fn registration() -> impl Strategy<Value = Registration> {
+    (
+        0usize..2048,
+        ".{0,20}",
+        "[0-9a-f-]{0,36}",
+        any::<u32>(),
+        proptest::collection::vec(any::<u8>(), 0..64),
+    )
+        .prop_map(|(cluster, host, boot_id, pid, payload)| Registration {
+            cluster,
+            host,
+            boot_id,
+            pid,
+            payload,
+        })
+}
+
+fn message() -> impl Strategy<Value = Message> {
+    prop_oneof![
+        (registration(), 0usize..2048).prop_map(|(registration, clusters)| Message::Register {
+            registration,
+            clusters
+        }),
+        proptest::collection::vec(0usize..2048, 0..8)
+            .prop_map(|missing| Message::StartupStatus { missing }),
+        (proptest::collection::vec(0usize..2048, 0..8), any::<u64>()).prop_map(
+            |(missing, timeout_ms)| Message::StartupFailed {
+                missing,
+                timeout_ms
+            }
+        ),
+        ".{0,40}".prop_map(|reason| Message::Rejected { reason }),
+        proptest::collection::vec(registration(), 0..4)
+            .prop_map(|registrations| Message::Welcome { registrations }),
+        Just(Message::Heartbeat),
+        any::<u32>().prop_map(|tag| Message::Barrier { tag }),
+        any::<u32>().prop_map(|tag| Message::Release { tag }),
+        ".{0,40}".prop_map(|reason| Message::Abort { reason }),
+        (0usize..2048, ".{0,40}").prop_map(|(cluster, reason)| Message::Failed { cluster, reason }),
+        Just(Message::Finish),
+        Just(Message::Done),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn round_trip(msg in message(), key in any::<u64>()) {
+        let frame = wire::encode(key, &msg);
+        prop_assert_eq!(wire::decode(key, &frame[4..]), Ok(msg.clone()));
+        prop_assert_eq!(
+            wire::decode_prefixed(key, &frame),
+            Ok(Some((msg.clone(), frame.len())))
+        );
+        let got = wire::read_frame(&mut Cursor::new(&frame), key).expect("read back");
+        prop_assert_eq!(got, msg);
+        // Every strict prefix is incomplete, never an error or a panic.
+        for cut in [0, 1, 3, 4, 4 + HEADER_LEN, frame.len() - 1] {
+            prop_assert_eq!(wire::decode_prefixed(key, &frame[..cut]), Ok(None));
+        }
+    }
+
+    #[test]
+    fn other_key_is_refused(msg in message(), key in any::<u64>(), other in any::<u64>()) {
+        prop_assume!(key != other);
+        let frame = wire::encode(other, &msg);
+        prop_assert_eq!(
+            wire::decode(key, &frame[4..]),
+            Err(FrameError::ForeignKey { found: other, expected: key })
+        );
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = wire::decode(KEY, &bytes);
+        let _ = wire::decode_prefixed(KEY, &bytes);
+        let _ = wire::check_header(KEY, &bytes);
+        let _ = wire::read_frame(&mut Cursor::new(&bytes), KEY);
+    }
+
+    #[test]
+    fn arbitrary_bodies_behind_a_valid_header_never_panic(
+        body in proptest::collection::vec(any::<u8>(), 0..256),
+    ) {
+        let mut frame = wire::encode(KEY, &Message::Heartbeat);
+        frame.truncate(4 + HEADER_LEN);
+        frame.extend_from_slice(&body);
+        let len = u32::try_from(frame.len() - 4).unwrap();
+        frame[..4].copy_from_slice(&len.to_be_bytes());
+        let _ = wire::decode_prefixed(KEY, &frame);
+        let _ = wire::read_frame(&mut Cursor::new(&frame), KEY);
+    }
+
+    #[test]
+    fn corrupted_frames_never_panic(msg in message(), at in any::<prop::sample::Index>(), bit in 0u8..8) {
+        let mut frame = wire::encode(KEY, &msg);
+        let i = at.index(frame.len());
+        frame[i] ^= 1 << bit;
+        let _ = wire::decode_prefixed(KEY, &frame);
+        let _ = wire::read_frame(&mut Cursor::new(&frame), KEY);
+    }
+}
+
+#[test]
+fn header_checks_name_what_is_wrong() {
+    let frame = wire::encode(KEY, &Message::Done);
+    let mut bad = frame.clone();
+    bad[4] = b'X';
+    assert!(matches!(
+        wire::decode(KEY, &bad[4..]),
+        Err(FrameError::BadMagic { .. })
+    ));
+    let mut v2 = frame.clone();
+    v2[9] = 2;
+    let e = wire::decode(KEY, &v2[4..]).unwrap_err();
+    assert_eq!(e, FrameError::Version { found: 2 });
+    assert!(
+        e.to_string().contains("run the same multigrain build"),
+        "{e}"
+    );
+    assert_eq!(
+        wire::decode(KEY, &frame[4..10]),
+        Err(FrameError::Short { len: 6 })
+    );
+    let e = wire::decode(KEY + 1, &frame[4..]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "frame carries job key 0x6d756c7469000001, this job's key is 0x6d756c7469000002"
+    );
+}
+
+#[test]
+fn length_prefix_limits() {
+    let huge = u32::try_from(MAX_FRAME + 1).unwrap().to_be_bytes();
+    assert_eq!(
+        wire::decode_prefixed(KEY, &huge),
+        Err(FrameError::TooLong { len: MAX_FRAME + 1 })
+    );
+    assert!(matches!(
+        wire::read_frame(&mut Cursor::new(&huge), KEY),
+        Err(ReadError::Frame(FrameError::TooLong { .. }))
+    ));
+    let tiny = 3u32.to_be_bytes();
+    assert_eq!(
+        wire::decode_prefixed(KEY, &tiny),
+        Err(FrameError::Short { len: 3 })
+    );
+    assert!(matches!(
+        wire::read_frame(&mut Cursor::new(&[] as &[u8]), KEY),
+        Err(ReadError::Closed)
+    ));
+    assert!(matches!(
+        wire::read_frame(&mut Cursor::new(&[0u8, 0]), KEY),
+        Err(ReadError::Io(_))
+    ));
+}

@@ -1,0 +1,103 @@
+//! `multigrain hello`: joins the job's control plane and reports who is
+//! there — a check that a topology starts, and the test program of the
+//! launcher.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Result, anyhow, bail};
+use multigrain_cluster_config::JobConfig;
+use multigrain_messaging::control::{
+    Control, ControlError, ENV_CONFIG, EXIT_PEER_FAILED, Identity, Registration,
+};
+
+/// What `multigrain hello` was asked to do.
+pub struct Options {
+    /// The job's TOML file; `None` means `$MULTIGRAIN_CONFIG`.
+    pub config: Option<PathBuf>,
+    /// Sleep this long after the barrier (watching for failures).
+    pub sleep: Duration,
+    /// `Some(None)`: every cluster fails; `Some(Some(c))`: cluster `c` fails.
+    pub fail: Option<Option<usize>>,
+}
+
+/// Joins the job, prints the clusters (on cluster 0), passes a barrier,
+/// optionally sleeps or fails, and finishes. When another cluster fails,
+/// prints `multigrain: error: cluster N failed: REASON` and exits with
+/// [`EXIT_PEER_FAILED`].
+pub fn run(opts: &Options) -> Result<()> {
+    let path = match &opts.config {
+        Some(p) => p.clone(),
+        None => std::env::var_os(ENV_CONFIG)
+            .map(PathBuf::from)
+            .ok_or_else(|| {
+                anyhow!(
+                    "no job configuration: pass --config FILE, or start the job with \
+                 `multigrain launch --config FILE -- multigrain hello`, which sets {ENV_CONFIG}"
+                )
+            })?,
+    };
+    let cfg = JobConfig::from_path(&path)?;
+    let id = Identity::from_env(&cfg)?;
+    let me = id.cluster;
+    match hello(opts, &cfg, &id) {
+        Err(e)
+            if e.downcast_ref::<ControlError>()
+                .and_then(ControlError::failure)
+                .is_some_and(|f| f.cluster != me) =>
+        {
+            eprintln!("multigrain: error: {e:#}");
+            std::process::exit(EXIT_PEER_FAILED);
+        }
+        other => other,
+    }
+}
+
+fn hello(opts: &Options, cfg: &JobConfig, id: &Identity) -> Result<()> {
+    let me = id.cluster;
+    let (control, all) = Control::join(id, &cfg.job, Registration::local(me, Vec::new()))?;
+    if me == 0 {
+        let name = cfg.job.name.as_deref().unwrap_or("(unnamed)");
+        println!(
+            "job {name}: {} cluster(s) joined; coordinator at {}",
+            all.len(),
+            control.coordinator()
+        );
+        for r in &all {
+            let same = if r.cluster != 0 && r.same_machine(&all[0]) {
+                ", same machine as cluster 0"
+            } else {
+                ""
+            };
+            println!(
+                "cluster {}: host {}, pid {}{same}",
+                r.cluster, r.host, r.pid
+            );
+        }
+    }
+    let startup = cfg.job.startup_timeout();
+    control.barrier(1, startup)?;
+    println!(
+        "cluster {me} of {}: hello from pid {} on {}",
+        all.len(),
+        all[me].pid,
+        all[me].host
+    );
+    if !opts.sleep.is_zero()
+        && let Some(f) = control.wait_failure(opts.sleep)
+    {
+        return Err(ControlError::ClusterFailed(f).into());
+    }
+    if let Some(which) = opts.fail
+        && which.is_none_or(|c| c == me)
+    {
+        let reason = "failing on purpose (multigrain hello --fail)";
+        control.abort(reason);
+        bail!("cluster {me}: {reason}");
+    }
+    control.finish(startup + cfg.job.peer_timeout())?;
+    if me == 0 {
+        println!("all {} cluster(s) finished", all.len());
+    }
+    Ok(())
+}

@@ -1,0 +1,415 @@
+//! `multigrain launch`: one process per cluster, its output prefixed with
+//! its cluster id, failures and signals turned into a stop of the whole job.
+//!
+//! Each cluster process gets [`ENV_CLUSTER`], [`ENV_CLUSTERS`],
+//! [`ENV_COORDINATOR`] and [`ENV_CONFIG`]; the control plane
+//! (`multigrain_messaging::control`) reads them. Clusters on loopback hosts
+//! are started directly, the others over ssh. Every child runs in its own
+//! process group with `PR_SET_PDEATHSIG(SIGKILL)`, so no cluster outlives
+//! the launcher, even when the launcher is killed with SIGKILL.
+
+mod output;
+mod signals;
+mod spawn;
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use multigrain_cluster_config::JobConfig;
+use multigrain_messaging::control::{
+    ENV_CLUSTER, ENV_CLUSTERS, ENV_CONFIG, ENV_COORDINATOR, EXIT_PEER_FAILED, free_tcp_port,
+    resolve,
+};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use output::Sink;
+use spawn::Plan;
+
+/// How often the launcher looks for signals and timeouts.
+const POLL: Duration = Duration::from_millis(20);
+/// How long the launcher waits for the last output of its children.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// What `multigrain launch` was asked to do.
+pub struct Options {
+    /// The job's TOML file.
+    pub config: PathBuf,
+    /// Replaces the config's `launch.ssh` prefix; split at whitespace.
+    pub ssh: Option<String>,
+    /// From a failure (or signal) to SIGKILL: stragglers get SIGTERM
+    /// `peer_timeout + grace` after the first failure, and SIGKILL `grace`
+    /// after any SIGTERM.
+    pub grace: Duration,
+    /// The command each cluster runs.
+    pub command: Vec<String>,
+}
+
+/// One started cluster process.
+struct Proc {
+    plan: Plan,
+    pid: i32,
+    status: Option<ExitStatus>,
+    /// Position in the order in which the clusters ended.
+    ended: usize,
+    /// The launcher signalled it while it was running.
+    stopped: Option<Signal>,
+}
+
+impl Proc {
+    fn signal_group(&mut self, signal: Signal) {
+        if self.status.is_none() && self.stopped != Some(Signal::SIGKILL) {
+            self.stopped = Some(signal);
+        }
+        // The group may already be empty (ESRCH): nothing to do then.
+        let _ = killpg(Pid::from_raw(self.pid), signal);
+    }
+
+    fn describe(&self) -> String {
+        let status = match self.status {
+            Some(s) => describe_status(s),
+            None => "is still running".to_owned(),
+        };
+        let how = if self.plan.remote { "ssh to" } else { "on" };
+        let by_us = match (self.stopped, self.status.and_then(|s| s.signal())) {
+            (Some(sent), Some(got)) if sent as i32 == got => " by launch".to_owned(),
+            (Some(sent), _) if self.failed() => format!(", after launch sent {sent}"),
+            _ => String::new(),
+        };
+        format!(
+            "cluster {} (pid {} {how} {}) {status}{by_us}",
+            self.plan.cluster, self.pid, self.plan.host
+        )
+    }
+
+    fn failed(&self) -> bool {
+        self.status.is_some_and(|s| !s.success())
+    }
+}
+
+fn describe_status(s: ExitStatus) -> String {
+    if let Some(code) = s.code() {
+        format!("exited with code {code}")
+    } else if let Some(sig) = s.signal() {
+        match Signal::try_from(sig) {
+            Ok(name) => format!("was killed by signal {sig} ({name})"),
+            Err(_) => format!("was killed by signal {sig}"),
+        }
+    } else {
+        format!("ended with status {s}")
+    }
+}
+
+fn launch_line(text: &str) {
+    eprintln!("multigrain launch: {text}");
+}
+
+/// Runs `multigrain launch`. Returns when every cluster has ended; an error
+/// summarises which clusters failed and how. On SIGINT or SIGTERM every
+/// cluster is stopped and the process exits with 128 + the signal number.
+pub fn run(opts: Options) -> Result<()> {
+    if opts.command.is_empty() {
+        bail!(
+            "no command to launch: give it after `--`, e.g. `multigrain launch --config job.toml -- multigrain hello`"
+        );
+    }
+    let cfg = JobConfig::from_path(&opts.config)?;
+    let config = std::fs::canonicalize(&opts.config)
+        .with_context(|| format!("cannot resolve the path of {}", opts.config.display()))?;
+    let n = cfg.clusters.len();
+    let ssh: Vec<String> = match &opts.ssh {
+        Some(s) => s.split_whitespace().map(str::to_owned).collect(),
+        None => cfg.launch.ssh.clone(),
+    };
+    if ssh.is_empty() && cfg.clusters.iter().any(|c| !c.is_loopback()) {
+        bail!("--ssh is empty: remote clusters need a command such as `ssh -o BatchMode=yes`");
+    }
+    let c0 = &cfg.clusters[0];
+    if c0.is_loopback()
+        && let Some(remote) = cfg.clusters.iter().find(|c| !c.is_loopback())
+    {
+        bail!(
+            "{}: cluster 0 runs on {} (this machine's loopback), but cluster {} runs on {}, which \
+             could not reach cluster 0's coordinator there; give cluster 0 a host name or address \
+             that every host can reach",
+            opts.config.display(),
+            c0.host,
+            remote.id,
+            remote.host
+        );
+    }
+    let port = if c0.port != 0 {
+        c0.port
+    } else {
+        // Pick a port free here; for a remote cluster 0 it is very likely
+        // free there too (set a fixed port in the config if it is not).
+        let ip = if c0.is_loopback() {
+            resolve(&c0.host, 0)
+                .map(|a| a.ip())
+                .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        } else {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        };
+        free_tcp_port(ip).with_context(|| {
+            format!("cannot find a free TCP port on {ip} for cluster 0's coordinator")
+        })?
+    };
+    let coordinator = if c0.host.contains(':') && !c0.host.starts_with('[') {
+        format!("[{}]:{port}", c0.host)
+    } else {
+        format!("{}:{port}", c0.host)
+    };
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let plans: Vec<Plan> = cfg
+        .clusters
+        .iter()
+        .map(|c| {
+            let env = vec![
+                (ENV_CLUSTER.to_owned(), c.id.to_string()),
+                (ENV_CLUSTERS.to_owned(), n.to_string()),
+                (ENV_COORDINATOR.to_owned(), coordinator.clone()),
+                (ENV_CONFIG.to_owned(), config.to_string_lossy().into_owned()),
+            ];
+            if c.is_loopback() {
+                Plan::local(c.id, &c.host, &opts.command, env)
+            } else {
+                Plan::remote(c.id, &c.host, &ssh, &cwd, &opts.command, env)
+            }
+        })
+        .collect();
+
+    signals::install()?;
+    let (done_tx, done_rx) = mpsc::channel();
+    let (exit_tx, exit_rx) = mpsc::channel();
+    let mut procs: Vec<Proc> = Vec::with_capacity(n);
+    for plan in plans {
+        let mut child = match plan.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                for p in &mut procs {
+                    p.signal_group(Signal::SIGKILL);
+                }
+                let deadline = Instant::now() + OUTPUT_DRAIN;
+                for _ in 0..procs.len() {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if exit_rx.recv_timeout(left).is_err() {
+                        break;
+                    }
+                }
+                bail!(
+                    "cannot start cluster {} on {}: `{}`: {e}",
+                    plan.cluster,
+                    plan.host,
+                    plan.display()
+                );
+            }
+        };
+        let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+        let how = if plan.remote { "ssh to" } else { "on" };
+        launch_line(&format!(
+            "cluster {}: pid {pid} {how} {}",
+            plan.cluster, plan.host
+        ));
+        let streams = [
+            child
+                .stdout
+                .take()
+                .map(|s| (Box::new(s) as Box<dyn std::io::Read + Send>, Sink::Stdout)),
+            child
+                .stderr
+                .take()
+                .map(|s| (Box::new(s) as Box<dyn std::io::Read + Send>, Sink::Stderr)),
+        ];
+        for (stream, sink) in streams.into_iter().flatten() {
+            if let Err(e) = output::forward(plan.cluster, stream, sink, done_tx.clone()) {
+                launch_line(&format!(
+                    "cannot forward the output of cluster {}: {e}",
+                    plan.cluster
+                ));
+            }
+        }
+        let index = procs.len();
+        let exit_tx = exit_tx.clone();
+        // Waiting on its own thread records the order in which clusters end.
+        let waiter = thread::Builder::new()
+            .name(format!("launch-wait-c{}", plan.cluster))
+            .spawn(move || {
+                let status = child.wait();
+                let _ = exit_tx.send((index, status));
+            });
+        if let Err(e) = waiter {
+            bail!(
+                "cannot start a thread to wait for cluster {}: {e}",
+                plan.cluster
+            );
+        }
+        procs.push(Proc {
+            plan,
+            pid,
+            status: None,
+            ended: usize::MAX,
+            stopped: None,
+        });
+    }
+    drop(done_tx);
+    drop(exit_tx);
+    let streams = procs.len() * 2;
+
+    let outcome = monitor(&mut procs, &exit_rx, cfg.job.peer_timeout(), opts.grace);
+    // Whatever a cluster left behind in its process group goes too.
+    for p in &mut procs {
+        let _ = killpg(Pid::from_raw(p.pid), Signal::SIGKILL);
+    }
+    let drain_until = Instant::now() + OUTPUT_DRAIN;
+    for _ in 0..streams {
+        let left = drain_until.saturating_duration_since(Instant::now());
+        if done_rx.recv_timeout(left).is_err() {
+            break;
+        }
+    }
+
+    if let Some(signal) = outcome.interrupted {
+        let report: Vec<String> = procs.iter().map(Proc::describe).collect();
+        launch_line(&format!("stopped by {signal}: {}", report.join("; ")));
+        std::process::exit(128 + signal as i32);
+    }
+    let mut failed: Vec<&Proc> = procs.iter().filter(|p| p.failed()).collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    failed.sort_by_key(|p| p.ended);
+    // Clusters that stopped because another failed say so with their exit
+    // code; the others are the causes, in the order they ended.
+    let (mut causes, mut consequences): (Vec<&Proc>, Vec<&Proc>) = failed
+        .iter()
+        .partition(|p| p.status.and_then(|s| s.code()) != Some(EXIT_PEER_FAILED));
+    if causes.is_empty() {
+        causes = std::mem::take(&mut consequences);
+    }
+    let mut summary: Vec<String> = causes.iter().map(|p| p.describe()).collect();
+    if !consequences.is_empty() {
+        consequences.sort_by_key(|p| p.plan.cluster);
+        let ids: Vec<String> = consequences
+            .iter()
+            .map(|p| p.plan.cluster.to_string())
+            .collect();
+        summary.push(format!(
+            "{} {} then stopped because another cluster failed (exit code {EXIT_PEER_FAILED})",
+            if ids.len() == 1 {
+                "cluster"
+            } else {
+                "clusters"
+            },
+            ids.join(", ")
+        ));
+    }
+    bail!(
+        "{} of {n} clusters failed: {}",
+        failed.len(),
+        summary.join("; ")
+    )
+}
+
+/// What happened while the clusters ran.
+struct Outcome {
+    /// The first cluster that failed.
+    first_failure: Option<usize>,
+    /// The signal that stopped the job.
+    interrupted: Option<Signal>,
+}
+
+/// Waits until every child has ended, stopping them all on SIGINT/SIGTERM
+/// and stopping stragglers `peer_timeout + grace` after the first failure.
+/// `exits` delivers `(index in procs, wait result)` as children end.
+fn monitor(
+    procs: &mut [Proc],
+    exits: &mpsc::Receiver<(usize, std::io::Result<ExitStatus>)>,
+    peer_timeout: Duration,
+    grace: Duration,
+) -> Outcome {
+    let mut outcome = Outcome {
+        first_failure: None,
+        interrupted: None,
+    };
+    let mut failed_at: Option<Instant> = None;
+    let mut term_at: Option<Instant> = None;
+    let mut killed = false;
+    let mut ended = 0;
+    loop {
+        let event = exits.recv_timeout(POLL);
+        let now = Instant::now();
+        if let Ok((index, result)) = event {
+            let p = &mut procs[index];
+            let status = result.unwrap_or_else(|e| {
+                launch_line(&format!(
+                    "cannot wait for cluster {} (pid {}): {e}",
+                    p.plan.cluster, p.pid
+                ));
+                ExitStatus::from_raw(1 << 8)
+            });
+            p.status = Some(status);
+            p.ended = ended;
+            ended += 1;
+            if !status.success() && outcome.first_failure.is_none() {
+                outcome.first_failure = Some(p.plan.cluster);
+                failed_at = Some(now);
+            }
+        }
+        if procs.iter().all(|p| p.status.is_some()) {
+            return outcome;
+        }
+        if let Some(signal) = signals::take() {
+            if outcome.interrupted.is_none() {
+                outcome.interrupted = Some(signal);
+                launch_line(&format!(
+                    "{signal} received: stopping every cluster (SIGTERM now, SIGKILL after {} ms)",
+                    grace.as_millis()
+                ));
+                for p in procs.iter_mut() {
+                    p.signal_group(Signal::SIGTERM);
+                }
+                term_at = Some(now);
+            } else if !killed {
+                launch_line(&format!("{signal} received again: killing every cluster"));
+                for p in procs.iter_mut() {
+                    p.signal_group(Signal::SIGKILL);
+                }
+                killed = true;
+            }
+        }
+        if let (Some(at), None) = (failed_at, term_at)
+            && now >= at + peer_timeout + grace
+        {
+            let running: Vec<String> = procs
+                .iter()
+                .filter(|p| p.status.is_none())
+                .map(|p| p.plan.cluster.to_string())
+                .collect();
+            launch_line(&format!(
+                "cluster(s) {} still running {} ms after cluster {} failed: stopping them",
+                running.join(", "),
+                (peer_timeout + grace).as_millis(),
+                outcome.first_failure.unwrap_or_default()
+            ));
+            for p in procs.iter_mut() {
+                p.signal_group(Signal::SIGTERM);
+            }
+            term_at = Some(now);
+        }
+        if let Some(t) = term_at
+            && !killed
+            && now >= t + grace
+        {
+            for p in procs.iter_mut() {
+                p.signal_group(Signal::SIGKILL);
+            }
+            killed = true;
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Forwarding a cluster's output line by line with a `[cN] ` prefix.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::sync::mpsc::Sender;
+use std::thread;
+
+/// Which of the launcher's streams a child's stream goes to.
+#[derive(Clone, Copy)]
+pub enum Sink {
+    /// The launcher's stdout.
+    Stdout,
+    /// The launcher's stderr.
+    Stderr,
+}
+
+/// Copies `from` to `sink` line by line, each line prefixed with
+/// `[c<cluster>] ` and written whole, on its own thread. Sends `()` on
+/// `done` at the end of the stream.
+pub fn forward(
+    cluster: usize,
+    from: impl Read + Send + 'static,
+    sink: Sink,
+    done: Sender<()>,
+) -> io::Result<()> {
+    thread::Builder::new()
+        .name(format!("launch-out-c{cluster}"))
+        .spawn(move || {
+            let prefix = format!("[c{cluster}] ");
+            let mut reader = BufReader::new(from);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        if line.last() != Some(&b'\n') {
+                            line.push(b'\n');
+                        }
+                        let mut out = Vec::with_capacity(prefix.len() + line.len());
+                        out.extend_from_slice(prefix.as_bytes());
+                        out.extend_from_slice(&line);
+                        // The launcher's own output may be closed; the
+                        // cluster keeps running regardless.
+                        let _ = match sink {
+                            Sink::Stdout => io::stdout().lock().write_all(&out),
+                            Sink::Stderr => io::stderr().lock().write_all(&out),
+                        };
+                    }
+                }
+            }
+            let _ = done.send(());
+        })
+        .map(drop)
+}

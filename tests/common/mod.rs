@@ -1,0 +1,328 @@
+//! Helpers for the end-to-end tests of `multigrain launch` and
+//! `multigrain hello`: unique temp dirs, processes whose output is
+//! collected line by line, bounded waits, and checks that no process of a
+//! job is left.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Bound on any wait that should succeed: a hang fails the test.
+pub const HANG: Duration = Duration::from_secs(40);
+
+/// The `multigrain` binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_multigrain")
+}
+
+/// A unique directory under the system temp dir, removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!(
+            "multigrain-{tag}-{}-{}-{nanos}",
+            std::process::id(),
+            COUNT.fetch_add(1, Ordering::SeqCst)
+        ));
+        fs::create_dir_all(&dir).expect("create a temp dir");
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes `text` to `name` in the directory; returns its path.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        fs::write(&path, text).expect("write a temp file");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A TCP port free on 127.0.0.1 now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Which stream a line came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    Out,
+    Err,
+}
+
+#[derive(Default)]
+struct Lines {
+    lines: Vec<(Stream, String, Instant)>,
+    closed: usize,
+}
+
+/// A child process whose output is collected; killed (with the pids it
+/// adopted) on drop.
+pub struct Proc {
+    name: String,
+    child: Child,
+    pub pid: i32,
+    out: Arc<(Mutex<Lines>, Condvar)>,
+    adopted: Vec<i32>,
+    status: Option<ExitStatus>,
+}
+
+impl Proc {
+    /// Starts `cmd` with piped output.
+    pub fn spawn(name: &str, mut cmd: Command) -> Proc {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        let out = Arc::new((Mutex::new(Lines::default()), Condvar::new()));
+        let streams: [(Box<dyn Read + Send>, Stream); 2] = [
+            (Box::new(child.stdout.take().unwrap()), Stream::Out),
+            (Box::new(child.stderr.take().unwrap()), Stream::Err),
+        ];
+        for (reader, which) in streams {
+            let out = Arc::clone(&out);
+            thread::spawn(move || {
+                for line in BufReader::new(reader).lines() {
+                    let Ok(line) = line else { break };
+                    let (lock, cond) = &*out;
+                    lock.lock()
+                        .unwrap()
+                        .lines
+                        .push((which, line, Instant::now()));
+                    cond.notify_all();
+                }
+                let (lock, cond) = &*out;
+                lock.lock().unwrap().closed += 1;
+                cond.notify_all();
+            });
+        }
+        let pid = i32::try_from(child.id()).unwrap();
+        Proc {
+            name: name.to_owned(),
+            child,
+            pid,
+            out,
+            adopted: Vec::new(),
+            status: None,
+        }
+    }
+
+    /// Kills these pids too when this is dropped.
+    pub fn adopt(&mut self, pids: &[i32]) {
+        self.adopted.extend_from_slice(pids);
+    }
+
+    /// Every line so far, as `stdout: …` / `stderr: …`.
+    pub fn transcript(&self) -> String {
+        let lines = self.out.0.lock().unwrap();
+        lines
+            .lines
+            .iter()
+            .map(|(s, l, _)| format!("  {}: {l}\n", if *s == Stream::Out { "out" } else { "err" }))
+            .collect()
+    }
+
+    /// The lines of one stream.
+    pub fn lines(&self, which: Stream) -> Vec<String> {
+        let lines = self.out.0.lock().unwrap();
+        lines
+            .lines
+            .iter()
+            .filter(|(s, _, _)| *s == which)
+            .map(|(_, l, _)| l.clone())
+            .collect()
+    }
+
+    /// Waits for a line containing `needle` on either stream; returns it and
+    /// when it arrived.
+    pub fn wait_line(&self, needle: &str, timeout: Duration) -> (String, Instant) {
+        let deadline = Instant::now() + timeout;
+        let (lock, cond) = &*self.out;
+        let mut lines = lock.lock().unwrap();
+        loop {
+            if let Some((_, l, at)) = lines.lines.iter().find(|(_, l, _)| l.contains(needle)) {
+                return (l.clone(), *at);
+            }
+            let now = Instant::now();
+            if now >= deadline || lines.closed == 2 {
+                drop(lines);
+                panic!(
+                    "{}: no line containing {needle:?} within {timeout:?}; output:\n{}",
+                    self.name,
+                    self.transcript()
+                );
+            }
+            lines = cond.wait_timeout(lines, deadline - now).unwrap().0;
+        }
+    }
+
+    /// Waits for the process to exit and its output to end.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                self.status = Some(s);
+                break;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "{} still running after {timeout:?}; output:\n{}",
+                    self.name,
+                    self.transcript()
+                );
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        // The output ends when every holder of the pipes is gone.
+        let (lock, cond) = &*self.out;
+        let mut lines = lock.lock().unwrap();
+        while lines.closed < 2 && Instant::now() < deadline {
+            lines = cond
+                .wait_timeout(lines, Duration::from_millis(50))
+                .unwrap()
+                .0;
+        }
+        self.status.unwrap()
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) with a pid this test started and still holds
+        // (not yet reaped, so the pid cannot have been reused).
+        let r = unsafe { libc::kill(self.pid, signal) };
+        assert_eq!(r, 0, "kill({}, {signal}) failed", self.pid);
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        for &pid in &self.adopted {
+            if is_job_process(pid) {
+                // SAFETY: kill(2) on a pid that is, per its command line, a
+                // multigrain process this test started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Whether `pid` runs (not a zombie) a multigrain command.
+pub fn is_job_process(pid: i32) -> bool {
+    alive(pid)
+        && fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains("multigrain"))
+}
+
+/// Whether `pid` exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state follows the command name in parentheses.
+            let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start());
+            !matches!(state.and_then(|s| s.chars().next()), Some('Z' | 'X') | None)
+        }
+        Err(_) => false,
+    }
+}
+
+/// Waits until none of `pids` is alive; panics naming the survivors.
+pub fn assert_gone(pids: &[i32], timeout: Duration, what: &str) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left: Vec<i32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            let cmds: Vec<String> = left
+                .iter()
+                .map(|p| {
+                    let c = fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                    format!("{p}: {}", String::from_utf8_lossy(&c).replace('\0', " "))
+                })
+                .collect();
+            panic!("{what}: processes left after {timeout:?}: {cmds:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The cluster pids `multigrain launch` reported, by cluster id.
+pub fn launched_pids(launch: &Proc, clusters: usize) -> Vec<i32> {
+    (0..clusters)
+        .map(|c| {
+            let (line, _) =
+                launch.wait_line(&format!("multigrain launch: cluster {c}: pid "), HANG);
+            let rest = line.split("pid ").nth(1).expect("pid in the line");
+            rest.split_whitespace()
+                .next()
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| panic!("no pid in {line:?}"))
+        })
+        .collect()
+}
+
+/// `multigrain launch --config CONFIG [extra…] -- COMMAND…`, started.
+pub fn launch(name: &str, config: &Path, extra: &[&str], command: &[&str]) -> Proc {
+    let mut cmd = Command::new(bin());
+    cmd.arg("launch").arg("--config").arg(config);
+    cmd.args(extra).arg("--").args(command);
+    for var in [
+        "MULTIGRAIN_CLUSTER_ID",
+        "MULTIGRAIN_CLUSTERS",
+        "MULTIGRAIN_COORDINATOR",
+        "MULTIGRAIN_CONFIG",
+    ] {
+        cmd.env_remove(var);
+    }
+    Proc::spawn(name, cmd)
+}
+
+/// A `[local]` job of `clusters` × `threads` with the given timeouts.
+pub fn local_config(
+    dir: &TempDir,
+    name: &str,
+    clusters: usize,
+    threads: usize,
+    peer_ms: u64,
+) -> PathBuf {
+    dir.write(
+        "job.toml",
+        &format!(
+            "[job]\nname = \"{name}\"\nstartup_timeout_ms = 20000\npeer_timeout_ms = {peer_ms}\n\n\
+             [local]\nclusters = {clusters}\nthreads = {threads}\n"
+        ),
+    )
+}

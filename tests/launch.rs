@@ -1,0 +1,185 @@
+//! `multigrain launch -- multigrain hello` end to end with real processes:
+//! 1x2 and 4x1 jobs start, every output line is prefixed with its cluster,
+//! everything exits 0 and no process is left; remote clusters go through
+//! the ssh command (a stand-in that runs the command here).
+
+mod common;
+
+use std::process::Command;
+
+use common::{HANG, Proc, Stream, TempDir, assert_gone, bin, launch, launched_pids, local_config};
+
+fn check_hello_job(clusters: usize, threads: usize, command: &[&str]) {
+    let dir = TempDir::new("launch-hello");
+    let name = format!("hello-{clusters}x{threads}");
+    let config = local_config(&dir, &name, clusters, threads, 3_000);
+    let mut job = launch(&name, &config, &[], command);
+    let pids = launched_pids(&job, clusters);
+    job.adopt(&pids);
+    let status = job.wait_exit(HANG);
+    assert!(
+        status.success(),
+        "{name}: {status}; output:\n{}",
+        job.transcript()
+    );
+    let out = job.lines(Stream::Out);
+    for line in &out {
+        let ok = (0..clusters).any(|c| line.starts_with(&format!("[c{c}] ")));
+        assert!(ok, "{name}: unprefixed line {line:?}");
+    }
+    assert!(
+        out.contains(&format!(
+            "[c0] job {name}: {clusters} cluster(s) joined; coordinator at 127.0.0.1:"
+        )) || out
+            .iter()
+            .any(|l| l.starts_with(&format!("[c0] job {name}: {clusters} cluster(s) joined"))),
+        "{name}: no join line; output:\n{}",
+        job.transcript()
+    );
+    for (c, pid) in pids.iter().enumerate() {
+        let table = format!("[c0] cluster {c}: host ");
+        let row = out
+            .iter()
+            .find(|l| l.starts_with(&table))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{name}: no row for cluster {c}; output:\n{}",
+                    job.transcript()
+                )
+            });
+        assert!(row.contains(&format!(", pid {pid}")), "{name}: {row}");
+        let hello = format!("[c{c}] cluster {c} of {clusters}: hello from pid {pid} on ");
+        assert!(
+            out.iter().any(|l| l.starts_with(&hello)),
+            "{name}: no {hello:?}; output:\n{}",
+            job.transcript()
+        );
+    }
+    assert!(out.contains(&format!("[c0] all {clusters} cluster(s) finished")));
+    assert_gone(&pids, HANG, &name);
+}
+
+#[test]
+fn one_cluster_of_two_threads() {
+    // `multigrain` as the command runs the launcher's own executable.
+    check_hello_job(1, 2, &["multigrain", "hello"]);
+}
+
+#[test]
+fn four_clusters_of_one_thread() {
+    check_hello_job(4, 1, &[bin(), "hello"]);
+}
+
+#[test]
+fn config_errors_name_the_file() {
+    let dir = TempDir::new("launch-badconfig");
+    let bad = dir.write("bad.toml", "[local]\nclusters = 0\n");
+    let mut job = launch("bad-config", &bad, &[], &["multigrain", "hello"]);
+    let status = job.wait_exit(HANG);
+    assert_eq!(status.code(), Some(1));
+    let err = job.lines(Stream::Err).join("\n");
+    assert!(err.contains("bad.toml:2:12: local.clusters = 0"), "{err}");
+    let good = local_config(&dir, "no-such-command", 2, 1, 1_000);
+    let mut job = launch("bad-command", &good, &[], &["/nonexistent/program"]);
+    assert_eq!(job.wait_exit(HANG).code(), Some(1));
+    let err = job.lines(Stream::Err).join("\n");
+    assert!(
+        err.contains("cannot start cluster 0 on 127.0.0.1: `/nonexistent/program`: No such file"),
+        "{err}"
+    );
+    let missing = dir.path().join("missing.toml");
+    let mut job = launch("missing-config", &missing, &[], &["multigrain", "hello"]);
+    assert_eq!(job.wait_exit(HANG).code(), Some(1));
+    let err = job.lines(Stream::Err).join("\n");
+    assert!(err.contains("missing.toml"), "{err}");
+}
+
+#[test]
+fn hello_without_a_launcher_explains_how_to_start() {
+    let dir = TempDir::new("hello-alone");
+    let config = local_config(&dir, "alone", 2, 1, 1_000);
+    let mut cmd = Command::new(bin());
+    cmd.arg("hello").arg("--config").arg(&config);
+    for var in [
+        "MULTIGRAIN_CLUSTER_ID",
+        "SLURM_PROCID",
+        "PMI_RANK",
+        "OMPI_COMM_WORLD_RANK",
+    ] {
+        cmd.env_remove(var);
+    }
+    let mut p = Proc::spawn("hello-alone", cmd);
+    assert_eq!(p.wait_exit(HANG).code(), Some(1));
+    let err = p.lines(Stream::Err).join("\n");
+    assert!(err.contains("does not know which cluster it is"), "{err}");
+    assert!(err.contains("multigrain launch --config FILE"), "{err}");
+}
+
+/// Remote clusters: the ssh prefix gets the host and one shell command that
+/// sets the directory and the variables. A stand-in for ssh runs it here.
+#[test]
+fn remote_clusters_start_through_the_ssh_command() {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    let local = !host.is_empty()
+        && !multigrain_cluster_config::is_loopback(&host)
+        && std::net::TcpListener::bind((host.as_str(), 0)).is_ok();
+    if !local {
+        eprintln!(
+            "skipped: this machine's host name {host:?} does not resolve to one of its addresses, \
+             so it cannot stand in for a remote host"
+        );
+        return;
+    }
+    let dir = TempDir::new("launch-ssh");
+    let log = dir.path().join("ssh.log");
+    let fake = dir.write(
+        "fake-ssh",
+        &format!(
+            "#!/bin/sh\n# Stands in for ssh: [options] host command\necho \"$@\" >> '{}'\n\
+             while [ \"${{1#-}}\" != \"$1\" ]; do shift; done\nshift\nexec sh -c \"$1\"\n",
+            log.display()
+        ),
+    );
+    let mut perms = std::fs::metadata(&fake).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&fake, perms).unwrap();
+    let config = dir.write(
+        "job.toml",
+        &format!(
+            "[job]\nname = \"ssh\"\npeer_timeout_ms = 3000\n\n[[cluster]]\nhost = \"{host}\"\n\n\
+             [[cluster]]\nhost = \"{host}\"\n"
+        ),
+    );
+    let ssh = format!("{} -x", fake.display());
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(dir.path())
+        .args(["launch", "--config"])
+        .arg(&config)
+        .args(["--ssh", &ssh, "--", bin(), "hello"]);
+    let mut job = Proc::spawn("ssh-job", cmd);
+    let pids = launched_pids(&job, 2);
+    job.adopt(&pids);
+    let status = job.wait_exit(HANG);
+    assert!(status.success(), "{status}; output:\n{}", job.transcript());
+    job.wait_line("[c1] cluster 1 of 2: hello from pid", HANG);
+    job.wait_line("multigrain launch: cluster 1: pid", HANG);
+    let err = job.lines(Stream::Err).join("\n");
+    assert!(err.contains(&format!("ssh to {host}")), "{err}");
+    let calls = std::fs::read_to_string(&log).expect("the ssh stand-in ran");
+    let cwd = dir.path().canonicalize().unwrap();
+    for c in 0..2 {
+        assert!(
+            calls
+                .lines()
+                .any(|l| l.starts_with(&format!("-x {host} cd "))
+                    && l.contains(&cwd.display().to_string())
+                    && l.contains(&format!(
+                        "exec env MULTIGRAIN_CLUSTER_ID={c} MULTIGRAIN_CLUSTERS=2"
+                    ))),
+            "cluster {c}: {calls}"
+        );
+    }
+    assert_gone(&pids, HANG, "ssh job");
+}

@@ -1,0 +1,246 @@
+//! Failures of a launched job, with real processes: a cluster that fails,
+//! a cluster killed with SIGKILL (a member and the coordinator), stragglers
+//! that ignore the failure, Ctrl-C to the launcher, and SIGKILL of the
+//! launcher itself. After each, no process of the job may be left.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{HANG, Stream, TempDir, assert_gone, launch, launched_pids, local_config};
+
+/// The peer timeout of these jobs.
+const PEER: Duration = Duration::from_millis(1000);
+
+#[test]
+fn failing_cluster_fails_every_cluster_and_the_launch() {
+    let dir = TempDir::new("launch-fail");
+    let config = local_config(&dir, "fail", 3, 1, PEER.as_millis() as u64);
+    let mut job = launch("fail", &config, &[], &["multigrain", "hello", "--fail=1"]);
+    let pids = launched_pids(&job, 3);
+    job.adopt(&pids);
+    let status = job.wait_exit(HANG);
+    assert_eq!(status.code(), Some(1), "output:\n{}", job.transcript());
+    let err = job.lines(Stream::Err);
+    let has = |s: &str| err.iter().any(|l| l.contains(s));
+    assert!(
+        has("[c1] multigrain: error: cluster 1: failing on purpose"),
+        "{err:#?}"
+    );
+    for c in [0, 2] {
+        assert!(
+            has(&format!(
+                "[c{c}] multigrain: error: cluster 1 failed: failing on purpose (multigrain hello --fail)"
+            )),
+            "cluster {c}: {err:#?}"
+        );
+    }
+    let summary = err.last().expect("a summary");
+    assert_eq!(
+        summary,
+        &format!(
+            "multigrain: error: 3 of 3 clusters failed: cluster 1 (pid {} on 127.0.0.1) exited \
+             with code 1; clusters 0, 2 then stopped because another cluster failed (exit code 3)",
+            pids[1]
+        ),
+    );
+    assert_gone(&pids, HANG, "fail job");
+}
+
+fn kill_one(victim: usize) {
+    let dir = TempDir::new("launch-kill");
+    let name = format!("kill-{victim}");
+    let config = local_config(&dir, &name, 3, 1, PEER.as_millis() as u64);
+    let mut job = launch(
+        &name,
+        &config,
+        &[],
+        &["multigrain", "hello", "--sleep-ms", "60000"],
+    );
+    let pids = launched_pids(&job, 3);
+    job.adopt(&pids);
+    for c in 0..3 {
+        job.wait_line(&format!("[c{c}] cluster {c} of 3: hello from pid"), HANG);
+    }
+    let t0 = Instant::now();
+    // SAFETY: kill(2) on a cluster process this test's launcher started and
+    // that is still running (it printed its hello and sleeps).
+    assert_eq!(unsafe { libc::kill(pids[victim], libc::SIGKILL) }, 0);
+    let expected = if victim == 0 {
+        "cluster 0 failed: cluster 0 (the coordinator) died"
+    } else {
+        "cluster 2 failed: its control connection closed before it finished"
+    };
+    for c in (0..3).filter(|&c| c != victim) {
+        let (line, at) = job.wait_line(&format!("[c{c}] multigrain: error: {expected}"), HANG);
+        let took = at - t0;
+        eprintln!("{name}: cluster {c} reported the death after {took:?}: {line}");
+        assert!(
+            took <= PEER + Duration::from_millis(500),
+            "{name}: cluster {c} reported after {took:?}, peer timeout {PEER:?}"
+        );
+    }
+    let status = job.wait_exit(HANG);
+    let took = t0.elapsed();
+    eprintln!("{name}: launch exited after {took:?}");
+    assert_eq!(status.code(), Some(1), "output:\n{}", job.transcript());
+    assert!(took < PEER + Duration::from_secs(2), "launch took {took:?}");
+    let summary = job.lines(Stream::Err).last().cloned().unwrap_or_default();
+    let others: Vec<String> = (0..3)
+        .filter(|&c| c != victim)
+        .map(|c| c.to_string())
+        .collect();
+    assert_eq!(
+        summary,
+        format!(
+            "multigrain: error: 3 of 3 clusters failed: cluster {victim} (pid {} on 127.0.0.1) was \
+             killed by signal 9 (SIGKILL); clusters {} then stopped because another cluster \
+             failed (exit code 3)",
+            pids[victim],
+            others.join(", ")
+        ),
+    );
+    assert_gone(&pids, HANG, &name);
+}
+
+#[test]
+fn sigkill_of_a_member_is_reported_by_the_others() {
+    kill_one(2);
+}
+
+#[test]
+fn sigkill_of_the_coordinator_is_reported_by_the_others() {
+    kill_one(0);
+}
+
+/// Commands that know nothing of the control plane keep running after a
+/// cluster fails; launch stops them peer_timeout + grace later.
+#[test]
+fn stragglers_are_stopped_after_peer_timeout_and_grace() {
+    let dir = TempDir::new("launch-straggle");
+    let config = local_config(&dir, "straggle", 3, 1, 500);
+    let script = "if [ \"$MULTIGRAIN_CLUSTER_ID\" = 1 ]; then sleep 0.3; exit 5; fi; \
+                  trap '' TERM; echo ready; sleep 60";
+    let t0 = Instant::now();
+    let mut job = launch(
+        "straggle",
+        &config,
+        &["--grace-ms", "300"],
+        &["sh", "-c", script],
+    );
+    let pids = launched_pids(&job, 3);
+    job.adopt(&pids);
+    let status = job.wait_exit(HANG);
+    let took = t0.elapsed();
+    assert_eq!(status.code(), Some(1), "output:\n{}", job.transcript());
+    // 0.3 s + peer 0.5 s + grace 0.3 s (SIGTERM, ignored) + grace 0.3 s (SIGKILL).
+    assert!(took >= Duration::from_millis(1300), "{took:?}");
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    let err = job.lines(Stream::Err).join("\n");
+    assert!(
+        err.contains("cluster(s) 0, 2 still running 800 ms after cluster 1 failed"),
+        "{err}"
+    );
+    let summary = job.lines(Stream::Err).last().cloned().unwrap_or_default();
+    assert!(
+        summary.starts_with(&format!(
+            "multigrain: error: 3 of 3 clusters failed: cluster 1 (pid {} on 127.0.0.1) exited \
+             with code 5; ",
+            pids[1]
+        )),
+        "{summary}"
+    );
+    assert!(
+        err.contains("was killed by signal 9 (SIGKILL) by launch"),
+        "{err}"
+    );
+    assert_gone(&pids, HANG, "straggler job");
+}
+
+#[test]
+fn sigint_to_launch_stops_every_cluster() {
+    let dir = TempDir::new("launch-sigint");
+    let config = local_config(&dir, "sigint", 2, 1, PEER.as_millis() as u64);
+    let mut job = launch(
+        "sigint",
+        &config,
+        &[],
+        &["multigrain", "hello", "--sleep-ms", "60000"],
+    );
+    let pids = launched_pids(&job, 2);
+    job.adopt(&pids);
+    for c in 0..2 {
+        job.wait_line(&format!("[c{c}] cluster {c} of 2: hello from pid"), HANG);
+    }
+    let t0 = Instant::now();
+    job.signal(libc::SIGINT);
+    let status = job.wait_exit(HANG);
+    let took = t0.elapsed();
+    assert_eq!(status.code(), Some(130), "output:\n{}", job.transcript());
+    assert!(
+        took < Duration::from_secs(3),
+        "launch took {took:?} to stop"
+    );
+    let err = job.lines(Stream::Err).join("\n");
+    assert!(
+        err.contains("SIGINT received: stopping every cluster"),
+        "{err}"
+    );
+    assert!(err.contains("stopped by SIGINT"), "{err}");
+    assert_gone(&pids, Duration::from_secs(5), "SIGINT job");
+}
+
+#[test]
+fn sigterm_to_launch_kills_clusters_that_ignore_sigterm() {
+    let dir = TempDir::new("launch-sigterm");
+    let config = local_config(&dir, "sigterm", 2, 1, PEER.as_millis() as u64);
+    let script = "trap '' TERM; echo ready; sleep 60";
+    let mut job = launch(
+        "sigterm",
+        &config,
+        &["--grace-ms", "300"],
+        &["sh", "-c", script],
+    );
+    let pids = launched_pids(&job, 2);
+    job.adopt(&pids);
+    job.wait_line("[c0] ready", HANG);
+    job.wait_line("[c1] ready", HANG);
+    job.signal(libc::SIGTERM);
+    let status = job.wait_exit(HANG);
+    assert_eq!(status.code(), Some(143), "output:\n{}", job.transcript());
+    let err = job.lines(Stream::Err).join("\n");
+    for (c, pid) in pids.iter().enumerate() {
+        assert!(
+            err.contains(&format!(
+                "cluster {c} (pid {pid} on 127.0.0.1) was killed by signal 9 (SIGKILL) by launch"
+            )),
+            "{err}"
+        );
+    }
+    assert_gone(&pids, Duration::from_secs(5), "SIGTERM job");
+}
+
+#[test]
+fn sigkill_of_launch_takes_the_clusters_down() {
+    let dir = TempDir::new("launch-sigkill");
+    let config = local_config(&dir, "orphans", 2, 1, PEER.as_millis() as u64);
+    let mut job = launch(
+        "orphans",
+        &config,
+        &[],
+        &["multigrain", "hello", "--sleep-ms", "60000"],
+    );
+    let pids = launched_pids(&job, 2);
+    job.adopt(&pids);
+    for c in 0..2 {
+        job.wait_line(&format!("[c{c}] cluster {c} of 2: hello from pid"), HANG);
+    }
+    job.signal(libc::SIGKILL);
+    let status = job.wait_exit(HANG);
+    assert_eq!(status.code(), None, "killed by a signal");
+    assert_gone(
+        &pids,
+        Duration::from_secs(3),
+        "clusters of a SIGKILLed launcher",
+    );
+}

@@ -1,0 +1,155 @@
+//! Starting clusters without `multigrain launch`, as `srun` or `mpirun`
+//! would: each process takes its cluster id from the launcher's rank
+//! variables and finds the coordinator at cluster 0's fixed port.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{HANG, Proc, Stream, TempDir, assert_gone, bin, free_port};
+
+fn config(dir: &TempDir, clusters: usize, port: u16, startup_ms: u64) -> std::path::PathBuf {
+    let mut text = format!(
+        "[job]\nname = \"srun\"\nstartup_timeout_ms = {startup_ms}\npeer_timeout_ms = 1000\n"
+    );
+    for c in 0..clusters {
+        let port = if c == 0 { port } else { 0 };
+        text.push_str(&format!(
+            "\n[[cluster]]\nhost = \"127.0.0.1\"\nport = {port}\n"
+        ));
+    }
+    dir.write("job.toml", &text)
+}
+
+/// Starts `multigrain hello` as rank `rank` of `size` with the given
+/// launcher variables.
+fn rank(vars: (&str, &str), rank: usize, size: usize, config: &std::path::Path) -> Proc {
+    let mut cmd = Command::new(bin());
+    cmd.arg("hello").arg("--config").arg(config);
+    for var in [
+        "MULTIGRAIN_CLUSTER_ID",
+        "MULTIGRAIN_CLUSTERS",
+        "MULTIGRAIN_COORDINATOR",
+        "MULTIGRAIN_CONFIG",
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+        "PMI_RANK",
+        "PMI_SIZE",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env(vars.0, rank.to_string())
+        .env(vars.1, size.to_string());
+    Proc::spawn(&format!("{} rank {rank}", vars.0), cmd)
+}
+
+fn check_ranks(vars: (&str, &str), size: usize) {
+    let dir = TempDir::new("srun");
+    let cfg = config(&dir, size, free_port(), 20_000);
+    // Members first: they retry until the coordinator listens.
+    let mut procs: Vec<Proc> = (0..size).rev().map(|r| rank(vars, r, size, &cfg)).collect();
+    procs.reverse();
+    let pids: Vec<i32> = procs.iter().map(|p| p.pid).collect();
+    for (r, p) in procs.iter_mut().enumerate() {
+        let status = p.wait_exit(HANG);
+        assert!(
+            status.success(),
+            "rank {r}: {status}; output:\n{}",
+            p.transcript()
+        );
+    }
+    let out = procs[0].lines(Stream::Out);
+    assert!(
+        out[0].starts_with(&format!(
+            "job srun: {size} cluster(s) joined; coordinator at 127.0.0.1:"
+        )),
+        "{out:#?}"
+    );
+    for (c, pid) in pids.iter().enumerate() {
+        assert!(
+            out.iter()
+                .any(|l| l.starts_with(&format!("cluster {c}: host "))
+                    && l.contains(&format!("pid {pid}"))),
+            "cluster {c}: {out:#?}"
+        );
+        procs[c].wait_line(
+            &format!("cluster {c} of {size}: hello from pid {pid}"),
+            HANG,
+        );
+    }
+    assert_gone(&pids, HANG, "srun-style job");
+}
+
+#[test]
+fn slurm_ranks_find_each_other() {
+    check_ranks(("SLURM_PROCID", "SLURM_NTASKS"), 3);
+}
+
+#[test]
+fn open_mpi_ranks_find_each_other() {
+    check_ranks(("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), 2);
+}
+
+#[test]
+fn missing_rank_fails_within_the_startup_timeout_naming_it() {
+    let dir = TempDir::new("srun-missing");
+    let startup = Duration::from_millis(1500);
+    let cfg = config(&dir, 3, free_port(), startup.as_millis() as u64);
+    let vars = ("SLURM_PROCID", "SLURM_NTASKS");
+    let t0 = Instant::now();
+    let mut procs = [rank(vars, 0, 3, &cfg), rank(vars, 1, 3, &cfg)];
+    for (r, p) in procs.iter_mut().enumerate() {
+        let status = p.wait_exit(HANG);
+        let took = t0.elapsed();
+        assert_eq!(
+            status.code(),
+            Some(1),
+            "rank {r}: output:\n{}",
+            p.transcript()
+        );
+        assert!(
+            took <= startup + Duration::from_millis(1500),
+            "rank {r} gave up after {took:?}; start-up timeout {startup:?}"
+        );
+        let err = p.lines(Stream::Err).join("\n");
+        assert!(
+            err.contains("start-up did not complete within 1.5 s"),
+            "rank {r}: {err}"
+        );
+        assert!(
+            err.contains("cluster 2 never registered"),
+            "rank {r}: {err}"
+        );
+    }
+}
+
+#[test]
+fn port_zero_under_a_launcher_is_explained() {
+    let dir = TempDir::new("srun-port0");
+    let cfg = config(&dir, 2, 0, 5_000);
+    let mut p = rank(("SLURM_PROCID", "SLURM_NTASKS"), 1, 2, &cfg);
+    assert_eq!(p.wait_exit(HANG).code(), Some(1));
+    let err = p.lines(Stream::Err).join("\n");
+    assert!(
+        err.contains("cluster 0 (host 127.0.0.1) has port 0 in the config"),
+        "{err}"
+    );
+    assert!(
+        err.contains("give the first cluster a fixed `port`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn wrong_task_count_is_explained() {
+    let dir = TempDir::new("srun-count");
+    let cfg = config(&dir, 2, free_port(), 5_000);
+    let mut p = rank(("SLURM_PROCID", "SLURM_NTASKS"), 0, 3, &cfg);
+    assert_eq!(p.wait_exit(HANG).code(), Some(1));
+    let err = p.lines(Stream::Err).join("\n");
+    assert!(err.contains("SLURM_NTASKS = 3"), "{err}");
+    assert!(err.contains("srun -n 2"), "{err}");
+}
