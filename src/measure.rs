@@ -2,6 +2,7 @@
 //! ratios against a baseline measured in the same run.
 
 use serde::Serialize;
+use std::time::Duration;
 
 /// Summary of repeated measurements of one quantity (all in the same unit).
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -50,6 +51,120 @@ impl Summary {
     pub fn ratio_to(&self, base: &Summary) -> f64 {
         self.median / base.median
     }
+}
+
+/// One row of a benchmark report: a quantity's summary, and how it compares with its
+/// baseline measured in the same run.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    group: &'static str,
+    name: String,
+    unit: &'static str,
+    summary: Summary,
+    baseline: Option<String>,
+    ratio: Option<f64>,
+    target: Option<String>,
+    met: Option<bool>,
+}
+
+/// A benchmark report, printed as groups of rows with medians, quartiles, ratios and targets.
+#[derive(Debug, Default)]
+pub struct Table {
+    /// The rows in print order.
+    pub rows: Vec<Row>,
+}
+
+impl Table {
+    /// Adds a baseline row.
+    pub fn push(
+        &mut self,
+        group: &'static str,
+        name: impl Into<String>,
+        unit: &'static str,
+        summary: Summary,
+    ) {
+        self.rows.push(Row {
+            group,
+            name: name.into(),
+            unit,
+            summary,
+            baseline: None,
+            ratio: None,
+            target: None,
+            met: None,
+        });
+    }
+
+    /// Adds a row compared with `base` (ratio of medians); `target` is (text, met).
+    pub fn compare(
+        &mut self,
+        group: &'static str,
+        name: impl Into<String>,
+        unit: &'static str,
+        summary: Summary,
+        base: (&str, &Summary),
+        target: Option<(String, bool)>,
+    ) {
+        let ratio = summary.ratio_to(base.1);
+        let (target, met) = target.map_or((None, None), |(t, m)| (Some(t), Some(m)));
+        self.rows.push(Row {
+            group,
+            name: name.into(),
+            unit,
+            summary,
+            baseline: Some(base.0.to_owned()),
+            ratio: Some(ratio),
+            target,
+            met,
+        });
+    }
+
+    /// Prints the report to stdout.
+    pub fn print(&self) {
+        let mut group = "";
+        for r in &self.rows {
+            if r.group != group {
+                group = r.group;
+                println!("\n{group}");
+                println!(
+                    "  {:<34} {:>10} {:>21} {:>9}  target",
+                    "", "median", "p25 – p75", "ratio"
+                );
+            }
+            let s = &r.summary;
+            let ratio = r.ratio.map_or(String::new(), |x| format!("{x:.2}×"));
+            let target = match (&r.target, r.met) {
+                (Some(t), Some(true)) => format!("{t}  met"),
+                (Some(t), Some(false)) => format!("{t}  NOT MET"),
+                _ => String::new(),
+            };
+            println!(
+                "  {:<34} {:>7.1} {:<2} {:>9.1} – {:<9.1} {:>9}  {}",
+                r.name, s.median, r.unit, s.p25, s.p75, ratio, target
+            );
+        }
+    }
+}
+
+/// Nanoseconds per operation.
+pub fn ns_per(d: Duration, ops: u64) -> f64 {
+    d.as_nanos() as f64 / ops as f64
+}
+
+/// Runs `kernels` alternately for `samples` rounds; returns one Summary per kernel.
+pub fn alternate(
+    samples: usize,
+    kernels: &[&dyn Fn() -> f64],
+    progress: &indicatif::ProgressBar,
+) -> Vec<Summary> {
+    let mut data = vec![Vec::with_capacity(samples); kernels.len()];
+    for _ in 0..samples {
+        for (k, f) in kernels.iter().enumerate() {
+            data[k].push(f());
+            progress.inc(1);
+        }
+    }
+    data.iter().map(|d| Summary::of(d)).collect()
 }
 
 #[cfg(test)]

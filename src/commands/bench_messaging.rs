@@ -1,10 +1,9 @@
 //! `multigrain bench messaging`: the message layer measured beside its baselines, in one
 //! run, with medians and spread (paper 004 §6; the targets of the message-layer issue).
 
-use crate::measure::Summary;
+use crate::measure::{Table, alternate, ns_per};
 use anyhow::{Context, Result};
 use multigrain_messaging::bench;
-use serde::Serialize;
 use std::time::Duration;
 
 /// How much work each sample does.
@@ -20,112 +19,6 @@ pub struct Options {
     pub pages: u64,
     /// Also measure between two processes.
     pub cross_process: bool,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct Row {
-    group: &'static str,
-    name: String,
-    unit: &'static str,
-    summary: Summary,
-    baseline: Option<String>,
-    ratio: Option<f64>,
-    target: Option<String>,
-    met: Option<bool>,
-}
-
-pub(crate) struct Table {
-    pub(crate) rows: Vec<Row>,
-}
-
-impl Table {
-    pub(crate) fn push(
-        &mut self,
-        group: &'static str,
-        name: impl Into<String>,
-        unit: &'static str,
-        summary: Summary,
-    ) {
-        self.rows.push(Row {
-            group,
-            name: name.into(),
-            unit,
-            summary,
-            baseline: None,
-            ratio: None,
-            target: None,
-            met: None,
-        });
-    }
-
-    /// Adds a row compared with `base` (ratio of medians); `target` is (text, met).
-    pub(crate) fn compare(
-        &mut self,
-        group: &'static str,
-        name: impl Into<String>,
-        unit: &'static str,
-        summary: Summary,
-        base: (&str, &Summary),
-        target: Option<(String, bool)>,
-    ) {
-        let ratio = summary.ratio_to(base.1);
-        let (target, met) = target.map_or((None, None), |(t, m)| (Some(t), Some(m)));
-        self.rows.push(Row {
-            group,
-            name: name.into(),
-            unit,
-            summary,
-            baseline: Some(base.0.to_owned()),
-            ratio: Some(ratio),
-            target,
-            met,
-        });
-    }
-
-    pub(crate) fn print(&self) {
-        let mut group = "";
-        for r in &self.rows {
-            if r.group != group {
-                group = r.group;
-                println!("\n{group}");
-                println!(
-                    "  {:<34} {:>10} {:>21} {:>9}  target",
-                    "", "median", "p25 – p75", "ratio"
-                );
-            }
-            let s = &r.summary;
-            let ratio = r.ratio.map_or(String::new(), |x| format!("{x:.2}×"));
-            let target = match (&r.target, r.met) {
-                (Some(t), Some(true)) => format!("{t}  met"),
-                (Some(t), Some(false)) => format!("{t}  NOT MET"),
-                _ => String::new(),
-            };
-            println!(
-                "  {:<34} {:>7.1} {:<2} {:>9.1} – {:<9.1} {:>9}  {}",
-                r.name, s.median, r.unit, s.p25, s.p75, ratio, target
-            );
-        }
-    }
-}
-
-pub(crate) fn ns_per(d: Duration, ops: u64) -> f64 {
-    d.as_nanos() as f64 / ops as f64
-}
-
-/// Runs `kernels` alternately for `samples` rounds; returns one Summary per kernel.
-pub(crate) fn alternate(
-    samples: usize,
-    kernels: &[&dyn Fn() -> f64],
-    progress: &indicatif::ProgressBar,
-) -> Vec<Summary> {
-    let mut data = vec![Vec::with_capacity(samples); kernels.len()];
-    for _ in 0..samples {
-        for (k, f) in kernels.iter().enumerate() {
-            data[k].push(f());
-            progress.inc(1);
-        }
-    }
-    data.iter().map(|d| Summary::of(d)).collect()
 }
 
 /// Runs the benchmark and prints the table (and writes JSON if asked).

@@ -2,8 +2,7 @@
 //! INIs beside a raw UDP ping-pong of the same datagram size, and 4 KiB Tag-On throughput
 //! with 1 and 2 INIs per cluster — each measured in the same run (paper 002 §5).
 
-use super::bench_messaging::{Table, alternate};
-use crate::measure::Summary;
+use crate::measure::{Summary, Table, alternate};
 use anyhow::{Context, Result};
 use multigrain_cluster_config::IniPolicy;
 use multigrain_messaging::bench::network::{
