@@ -224,15 +224,18 @@ impl FaultResolver for Recorder {
     }
 }
 
-fn wp_detection_and_invalidate_refault(slot: usize, delivery: Delivery) {
+fn wp_detection_and_invalidate_refault(slot: usize, delivery: Delivery, backing: Backing) {
     use Access::*;
     use FaultKind::*;
     let rec = Arc::new(Recorder::default());
     let r = Region::new(
-        RegionConfig::new(base(slot), 8 * PAGE_SIZE).with_delivery(delivery),
+        RegionConfig::new(base(slot), 8 * PAGE_SIZE)
+            .with_delivery(delivery)
+            .with_backing(backing),
         rec.clone(),
     )
     .unwrap();
+    assert_eq!(r.backing(), backing);
     let p0 = pattern(PageIndex(0));
 
     assert_eq!(read(&r, 0, 5), p0[5]); // missing read -> read-only install
@@ -262,7 +265,7 @@ fn wp_detection_and_invalidate_refault(slot: usize, delivery: Delivery) {
             (1, Missing, Write),
             (2, Missing, Write),
         ],
-        "{delivery:?}"
+        "{delivery:?} {backing:?}"
     );
     let twins = rec.twins.lock();
     assert_eq!(twins.len(), 2);
@@ -277,8 +280,77 @@ fn wp_detection_and_invalidate_refault(slot: usize, delivery: Delivery) {
 fn write_protect_detection_and_invalidate_refault_in_every_mode() {
     for (i, (name, delivery)) in MODES.into_iter().enumerate() {
         println!("mode {name}");
-        wp_detection_and_invalidate_refault(10 + i, delivery);
+        wp_detection_and_invalidate_refault(10 + i, delivery, Backing::Anonymous);
+        println!("mode {name}, shared memory");
+        wp_detection_and_invalidate_refault(40 + i, delivery, Backing::SharedMemory);
     }
+}
+
+#[test]
+fn shared_memory_runtime_view() {
+    let rec = Arc::new(Recorder::default());
+    let r = Region::new(
+        RegionConfig::new(base(50), 8 * PAGE_SIZE).with_backing(Backing::SharedMemory),
+        rec.clone(),
+    )
+    .unwrap();
+    let p = PageIndex(2);
+    let view = r.view_ptr().expect("a shared-memory region has a view");
+    assert!(
+        !r.layout().contains(view as usize),
+        "the view is a second mapping"
+    );
+    // Installed read-only: the view reads the contents without a fault.
+    assert_eq!(read(&r, 2, 0), pattern(p)[0]);
+    let mut buf = [0u8; PAGE_SIZE];
+    r.view_read(p, &mut buf).unwrap();
+    assert_eq!(buf, pattern(p));
+    // Words stored through the view appear in the application's mapping at once, and
+    // the page stays write-protected for the application.
+    let words: Vec<u8> = (0..3u64).flat_map(|w| (0xA0A0 + w).to_ne_bytes()).collect();
+    r.view_write_words(p, 10, &words).unwrap();
+    assert_eq!(read(&r, 2, 80), 0xA0);
+    assert_eq!(read(&r, 2, 81), 0xA0);
+    assert_eq!(read(&r, 2, 96), 0xA2);
+    write(&r, 2, 200, 7); // write-protect fault, twin holds the view's words
+    {
+        let twins = rec.twins.lock();
+        assert_eq!(twins.len(), 1);
+        assert_eq!(twins[0].1[80..104], words[..]);
+    }
+    // The application's concurrent writes to other words survive view stores.
+    r.view_write_words(p, 0, &[1; 8]).unwrap();
+    assert_eq!(read(&r, 2, 200), 7);
+    // Invalidation punches the page out of the memfd: the next access faults and gets
+    // fresh contents (not the stored words).
+    r.invalidate(PageRange::one(p)).unwrap();
+    assert_eq!(read(&r, 2, 80), pattern(p)[80]);
+    let log = rec.log.lock().clone();
+    assert_eq!(
+        log.iter().filter(|l| l.1 == FaultKind::Missing).count(),
+        2,
+        "{log:?}"
+    );
+    // Argument checks.
+    assert!(matches!(
+        r.view_write_words(p, 511, &[0; 16]),
+        Err(OpError::BadWords { .. })
+    ));
+    assert!(matches!(
+        r.view_write_words(p, 0, &[0; 7]),
+        Err(OpError::BadWords { .. })
+    ));
+    assert!(matches!(
+        r.view_read(PageIndex(8), &mut buf),
+        Err(OpError::OutOfRange(_))
+    ));
+    let anon = Region::new(
+        RegionConfig::new(base(51), PAGE_SIZE),
+        Arc::new(|_: &RegionOps, _: Fault| {}),
+    )
+    .unwrap();
+    assert_eq!(anon.view_ptr(), None);
+    assert_eq!(anon.view_read(PageIndex(0), &mut buf), Err(OpError::NoView));
 }
 
 #[test]

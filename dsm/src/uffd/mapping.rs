@@ -14,13 +14,15 @@ use std::sync::atomic::AtomicU64;
 
 /// What memory backs a region.
 ///
-/// Measured on the development VM (`cargo bench -p multigrain-dsm --bench dsm`, kernel
-/// 6.18): `UFFDIO_COPY` of one page 1.5 µs anonymous vs 2.1 µs shared memory; invalidating
-/// one page 1.7 µs (`MADV_DONTNEED`) vs 3.4 µs (`MADV_REMOVE`), 64 pages in one call 15 µs
-/// vs 40 µs. In exchange the shared-memory backing has a runtime view through which a home
-/// applies a diff to a page that application threads see read-only or are writing, in
-/// 0.3 µs and without touching their mapping (see `multigrain_dsm::bench` for the
-/// anonymous alternative, write-protect → copy → zap → reinstall).
+/// Measured on the development VM (`cargo bench -p multigrain-dsm --bench dsm`, Linux
+/// 6.18, medians): `UFFDIO_COPY` of one page 1.4 µs anonymous vs 2.1 µs shared memory;
+/// invalidating one page 1.9 µs (`MADV_DONTNEED`) vs 4.0 µs (`MADV_REMOVE`), 64 pages in
+/// one call 15 µs vs 41 µs. In exchange the shared-memory backing has a runtime view
+/// through which a home applies a diff (10% of the words) to a page that application
+/// threads see read-only or are writing, in 0.16 µs and without touching their mapping;
+/// on anonymous memory the same takes 3.8 µs (copy the read-only page, apply, drop it,
+/// reinstall it read-only) and threads touching the page meanwhile fault
+/// (`multigrain_dsm::bench::ApplyChoice`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Backing {
     /// Private anonymous memory (`MAP_PRIVATE | MAP_ANONYMOUS`). Invalidation is

@@ -37,6 +37,11 @@
 //! ([`Delivery::Threads`]: blocking, busy or hybrid) remain available; busy polling
 //! bought nothing here over blocking and burns a core.
 //!
+//! Memory: private anonymous by default, or a memfd with a second, unregistered *runtime
+//! view* of the same pages ([`Backing::SharedMemory`], what the DSM runtime uses: a home
+//! applies diffs and every page is read for sending through the view, which never
+//! faults).
+//!
 //! Range operations: `MADV_DONTNEED` of 64 pages takes 13 µs in one call and 94 µs in
 //! 64 calls; `UFFDIO_WRITEPROTECT` 5 µs vs 56 µs; so the range operations take
 //! [`PageRange`]s and [`RegionOps::invalidate_pages`] coalesces. Copying a present page

@@ -590,8 +590,7 @@ impl RegionOps {
         if !bytes.len().is_multiple_of(8) {
             return Err(bad);
         }
-        let Some(target) = words.get(first_word..first_word.saturating_add(bytes.len() / 8))
-        else {
+        let Some(target) = words.get(first_word..first_word.saturating_add(bytes.len() / 8)) else {
             return Err(bad);
         };
         for (w, chunk) in target.iter().zip(bytes.chunks_exact(8)) {

@@ -1,0 +1,1096 @@
+//! The engine of one cluster: its coherence machine, how events are handled and actions
+//! executed, how received messages are dispatched, and how a thread waits.
+//!
+//! # Threads
+//!
+//! Every thread that touches the region or synchronizes drives the machine itself:
+//!
+//! * a **faulting thread** (in its `SIGBUS` handler) passes the fault to the machine,
+//!   executes the resulting actions and, if the page must come from elsewhere, waits by
+//!   polling the protocol queue itself — yielding between polls for
+//!   [`crate::DsmOptions::wait_spin`], then sleeping on the queue's doorbell — handling
+//!   every protocol message that arrives meanwhile, whoever it is for. The reply that completes its fault is usually handled by the thread itself:
+//!   no other thread's wake-up is on the critical path;
+//! * a thread in an acquire, release or barrier waits the same way;
+//! * the **protocol thread** polls the same queue for
+//!   [`crate::DsmOptions::server_spin`] after each message, then blocks on it, and
+//!   serves what arrives while no other thread polls (page requests for pages homed
+//!   here, diffs, lock and barrier managers).
+//!
+//! The machine sits behind one mutex. An event and all its actions are handled under
+//! it, in order (the machine's calling contract); the mutex is never held while
+//! application memory is touched, so taking it in a `SIGBUS` handler is safe (the
+//! interrupted code cannot hold it). Page contents are read and written through the
+//! region's runtime view, which never faults.
+//!
+//! # Completions
+//!
+//! The machine names waiting threads by token ([`super::slots`]). A completion for
+//! another thread that sleeps on the doorbell is followed by a no-op message to this
+//! cluster's own queue, which rings the doorbell; sleeps are also bounded (a few
+//! milliseconds), so a wake-up that a third thread swallows costs at most that.
+
+use super::slots::{SlotRef, Slots, thread_slot, token};
+use crate::error::DsmError;
+use crate::stats::{ClusterStats, Counters, LayerStats, ProtocolStats, bump};
+use crate::transport::Liveness;
+use crate::uffd::{
+    Access, Fault, FaultKind, FaultResolver, Install, PAGE_SIZE, PageIndex, PageRange, Protection,
+    RegionOps,
+};
+use crate::wire::{self, Outgoing, RuntimeOp};
+use multigrain_coherence::diff::{self, Encoded};
+use multigrain_coherence::{
+    Action, ClusterId, Event, FaultToken, Machine, Message, PageId, Source, SyncToken,
+};
+use multigrain_messaging::{
+    BulkSendError, Endpoint, Express, Handler, Message as Received, SendError, Site, TagOnBuf,
+    TagOnData, VirtualName,
+};
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Exit status of a process whose page fault could not be served (a peer failed, or
+/// the protocol broke): the faulting access cannot continue, so the runtime prints the
+/// error to standard error and ends the process with this status.
+pub const FAULT_EXIT_CODE: i32 = 70;
+
+/// Timing knobs of the waits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tuning {
+    /// How long a waiting thread polls before it sleeps on the doorbell.
+    pub(crate) spin: Duration,
+    /// Longest single sleep of a waiting thread.
+    pub(crate) slice: Duration,
+    /// How often a waiting thread asks the liveness oracle.
+    pub(crate) liveness_period: Duration,
+    /// How long a blocking send waits before asking the liveness oracle.
+    pub(crate) send_slice: Duration,
+}
+
+/// A failed cluster and why.
+#[derive(Clone, Debug)]
+pub(crate) struct Failure {
+    pub(crate) cluster: usize,
+    pub(crate) reason: String,
+}
+
+/// What the machine mutex protects.
+pub(crate) struct State {
+    pub(crate) machine: Machine,
+    actions: Vec<Action>,
+    /// Twins by page.
+    twins: HashMap<u32, Box<[u8; PAGE_SIZE]>>,
+    /// Twin buffers for reuse.
+    spare: Vec<Box<[u8; PAGE_SIZE]>>,
+    /// A page's current contents while its diff is encoded.
+    scratch: Box<[u8; PAGE_SIZE]>,
+}
+
+/// A received message waiting to be handled.
+pub(crate) enum Incoming {
+    /// As the message layer delivered it.
+    Msg(Received),
+    /// A Tag-On message whose buffer was copied out and released at once.
+    Copied {
+        handler: Handler,
+        source: usize,
+        tag: u64,
+        data: Vec<u8>,
+    },
+}
+
+/// Messages received while the machine was busy (during blocking sends), handled once it
+/// is free. Tag-On buffers are copied out and released immediately: holding them would
+/// keep the sender's pool slots, and a sender waiting for its pool while holding ours
+/// would never get them back.
+#[derive(Default)]
+pub(crate) struct Pending(VecDeque<Incoming>);
+
+impl Pending {
+    fn push(&mut self, m: Received) {
+        self.0.push_back(match m {
+            Received::TagOn(t) => Incoming::Copied {
+                handler: t.handler,
+                source: usize::from(t.source.get()),
+                tag: t.data.tag(),
+                data: t.data.as_slice().to_vec(),
+            },
+            other => Incoming::Msg(other),
+        });
+    }
+}
+
+/// The Tag-On buffer of the message being handled, with its sender.
+type Attached<'a> = Option<(usize, &'a [u8])>;
+
+/// One cluster's runtime state, shared by its threads and its fault resolver.
+pub(crate) struct Core {
+    /// Distinguishes runtimes in thread-local tables.
+    pub(crate) id: u64,
+    pub(crate) me: usize,
+    pub(crate) clusters: usize,
+    pub(crate) site: Site,
+    proto_ep: Mutex<Endpoint>,
+    pub(crate) state: Mutex<State>,
+    pub(crate) slots: Slots,
+    liveness: Arc<dyn Liveness>,
+    failure: Mutex<Option<Failure>>,
+    failed: AtomicBool,
+    pub(crate) counters: Counters,
+    pub(crate) stop: AtomicBool,
+    /// Start-up fingerprints received, by cluster.
+    pub(crate) hellos: Mutex<Vec<Option<u64>>>,
+    /// Shutdown statistics received, by cluster; a cluster that sent them is done.
+    pub(crate) peer_stats: Mutex<Vec<Option<ClusterStats>>>,
+    pub(crate) tuning: Tuning,
+}
+
+fn next_runtime_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn name(c: usize) -> VirtualName {
+    VirtualName(c as u16)
+}
+
+impl Core {
+    pub(crate) fn new(
+        me: usize,
+        clusters: usize,
+        site: Site,
+        endpoint: Endpoint,
+        machine: Machine,
+        liveness: Arc<dyn Liveness>,
+        tuning: Tuning,
+    ) -> Core {
+        Core {
+            id: next_runtime_id(),
+            me,
+            clusters,
+            site,
+            proto_ep: Mutex::new(endpoint),
+            state: Mutex::new(State {
+                machine,
+                actions: Vec::new(),
+                twins: HashMap::new(),
+                spare: Vec::new(),
+                scratch: Box::new([0; PAGE_SIZE]),
+            }),
+            slots: Slots::new(),
+            liveness,
+            failure: Mutex::new(None),
+            failed: AtomicBool::new(false),
+            counters: Counters::default(),
+            stop: AtomicBool::new(false),
+            hellos: Mutex::new(vec![None; clusters]),
+            peer_stats: Mutex::new(vec![None; clusters]),
+            tuning,
+        }
+    }
+
+    /// A new handle on the protocol queue that spins `spin` before sleeping.
+    pub(crate) fn new_endpoint(&self, spin: Duration) -> Endpoint {
+        let mut ep = self.proto_ep.lock().share();
+        ep.set_spin(spin);
+        ep
+    }
+
+    /// Runs `f` with this thread's slot and endpoint.
+    pub(crate) fn with_thread<R>(
+        self: &Arc<Self>,
+        f: impl FnOnce(u32, &Endpoint) -> Result<R, DsmError>,
+    ) -> Result<R, DsmError> {
+        let slot: SlotRef = thread_slot(self).ok_or(DsmError::TooManyThreads {
+            cluster: self.me,
+            max: super::slots::MAX_THREADS,
+        })?;
+        let s = self.slots.get(slot.slot);
+        match s.ep.try_lock() {
+            Some(mut guard) => {
+                let ep = guard.get_or_insert_with(|| self.new_endpoint(Duration::ZERO));
+                f(slot.slot, ep)
+            }
+            // Used further up this thread's stack (never expected): a temporary handle.
+            None => f(slot.slot, &self.new_endpoint(Duration::ZERO)),
+        }
+    }
+
+    // ----- failure -----------------------------------------------------------------
+
+    pub(crate) fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Records the job's first failure; with `broadcast`, tells every other live
+    /// cluster (so that all of them blame the same cluster).
+    pub(crate) fn record_failure(&self, ep: &Endpoint, f: Failure, broadcast: bool) {
+        {
+            let mut g = self.failure.lock();
+            if g.is_some() {
+                return;
+            }
+            *g = Some(f.clone());
+            self.failed.store(true, Ordering::Release);
+        }
+        tracing::error!(
+            "cluster {}: job failed: cluster {}: {}",
+            self.me,
+            f.cluster,
+            f.reason
+        );
+        if broadcast {
+            let mut body = (f.cluster as u16).to_le_bytes().to_vec();
+            body.extend_from_slice(f.reason.as_bytes());
+            for c in (0..self.clusters).filter(|&c| c != self.me && c != f.cluster) {
+                let _ = ep.send_bulk(
+                    name(c),
+                    RuntimeOp::Abort.handler(),
+                    &body,
+                    Some(Duration::from_millis(100)),
+                    drop,
+                );
+            }
+        }
+    }
+
+    /// Records `e`, raised by this cluster, as the job's failure (and tells the others).
+    pub(crate) fn fail_with(&self, ep: &Endpoint, e: &DsmError) {
+        if self.is_failed() {
+            return;
+        }
+        self.record_failure(
+            ep,
+            Failure {
+                cluster: e.blamed_cluster(),
+                reason: e.to_string(),
+            },
+            true,
+        );
+    }
+
+    /// The recorded failure as an error for a thread that was doing `context`.
+    pub(crate) fn failure_error(&self, context: Option<String>) -> DsmError {
+        let f = self.failure.lock().clone().unwrap_or(Failure {
+            cluster: self.me,
+            reason: "the job was aborted".into(),
+        });
+        DsmError::PeerFailed {
+            cluster: f.cluster,
+            reason: f.reason,
+            detected_by: self.me,
+            context,
+        }
+    }
+
+    /// Whether `c` has finished the job (its shutdown statistics arrived).
+    fn peer_finished(&self, c: usize) -> bool {
+        self.peer_stats.lock().get(c).is_some_and(Option::is_some)
+    }
+
+    /// Asks the liveness oracle (only where the machine is not locked). A failed cluster
+    /// makes this cluster fail: the messages already queued are handled first (a dying
+    /// cluster's abort names the real culprit), then the failure is recorded and
+    /// broadcast.
+    pub(crate) fn check_liveness(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        context: &dyn Fn() -> String,
+    ) -> Result<(), DsmError> {
+        if self.is_failed() {
+            return Err(self.failure_error(Some(context())));
+        }
+        let Some(f) = self.peer_failure() else {
+            return Ok(());
+        };
+        while let Some(m) = ep.try_recv() {
+            let _ = self.dispatch(ops, ep, m);
+        }
+        self.record_failure(ep, f, true);
+        Err(self.failure_error(Some(context())))
+    }
+
+    // ----- events and actions ------------------------------------------------------
+
+    /// Handles `event` (with the received Tag-On buffer `attachment`, if any) and
+    /// executes its actions, then dispatches the messages received meanwhile.
+    pub(crate) fn handle(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        event: Event,
+        attachment: Attached<'_>,
+    ) -> Result<(), DsmError> {
+        let mut pending = Pending::default();
+        self.handle_one(ops, ep, event, attachment, &mut pending)?;
+        self.drain_pending(ops, ep, &mut pending)
+    }
+
+    fn drain_pending(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        while let Some(m) = pending.0.pop_front() {
+            self.dispatch_one(ops, ep, m, pending)?;
+        }
+        Ok(())
+    }
+
+    fn handle_one(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        event: Event,
+        attachment: Attached<'_>,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let mut notify = false;
+        {
+            let mut guard = self.state.lock();
+            let st = &mut *guard;
+            let mut actions = std::mem::take(&mut st.actions);
+            actions.clear();
+            if let Err(e) = st.machine.handle(event, &mut actions) {
+                st.actions = actions;
+                drop(guard);
+                let e = DsmError::Violation {
+                    cluster: self.me,
+                    source: e,
+                };
+                self.fail_with(ep, &e);
+                return Err(e);
+            }
+            let mut result = Ok(());
+            for a in actions.drain(..) {
+                if let Err(e) = self.execute(ops, ep, st, a, attachment, pending, &mut notify) {
+                    result = Err(e);
+                    break;
+                }
+            }
+            st.actions = actions;
+            if let Err(e) = result {
+                drop(guard);
+                self.fail_with(ep, &e);
+                return Err(e);
+            }
+        }
+        if notify {
+            self.ring_own_doorbell(ep);
+        }
+        Ok(())
+    }
+
+    /// Sends a no-op to this cluster's own protocol queue: wakes every thread sleeping on
+    /// its doorbell.
+    pub(crate) fn ring_own_doorbell(&self, ep: &Endpoint) {
+        let noop = Express::new(RuntimeOp::Noop.handler(), 0).expect("zero payload");
+        // A full queue wakes sleepers by itself.
+        let _ = ep.send_express(name(self.me), noop);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn execute(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        st: &mut State,
+        action: Action,
+        attachment: Attached<'_>,
+        pending: &mut Pending,
+        notify: &mut bool,
+    ) -> Result<(), DsmError> {
+        let op_err = |source| DsmError::PageOp {
+            cluster: self.me,
+            source,
+        };
+        let idx = |p: PageId| PageIndex(p.index());
+        let range = |r: multigrain_coherence::PageRange| {
+            PageRange::new(PageIndex(r.start.index()), r.count as usize)
+        };
+        match action {
+            Action::Send { to, msg } => self.send_message(ops, ep, to.index(), &msg, pending),
+            Action::Install {
+                page,
+                source,
+                writable,
+            } => {
+                let prot = if writable {
+                    Protection::Writable
+                } else {
+                    Protection::ReadOnly
+                };
+                let outcome = match source {
+                    Source::Zero => ops.install_zero(idx(page), prot),
+                    Source::Attached => {
+                        let data: &[u8; PAGE_SIZE] = attachment
+                            .and_then(|(_, d)| d.try_into().ok())
+                            .ok_or_else(|| {
+                                self.internal(format!("install of {page:?} without a page buffer"))
+                            })?;
+                        // UFFDIO_COPY straight from the received pool buffer: the page's
+                        // only copy since the sender filled the buffer.
+                        ops.install(idx(page), data, prot)
+                    }
+                }
+                .map_err(op_err)?;
+                if outcome == Install::AlreadyPresent {
+                    return Err(self.internal(format!(
+                        "{page:?} was present although the protocol had it missing"
+                    )));
+                }
+                bump(&self.counters.pages_installed, 1);
+                Ok(())
+            }
+            Action::MakeTwin { page } => {
+                let mut twin = st.spare.pop().unwrap_or_else(|| Box::new([0; PAGE_SIZE]));
+                ops.view_read(idx(page), &mut twin).map_err(op_err)?;
+                st.twins.insert(page.get(), twin);
+                Ok(())
+            }
+            Action::Unprotect { page } => ops.unprotect(PageRange::one(idx(page))).map_err(op_err),
+            Action::WriteProtect { pages } => ops.write_protect(range(pages)).map_err(op_err),
+            Action::Invalidate { pages } => {
+                ops.invalidate(range(pages)).map_err(op_err)?;
+                bump(&self.counters.invalidations, u64::from(pages.count));
+                bump(&self.counters.invalidate_calls, 1);
+                Ok(())
+            }
+            Action::SendDiff { to, page, tag } => {
+                self.send_diff(ops, ep, st, to.index(), page, tag, pending)
+            }
+            Action::ApplyDiff { page, whole_page } => {
+                self.apply_diff(ops, attachment, page, whole_page)
+            }
+            Action::Wake { tokens, .. } => {
+                for t in tokens {
+                    *notify |= self.slots.complete(t.0);
+                }
+                Ok(())
+            }
+            Action::AcquireDone { token, .. }
+            | Action::ReleaseDone { token, .. }
+            | Action::BarrierDone { token } => {
+                *notify |= self.slots.complete(token.0);
+                Ok(())
+            }
+        }
+    }
+
+    fn internal(&self, detail: String) -> DsmError {
+        DsmError::Internal {
+            cluster: self.me,
+            detail,
+        }
+    }
+
+    fn send_message(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        to: usize,
+        msg: &Message,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        match wire::outgoing(msg) {
+            Outgoing::Express { handler, payload } => {
+                self.send_express(ep, to, handler, payload, pending)
+            }
+            Outgoing::Page { handler, tag, page } => {
+                let mut buf = self.alloc_buffer(ep, pending)?;
+                let dst: &mut [u8; PAGE_SIZE] = (&mut buf.as_mut_capacity()[..PAGE_SIZE])
+                    .try_into()
+                    .expect("pool slots hold a page");
+                // The one copy of the page on its way: from the master (or the writer's
+                // copy) into the pool buffer, through the runtime view.
+                ops.view_read(PageIndex(page as usize), dst)
+                    .map_err(|source| DsmError::PageOp {
+                        cluster: self.me,
+                        source,
+                    })?;
+                buf.set_len(PAGE_SIZE);
+                buf.set_tag(tag);
+                self.send_tag_on(ep, to, handler, buf, pending)
+            }
+            Outgoing::Bulk { handler, data } => self.send_bulk(ep, to, handler, &data, pending),
+        }
+    }
+
+    fn send_error(&self, to: usize, what: &'static str, reason: String) -> DsmError {
+        DsmError::Send {
+            cluster: self.me,
+            to,
+            what,
+            reason,
+        }
+    }
+
+    /// Waited too long on a send or a buffer, with the machine locked: is every cluster
+    /// still alive? (Messages queued meanwhile are kept for later, not handled here.)
+    fn send_stalled(
+        &self,
+        ep: &Endpoint,
+        pending: &mut Pending,
+        context: &dyn Fn() -> String,
+    ) -> Result<(), DsmError> {
+        if self.is_failed() {
+            return Err(self.failure_error(Some(context())));
+        }
+        let Some(f) = self.peer_failure() else {
+            return Ok(());
+        };
+        while let Some(m) = ep.try_recv() {
+            pending.push(m);
+        }
+        self.record_failure(ep, f, true);
+        Err(self.failure_error(Some(context())))
+    }
+
+    /// The liveness oracle's report, unless it names this cluster or one that finished.
+    fn peer_failure(&self) -> Option<Failure> {
+        let (cluster, reason) = self.liveness.failure()?;
+        (cluster != self.me && !self.peer_finished(cluster)).then_some(Failure { cluster, reason })
+    }
+
+    fn send_express(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        handler: Handler,
+        payload: u64,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let mut msg = Express::new(handler, payload)
+            .map_err(|e| self.send_error(to, wire::op_name(handler.0), e.to_string()))?;
+        loop {
+            match ep.send_express_blocking(name(to), msg, Some(self.tuning.send_slice), |m| {
+                pending.push(m)
+            }) {
+                Ok(()) => {
+                    bump(&self.counters.sent[usize::from(handler.0)], 1);
+                    return Ok(());
+                }
+                Err(SendError::Timeout(m)) => {
+                    msg = m;
+                    self.send_stalled(ep, pending, &|| format!("sending to cluster {to}"))?;
+                }
+                Err(e) => {
+                    return Err(self.send_error(to, wire::op_name(handler.0), e.to_string()));
+                }
+            }
+        }
+    }
+
+    fn alloc_buffer(&self, ep: &Endpoint, pending: &mut Pending) -> Result<TagOnBuf, DsmError> {
+        let mut since = Instant::now();
+        loop {
+            match ep.alloc() {
+                Ok(b) => return Ok(b),
+                Err(_) => {
+                    // Our buffers come back as the receivers handle them; keep our own
+                    // queue moving meanwhile.
+                    while let Some(m) = ep.try_recv() {
+                        pending.push(m);
+                    }
+                    if since.elapsed() >= self.tuning.send_slice {
+                        self.send_stalled(ep, pending, &|| {
+                            "waiting for a free message buffer".into()
+                        })?;
+                        since = Instant::now();
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    fn send_tag_on(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        handler: Handler,
+        buf: TagOnBuf,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let mut data: TagOnData = buf.freeze();
+        loop {
+            match ep.send_tag_on_blocking(
+                name(to),
+                handler,
+                data,
+                Some(self.tuning.send_slice),
+                |m| pending.push(m),
+            ) {
+                Ok(()) => {
+                    bump(&self.counters.sent[usize::from(handler.0)], 1);
+                    return Ok(());
+                }
+                Err(SendError::Timeout(d)) => {
+                    data = d;
+                    self.send_stalled(ep, pending, &|| format!("sending to cluster {to}"))?;
+                }
+                Err(e) => {
+                    return Err(self.send_error(to, wire::op_name(handler.0), e.to_string()));
+                }
+            }
+        }
+    }
+
+    fn send_bulk(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        handler: Handler,
+        data: &[u8],
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        loop {
+            match ep.send_bulk(name(to), handler, data, Some(self.tuning.send_slice), |m| {
+                pending.push(m)
+            }) {
+                Ok(()) => {
+                    bump(&self.counters.sent[usize::from(handler.0)], 1);
+                    return Ok(());
+                }
+                // Fragments already sent are discarded by the receiver; send it all again.
+                Err(BulkSendError::Pool(_)) | Err(BulkSendError::Send(SendError::Timeout(()))) => {
+                    self.send_stalled(ep, pending, &|| format!("sending to cluster {to}"))?;
+                }
+                Err(e) => {
+                    return Err(self.send_error(to, wire::op_name(handler.0), e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// Sends a runtime bulk message (statistics) to `to`.
+    pub(crate) fn send_runtime_bulk(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        to: usize,
+        op: RuntimeOp,
+        data: &[u8],
+    ) -> Result<(), DsmError> {
+        let mut pending = Pending::default();
+        self.send_bulk(ep, to, op.handler(), data, &mut pending)?;
+        self.drain_pending(ops, ep, &mut pending)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_diff(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        st: &mut State,
+        to: usize,
+        page: PageId,
+        tag: u16,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let twin = st
+            .twins
+            .remove(&page.get())
+            .ok_or_else(|| self.internal(format!("diff of {page:?} without a twin")))?;
+        // The page is write-protected (an earlier WriteProtect action): its contents are
+        // stable while we read them.
+        ops.view_read(PageIndex(page.index()), &mut st.scratch)
+            .map_err(|source| DsmError::PageOp {
+                cluster: self.me,
+                source,
+            })?;
+        let mut buf = self.alloc_buffer(ep, pending)?;
+        let out = &mut buf.as_mut_capacity()[..PAGE_SIZE];
+        let (msg, len) = match diff::encode_into(&twin[..], &st.scratch[..], out) {
+            Ok(Encoded::Runs(n)) => (Message::Diff { page, tag }, n),
+            Ok(Encoded::WholePage) => {
+                out.copy_from_slice(&st.scratch[..]);
+                (Message::DiffWholePage { page, tag }, PAGE_SIZE)
+            }
+            Err(e) => return Err(self.internal(format!("diff of {page:?}: {e}"))),
+        };
+        st.spare.push(twin);
+        let parts = msg.to_parts();
+        buf.set_len(len);
+        buf.set_tag(parts.payload);
+        bump(&self.counters.diffs_sent, 1);
+        bump(&self.counters.diff_bytes_sent, len as u64);
+        self.send_tag_on(ep, to, Handler(parts.opcode), buf, pending)
+    }
+
+    /// Applies a received diff to the master copy through the runtime view: only the
+    /// diff's words are stored, so the protection application threads see is unchanged
+    /// and their concurrent writes to other words survive.
+    fn apply_diff(
+        &self,
+        ops: &RegionOps,
+        attachment: Attached<'_>,
+        page: PageId,
+        whole_page: bool,
+    ) -> Result<(), DsmError> {
+        let (from, data) = attachment
+            .ok_or_else(|| self.internal(format!("diff of {page:?} without a buffer")))?;
+        let p = PageIndex(page.index());
+        let op_err = |source| DsmError::PageOp {
+            cluster: self.me,
+            source,
+        };
+        if whole_page {
+            return ops.view_write_words(p, 0, data).map_err(op_err);
+        }
+        diff::validate(data, PAGE_SIZE).map_err(|e| DsmError::Malformed {
+            cluster: self.me,
+            from,
+            reason: format!("diff of {page:?}: {e}"),
+        })?;
+        // Run encoding of `multigrain_coherence::diff` (validated above): a 4-byte LE
+        // header, bits 0..16 the first word and 16..32 the word count, then the words.
+        let mut pos = 0;
+        while pos < data.len() {
+            let h = u32::from_le_bytes(data[pos..pos + 4].try_into().expect("4 bytes"));
+            let (first, words) = ((h & 0xffff) as usize, (h >> 16) as usize);
+            pos += 4;
+            ops.view_write_words(p, first, &data[pos..pos + words * 8])
+                .map_err(op_err)?;
+            pos += words * 8;
+        }
+        Ok(())
+    }
+
+    // ----- receiving ---------------------------------------------------------------
+
+    /// Handles one received message and everything received while handling it.
+    pub(crate) fn dispatch(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        m: Received,
+    ) -> Result<(), DsmError> {
+        let mut pending = Pending::default();
+        self.dispatch_one(ops, ep, Incoming::Msg(m), &mut pending)?;
+        self.drain_pending(ops, ep, &mut pending)
+    }
+
+    fn dispatch_one(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        m: Incoming,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let (from, handler) = match &m {
+            Incoming::Msg(m) => (usize::from(m.source().get()), m.handler()),
+            Incoming::Copied {
+                source, handler, ..
+            } => (*source, *handler),
+        };
+        let malformed = |reason: String| DsmError::Malformed {
+            cluster: self.me,
+            from,
+            reason,
+        };
+        if from >= self.clusters {
+            return Err(malformed(format!("source id {from} is not a cluster")));
+        }
+        bump(&self.counters.received[usize::from(handler.0)], 1);
+        let m = match m {
+            Incoming::Msg(m) => m,
+            Incoming::Copied { tag, data, .. } => {
+                return self.protocol_message(
+                    ops,
+                    ep,
+                    from,
+                    handler,
+                    tag,
+                    None,
+                    Some(&data),
+                    pending,
+                );
+            }
+        };
+        if let Some(op) = RuntimeOp::from_handler(handler) {
+            return self.runtime_message(ep, op, from, m);
+        }
+        match m {
+            Received::Express(e) => {
+                self.protocol_message(ops, ep, from, handler, e.payload, None, None, pending)
+            }
+            Received::TagOn(t) => self.protocol_message(
+                ops,
+                ep,
+                from,
+                handler,
+                t.data.tag(),
+                None,
+                Some(t.data.as_slice()),
+                pending,
+            ),
+            Received::Bulk(b) => {
+                let (payload, body) = wire::split_bulk(&b.data)
+                    .ok_or_else(|| malformed("bulk message shorter than its payload".into()))?;
+                self.protocol_message(ops, ep, from, handler, payload, Some(body), None, pending)
+            }
+            Received::Basic(_) => Err(malformed("the DSM protocol sends no Basic messages".into())),
+        }
+    }
+
+    /// Decodes a coherence message and hands it to the machine.
+    #[allow(clippy::too_many_arguments)]
+    fn protocol_message(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        from: usize,
+        handler: Handler,
+        payload: u64,
+        bulk: Option<&[u8]>,
+        data: Option<&[u8]>,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let msg = Message::from_parts(handler.0, payload, bulk)
+            .map_err(|e| DsmError::malformed(self.me, from, e))?;
+        wire::check_attachment(&msg, data).map_err(|reason| DsmError::Malformed {
+            cluster: self.me,
+            from,
+            reason,
+        })?;
+        let event = Event::Message {
+            from: ClusterId::new(from as u16).expect("below the cluster count"),
+            msg,
+            attached_len: data.map_or(0, <[u8]>::len),
+        };
+        self.handle_one(ops, ep, event, data.map(|d| (from, d)), pending)
+    }
+
+    fn runtime_message(
+        &self,
+        ep: &Endpoint,
+        op: RuntimeOp,
+        from: usize,
+        m: Received,
+    ) -> Result<(), DsmError> {
+        let malformed = |reason: &str| DsmError::Malformed {
+            cluster: self.me,
+            from,
+            reason: format!("{}: {reason}", wire::op_name(op as u8)),
+        };
+        match (op, m) {
+            (RuntimeOp::Noop, _) => Ok(()),
+            (RuntimeOp::Hello, Received::Express(e)) => {
+                self.hellos.lock()[from] = Some(e.payload);
+                Ok(())
+            }
+            (RuntimeOp::Abort, Received::Bulk(b)) => {
+                let (c, reason) = b
+                    .data
+                    .split_first_chunk::<2>()
+                    .ok_or_else(|| malformed("truncated"))?;
+                let cluster = usize::from(u16::from_le_bytes(*c));
+                let reason = String::from_utf8_lossy(reason);
+                self.record_failure(
+                    ep,
+                    Failure {
+                        cluster,
+                        reason: format!("{reason} (reported by cluster {from})"),
+                    },
+                    false,
+                );
+                Ok(())
+            }
+            (RuntimeOp::Stats, Received::Bulk(b)) => {
+                let stats: ClusterStats =
+                    serde_json::from_slice(&b.data).map_err(|e| malformed(&e.to_string()))?;
+                self.peer_stats.lock()[from] = Some(stats);
+                Ok(())
+            }
+            _ => Err(malformed("wrong message kind")),
+        }
+    }
+
+    // ----- waiting -----------------------------------------------------------------
+
+    /// Waits until wait `seq` of `slot` completes, handling every message that arrives
+    /// meanwhile (see the module documentation).
+    pub(crate) fn wait(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        slot: u32,
+        seq: u32,
+        context: &dyn Fn() -> String,
+    ) -> Result<(), DsmError> {
+        let s = self.slots.get(slot);
+        let start = Instant::now();
+        let spin_until = start + self.tuning.spin;
+        let mut next_check = start + self.tuning.liveness_period;
+        loop {
+            if s.is_done(seq) {
+                return Ok(());
+            }
+            if let Some(m) = ep.try_recv() {
+                self.dispatch(ops, ep, m)?;
+                continue;
+            }
+            if self.is_failed() {
+                return Err(self.failure_error(Some(context())));
+            }
+            let now = Instant::now();
+            if now < spin_until {
+                // Yield rather than burn the core: with more runnable threads than cores
+                // (compute threads of several clusters on one machine) the thread that
+                // will produce our message may be waiting for this very core.
+                std::thread::yield_now();
+                continue;
+            }
+            if now >= next_check {
+                self.check_liveness(ops, ep, context)?;
+                next_check = now + self.tuning.liveness_period;
+            }
+            if s.prepare_sleep(seq) {
+                return Ok(());
+            }
+            let m = ep.recv_timeout(self.tuning.slice);
+            s.awake();
+            if let Some(m) = m {
+                self.dispatch(ops, ep, m)?;
+            }
+        }
+    }
+
+    /// Passes a synchronization event (built from its token) to the machine and waits
+    /// for its completion.
+    pub(crate) fn sync(
+        self: &Arc<Self>,
+        ops: &RegionOps,
+        event: impl FnOnce(SyncToken) -> Event,
+        context: &dyn Fn() -> String,
+    ) -> Result<(), DsmError> {
+        if self.is_failed() {
+            return Err(self.failure_error(Some(context())));
+        }
+        self.with_thread(|slot, ep| {
+            let s = self.slots.get(slot);
+            let seq = s.next_seq();
+            self.handle(ops, ep, event(SyncToken(token(slot, seq))), None)?;
+            self.wait(ops, ep, slot, seq, context)
+        })
+    }
+
+    /// Serves a fault of the calling thread (see [`Resolver`]).
+    fn fault(self: &Arc<Self>, ops: &RegionOps, fault: Fault) -> Result<(), DsmError> {
+        let t0 = Instant::now();
+        let write = fault.access == Access::Write || fault.kind == FaultKind::WriteProtect;
+        let page = PageId::new(fault.page.0 as u32).ok_or_else(|| {
+            self.internal(format!(
+                "fault on {} beyond the protocol's pages",
+                fault.page
+            ))
+        })?;
+        bump(
+            if write {
+                &self.counters.write_faults
+            } else {
+                &self.counters.read_faults
+            },
+            1,
+        );
+        let waited = self.with_thread(|slot, ep| {
+            let s = self.slots.get(slot);
+            let seq = s.next_seq();
+            let token = FaultToken(token(slot, seq));
+            let event = if write {
+                Event::WriteFault { page, token }
+            } else {
+                Event::ReadFault { page, token }
+            };
+            self.handle(ops, ep, event, None)?;
+            if s.is_done(seq) {
+                return Ok(false);
+            }
+            let what = if write { "write" } else { "read" };
+            self.wait(ops, ep, slot, seq, &|| {
+                format!("serving a {what} fault on page {}", page.get())
+            })?;
+            Ok(true)
+        })?;
+        let ns = t0.elapsed().as_nanos() as u64;
+        bump(&self.counters.fault_ns, ns);
+        if waited {
+            bump(&self.counters.remote_faults, 1);
+            bump(&self.counters.remote_fault_ns, ns);
+        }
+        Ok(())
+    }
+
+    // ----- statistics --------------------------------------------------------------
+
+    pub(crate) fn snapshot(&self) -> ClusterStats {
+        let protocol = ProtocolStats::from(*self.state.lock().machine.stats());
+        self.counters
+            .snapshot(self.me, protocol, LayerStats::from(self.site.stats()))
+    }
+
+    /// Serves the protocol queue until `stop` is set (the protocol thread's loop).
+    pub(crate) fn serve(&self, ops: &RegionOps, spin: Duration) {
+        let ep = self.new_endpoint(Duration::ZERO);
+        let mut reported = false;
+        let mut last = Instant::now();
+        while !self.stop.load(Ordering::Acquire) {
+            // Poll (yielding) for `spin` after the last message, then sleep on the
+            // doorbell.
+            let m = match ep.try_recv() {
+                Some(m) => Some(m),
+                None if last.elapsed() < spin => {
+                    std::thread::yield_now();
+                    continue;
+                }
+                None => ep.recv_timeout(Duration::from_millis(100)),
+            };
+            let Some(m) = m else { continue };
+            last = Instant::now();
+            if let Err(e) = self.dispatch(ops, &ep, m)
+                && !reported
+            {
+                reported = true;
+                self.fail_with(&ep, &e);
+                tracing::error!("cluster {}: protocol thread: {e}", self.me);
+            }
+        }
+    }
+}
+
+/// The fault resolver of a cluster's region: serves each fault on the faulting thread.
+pub(crate) struct Resolver {
+    pub(crate) core: Arc<Core>,
+}
+
+impl FaultResolver for Resolver {
+    fn resolve(&self, region: &RegionOps, fault: Fault) {
+        if let Err(e) = self.core.fault(region, fault) {
+            let _ = self.core.with_thread(|_, ep| {
+                self.core.fail_with(ep, &e);
+                Ok(())
+            });
+            fatal_fault(self.core.me, fault.page.0, &e);
+        }
+    }
+}
+
+/// The faulting access cannot continue: report and end the process.
+fn fatal_fault(cluster: usize, page: usize, e: &DsmError) -> ! {
+    let msg = format!(
+        "multigrain-dsm: cluster {cluster}: the page fault on page {page} cannot be served: {e}; \
+         exiting with status {FAULT_EXIT_CODE}\n"
+    );
+    // SAFETY: write(2) of a buffer we own to standard error; async-signal-safe. The
+    // standard library's stderr lock is not taken (the interrupted code may hold it).
+    unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+    // SAFETY: _exit(2) ends the process at once without running any handler.
+    unsafe { libc::_exit(FAULT_EXIT_CODE) }
+}

@@ -1,0 +1,929 @@
+//! The DSM runtime of one cluster: [`Dsm`] (join a job, allocate shared arrays, run
+//! compute threads, synchronize, finish), the per-thread [`Worker`] handle, and
+//! [`LockGuard`].
+
+pub(crate) mod core;
+pub(crate) mod slots;
+pub(crate) mod sync;
+
+use self::core::{Core, Resolver, Tuning};
+use self::sync::{Acquired, LocalBarrier, LocalLocks};
+use crate::array::SharedArray;
+use crate::error::DsmError;
+use crate::stats::{ClusterStats, JobStats, bump};
+use crate::transport::{PROTOCOL_QUEUE, Transport};
+use crate::uffd::{Backing, PAGE_SIZE, Region, RegionConfig};
+use crate::wire::RuntimeOp;
+use bytemuck::Pod;
+use multigrain_cluster_config::{HomePolicy, JobConfig, Protocol as CfgProtocol};
+use multigrain_coherence::{
+    ClusterId, Config, Event, HomePolicy as Homes, LockId, MAX_LOCKS, Machine, Protocol,
+};
+use multigrain_messaging::{Destination, Express, SiteId, SourceId, VirtualName};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub use self::core::FAULT_EXIT_CODE;
+pub use self::sync::MAX_LOCAL_HANDOFFS;
+
+/// Tuning of a cluster's runtime beyond the job configuration. `Default` is what a job
+/// should use.
+///
+/// # Why the waits poll for a millisecond
+///
+/// A thread sleeping on a futex and woken by a message takes 50–150 µs to run again on
+/// the development VM (2 vCPUs), several times a whole remote fault. Waiting threads
+/// therefore poll first, yielding the CPU between polls so that the thread that will
+/// produce the awaited message runs even when there are more runnable threads than
+/// cores. Measured with the multi-process counter test (4 clusters × 2 threads, 80,000
+/// lock-protected increments, hlrc): polling 50 µs 23 s, 200 µs 11 s, 500 µs 1.4 s,
+/// 1 ms 1.2 s, 2 ms 1.1 s; never polling 44 s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DsmOptions {
+    /// Map this cluster's region at this address instead of `dsm.region_base`. Only for
+    /// running several clusters of one job in one process (benchmarks, tests): array
+    /// addresses then differ between clusters, so never pass addresses between them.
+    /// `None` (the default) uses the configuration.
+    pub region_base: Option<usize>,
+    /// How long a thread waiting for a page, a lock or a barrier polls the protocol
+    /// queue (yielding between polls) before it sleeps on the queue's doorbell. Default
+    /// 1 ms.
+    pub wait_spin: Duration,
+    /// How long the protocol thread polls after a message before it sleeps. Default
+    /// 1 ms.
+    pub server_spin: Duration,
+}
+
+impl Default for DsmOptions {
+    fn default() -> Self {
+        DsmOptions {
+            region_base: None,
+            wait_spin: Duration::from_millis(1),
+            server_spin: Duration::from_millis(1),
+        }
+    }
+}
+
+/// A 40-bit fingerprint of everything the clusters of a job must agree on.
+fn fingerprint(cfg: &JobConfig) -> u64 {
+    let text = format!(
+        "{}|{}|{:#x}|{}|{}|{:?}",
+        cfg.dsm.protocol.as_str(),
+        cfg.dsm.home.as_str(),
+        cfg.dsm.region_base,
+        cfg.dsm.region_size,
+        cfg.clusters.len(),
+        cfg.clusters.iter().map(|c| c.threads).collect::<Vec<_>>()
+    );
+    let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    h & ((1 << 40) - 1)
+}
+
+/// The coherence configuration of a job.
+fn coherence_config(cfg: &JobConfig, me: usize) -> Result<Config, DsmError> {
+    let pages = u32::try_from(cfg.dsm.pages()).map_err(|_| DsmError::Config {
+        cluster: me,
+        reason: format!(
+            "dsm.region_size {} is too large: at most {} pages of {PAGE_SIZE} bytes",
+            cfg.dsm.region_size,
+            multigrain_coherence::MAX_PAGES
+        ),
+    })?;
+    let protocol = match cfg.dsm.protocol {
+        CfgProtocol::Hlrc => Protocol::Hlrc,
+        CfgProtocol::Sc => Protocol::Sc,
+    };
+    let mut c = Config::new(protocol, cfg.clusters.len() as u16, pages);
+    c.home_policy = match cfg.dsm.home {
+        HomePolicy::RoundRobin => Homes::RoundRobin,
+        HomePolicy::Block => Homes::Block,
+        HomePolicy::FirstTouch => Homes::FirstTouch,
+    };
+    Ok(c)
+}
+
+/// One cluster's DSM runtime: the region (mapped at the same address in every cluster
+/// and kept coherent at page grain), its coherence machine, and the protocol thread.
+///
+/// # Use
+///
+/// ```no_run
+/// # use multigrain_dsm::*;
+/// # fn transport() -> Transport { unimplemented!() }
+/// let cfg = multigrain_cluster_config::JobConfig::local(2, 2);
+/// // 1. Join: every cluster process, with its Transport from the job bootstrap.
+/// let mut dsm = Dsm::join(transport(), &cfg)?;
+/// // 2. Allocate collectively (same calls, same order, in every cluster), before `run`.
+/// let counter = dsm.alloc::<u64>(1)?;
+/// let data = dsm.alloc::<f64>(1 << 16)?;
+/// // 3. Run this cluster's compute threads; each gets a Worker.
+/// dsm.run(|w| -> Result<(), DsmError> {
+///     for i in (w.thread_id()..data.len()).step_by(w.threads()) {
+///         data.set(i, i as f64);
+///     }
+///     w.barrier()?; // every write before is visible everywhere after
+///     let _g = w.lock(0)?; // a distributed lock
+///     counter.set(0, counter.get(0) + 1);
+///     Ok(())
+/// })?;
+/// // 4. Finish: a final barrier, statistics summed over the job, threads joined.
+/// let stats = dsm.finish()?;
+/// println!("{} remote faults", stats.total.remote_faults);
+/// # Ok::<(), DsmError>(())
+/// ```
+///
+/// # Memory model
+///
+/// Release consistency (hlrc) or sequential consistency (sc), chosen by `dsm.protocol`:
+/// a write is guaranteed visible to another thread after a release → acquire between
+/// them (a lock passed on, or a barrier); programs must be data-race-free at that grain.
+/// Threads of one cluster share its single copy of each page.
+///
+/// # Failures
+///
+/// A cluster that dies, aborts or falls silent (as the [`crate::Liveness`] of the
+/// transport reports) makes every other cluster fail: synchronization calls return
+/// [`DsmError::PeerFailed`] naming it, and a thread blocked in a page fault, which cannot
+/// return an error, prints it and ends its process with [`FAULT_EXIT_CODE`].
+pub struct Dsm {
+    inner: Arc<Inner>,
+    server: Option<JoinHandle<()>>,
+    next_offset: usize,
+    next_lock: u32,
+    /// Joined, and neither finished nor failed at start-up.
+    live: bool,
+}
+
+/// What a [`Dsm`] shares with its [`Worker`]s.
+struct Inner {
+    core: Arc<Core>,
+    region: Arc<Region>,
+    locks: LocalLocks,
+    running: AtomicBool,
+    threads: Vec<usize>,
+    options: DsmOptions,
+    peer_timeout: Duration,
+}
+
+impl std::fmt::Debug for Dsm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dsm")
+            .field("cluster", &self.inner.core.me)
+            .field("clusters", &self.inner.core.clusters)
+            .field("region", &*self.inner.region)
+            .finish_non_exhaustive()
+    }
+}
+impl Dsm {
+    /// Joins the job `cfg` as cluster `transport.cluster`: maps the region
+    /// (`dsm.region_base`, `dsm.region_size`) and registers it with userfaultfd, creates
+    /// the coherence machine (`dsm.protocol`, `dsm.home`), checks with every other
+    /// cluster that they run the same configuration (within `job.startup_timeout_ms`),
+    /// and starts the protocol thread. Every cluster of the job must call it.
+    ///
+    /// # Errors
+    /// [`DsmError::Config`] when the transport and the configuration disagree or a route
+    /// is missing, [`DsmError::Region`] when the region cannot be created (address taken,
+    /// userfaultfd unavailable), [`DsmError::ConfigMismatch`],
+    /// [`DsmError::StartupTimeout`], [`DsmError::PeerFailed`].
+    pub fn join(transport: Transport, cfg: &JobConfig) -> Result<Dsm, DsmError> {
+        Dsm::join_with(transport, cfg, DsmOptions::default())
+    }
+
+    /// [`Dsm::join`] with non-default [`DsmOptions`].
+    ///
+    /// # Errors
+    /// As [`Dsm::join`].
+    pub fn join_with(
+        transport: Transport,
+        cfg: &JobConfig,
+        options: DsmOptions,
+    ) -> Result<Dsm, DsmError> {
+        let Transport {
+            site,
+            cluster: me,
+            clusters,
+            liveness,
+        } = transport;
+        let config_err = |reason: String| DsmError::Config {
+            cluster: me,
+            reason,
+        };
+        if clusters != cfg.clusters.len() || me >= clusters {
+            return Err(config_err(format!(
+                "the transport is for cluster {me} of {clusters}, the configuration has {} clusters",
+                cfg.clusters.len()
+            )));
+        }
+        if site.id() != SiteId(me as u16) {
+            return Err(config_err(format!(
+                "the transport's site is {}, expected site {me}",
+                site.id()
+            )));
+        }
+        if let Some(c) = (0..clusters).find(|&c| !site.reaches(SiteId(c as u16))) {
+            return Err(config_err(format!(
+                "the site has no route to cluster {c}: attach or connect every cluster before joining"
+            )));
+        }
+        let machine_cfg = coherence_config(cfg, me)?;
+        let machine = Machine::new(ClusterId::new(me as u16).expect("checked"), machine_cfg)
+            .map_err(|source| DsmError::Protocol {
+                cluster: me,
+                source,
+            })?;
+        let (endpoint, table) =
+            site.create_endpoint(&[PROTOCOL_QUEUE])
+                .map_err(|source| DsmError::Site {
+                    cluster: me,
+                    source,
+                })?;
+        for c in 0..clusters {
+            table
+                .map(
+                    VirtualName(c as u16),
+                    Destination {
+                        site: SiteId(c as u16),
+                        queue: PROTOCOL_QUEUE,
+                        source: SourceId::new(me as u16).ok_or_else(|| {
+                            config_err(format!("cluster id {me} does not fit a source id"))
+                        })?,
+                    },
+                )
+                .map_err(|e| config_err(e.to_string()))?;
+        }
+        let peer_timeout = cfg.job.peer_timeout();
+        let tuning = Tuning {
+            spin: options.wait_spin,
+            slice: Duration::from_millis(2),
+            liveness_period: (peer_timeout / 8)
+                .clamp(Duration::from_millis(1), Duration::from_millis(20)),
+            send_slice: (peer_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)),
+        };
+        let core = Arc::new(Core::new(
+            me, clusters, site, endpoint, machine, liveness, tuning,
+        ));
+        let base = match options.region_base {
+            Some(b) => b,
+            None => usize::try_from(cfg.dsm.region_base).map_err(|_| {
+                config_err(format!(
+                    "dsm.region_base {:#x} does not fit",
+                    cfg.dsm.region_base
+                ))
+            })?,
+        };
+        let len = usize::try_from(cfg.dsm.region_size)
+            .map_err(|_| config_err("dsm.region_size does not fit".into()))?;
+        let region_cfg = RegionConfig::new(base, len).with_backing(Backing::SharedMemory);
+        let region = Region::new(
+            region_cfg,
+            Arc::new(Resolver {
+                core: Arc::clone(&core),
+            }),
+        )
+        .map_err(|source| DsmError::Region {
+            cluster: me,
+            source,
+        })?;
+        let mut dsm = Dsm {
+            inner: Arc::new(Inner {
+                core,
+                region: Arc::new(region),
+                locks: LocalLocks::default(),
+                running: AtomicBool::new(false),
+                threads: cfg.clusters.iter().map(|c| c.threads).collect(),
+                options,
+                peer_timeout,
+            }),
+            server: None,
+            next_offset: 0,
+            next_lock: 0,
+            live: false,
+        };
+        dsm.inner
+            .hello(fingerprint(cfg), cfg.job.startup_timeout())?;
+        let core = Arc::clone(&dsm.inner.core);
+        let region = Arc::clone(&dsm.inner.region);
+        let spin = options.server_spin;
+        dsm.live = true;
+        dsm.server = Some(
+            std::thread::Builder::new()
+                .name(format!("dsm-protocol-{me}"))
+                .spawn(move || core.serve(&region, spin))
+                .map_err(|source| DsmError::Spawn {
+                    cluster: me,
+                    what: "the protocol thread",
+                    source,
+                })?,
+        );
+        Ok(dsm)
+    }
+
+    /// This cluster's id.
+    pub fn cluster(&self) -> usize {
+        self.inner.core.me
+    }
+
+    /// Number of clusters in the job.
+    pub fn clusters(&self) -> usize {
+        self.inner.core.clusters
+    }
+
+    /// Compute threads of each cluster (`clusters[c].threads` of the configuration).
+    pub fn threads_per_cluster(&self) -> &[usize] {
+        &self.inner.threads
+    }
+
+    /// Compute threads in the job.
+    pub fn total_threads(&self) -> usize {
+        self.inner.threads.iter().sum()
+    }
+
+    /// The global id of cluster `cluster`'s first compute thread: threads are numbered
+    /// cluster-major, `0..total_threads()`.
+    ///
+    /// # Panics
+    /// If `cluster >= clusters()`.
+    pub fn first_thread(&self, cluster: usize) -> usize {
+        self.inner.first_thread(cluster)
+    }
+
+    /// The cluster of global thread `thread`, or `None` beyond the job's threads.
+    pub fn cluster_of_thread(&self, thread: usize) -> Option<usize> {
+        let mut first = 0;
+        for (c, &n) in self.inner.threads.iter().enumerate() {
+            if thread < first + n {
+                return Some(c);
+            }
+            first += n;
+        }
+        None
+    }
+
+    /// The region's first address (the same in every cluster unless
+    /// [`DsmOptions::region_base`] overrode it).
+    pub fn region_base(&self) -> usize {
+        self.inner.region.layout().base()
+    }
+
+    /// The region's length in bytes.
+    pub fn region_len(&self) -> usize {
+        self.inner.region.layout().len()
+    }
+
+    /// Bytes of the region not yet allocated.
+    pub fn free_bytes(&self) -> usize {
+        self.region_len() - self.next_offset
+    }
+
+    /// The options this runtime was joined with.
+    pub fn options(&self) -> &DsmOptions {
+        &self.inner.options
+    }
+
+    /// Allocates a zeroed array of `len` elements of `T` in the region. **Collective**:
+    /// every cluster makes the same sequence of `alloc` calls (same types, same lengths)
+    /// before any [`Dsm::run`], so that array *k* lies at the same address everywhere.
+    /// Each array starts on a fresh page (no false sharing between arrays). Memory is
+    /// never freed. `T`'s size must be a positive multiple of 8 bytes (see
+    /// [`SharedArray`] for why).
+    ///
+    /// # Errors
+    /// [`DsmError::OutOfSpace`] when the region is full, [`DsmError::Config`] for an
+    /// element size that is not a positive multiple of 8.
+    pub fn alloc<T: Pod>(&mut self, len: usize) -> Result<SharedArray<T>, DsmError> {
+        let me = self.cluster();
+        let size = std::mem::size_of::<T>();
+        if size == 0 || !size.is_multiple_of(8) {
+            return Err(DsmError::Config {
+                cluster: me,
+                reason: format!(
+                    "shared array elements must be a positive multiple of 8 bytes, {} is {size} \
+                     bytes: the protocol merges writes of different clusters by 8-byte words, \
+                     so smaller elements written by different clusters could overwrite each \
+                     other (pad the type, or pack several values into one element)",
+                    std::any::type_name::<T>()
+                ),
+            });
+        }
+        let align = std::mem::align_of::<T>().max(PAGE_SIZE);
+        let region = self.region_len();
+        let offset = self.next_offset.next_multiple_of(align);
+        let end = len
+            .checked_mul(size)
+            .and_then(|b| b.checked_add(offset))
+            .filter(|&e| e <= region)
+            .ok_or(DsmError::OutOfSpace {
+                cluster: me,
+                bytes: len.saturating_mul(size),
+                available: region.saturating_sub(offset),
+                region,
+            })?;
+        self.next_offset = end;
+        Ok(SharedArray::new(
+            Arc::clone(&self.inner.region),
+            self.region_base() + offset,
+            len,
+        ))
+    }
+
+    /// Reserves `count` lock ids and returns the first (ids `first..first + count`).
+    /// Collective like [`Dsm::alloc`]. Any id below [`MAX_LOCKS`] may also be used
+    /// without reserving it; reserving only keeps independent parts of a program apart.
+    ///
+    /// # Errors
+    /// [`DsmError::BadLock`] beyond [`MAX_LOCKS`] ids.
+    pub fn alloc_locks(&mut self, count: usize) -> Result<u32, DsmError> {
+        let first = self.next_lock;
+        let end = u64::from(first) + count as u64;
+        if end > u64::from(MAX_LOCKS) {
+            return Err(DsmError::BadLock {
+                cluster: self.cluster(),
+                lock: end - 1,
+                max: MAX_LOCKS,
+            });
+        }
+        self.next_lock = end as u32;
+        Ok(first)
+    }
+
+    /// Runs `body` on each of this cluster's compute threads (`clusters[c].threads` of
+    /// the configuration; every cluster of the job calls `run` for the same parallel
+    /// section) and waits for them. Each thread gets a [`Worker`] with its ids and the
+    /// synchronization calls. Ends with a barrier of the whole job, so every write of the
+    /// section is visible everywhere afterwards. Returns the threads' results in order of
+    /// their ids.
+    ///
+    /// # Errors
+    /// [`DsmError::ThreadPanicked`] if a thread panicked (the job is aborted: the other
+    /// clusters fail with [`DsmError::PeerFailed`]), [`DsmError::PeerFailed`], or
+    /// [`DsmError::Config`] if a section is already running.
+    pub fn run<T, F>(&self, body: F) -> Result<Vec<T>, DsmError>
+    where
+        T: Send,
+        F: Fn(&Worker<'_>) -> T + Sync,
+    {
+        let inner = &self.inner;
+        let me = inner.core.me;
+        if inner.running.swap(true, Ordering::AcqRel) {
+            return Err(DsmError::Config {
+                cluster: me,
+                reason: "Dsm::run called while a parallel section is running".into(),
+            });
+        }
+        struct Reset<'a>(&'a AtomicBool);
+        impl Drop for Reset<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _reset = Reset(&inner.running);
+        if inner.core.is_failed() {
+            return Err(inner
+                .core
+                .failure_error(Some("starting a parallel section".into())));
+        }
+        let n = inner.threads[me];
+        let first = inner.first_thread(me);
+        let barrier = LocalBarrier::new(n);
+        let outcomes: Vec<Result<T, DsmError>> = std::thread::scope(|s| {
+            let mut handles = Vec::with_capacity(n);
+            for local in 0..n {
+                let worker = Worker {
+                    inner,
+                    local,
+                    barrier: &barrier,
+                };
+                let body = &body;
+                let thread = first + local;
+                // A panic aborts the job at once (from the panicking thread), so that the
+                // other threads, here and elsewhere, stop waiting for this one.
+                let run_one = move || {
+                    catch_unwind(AssertUnwindSafe(|| body(&worker))).map_err(|payload| {
+                        let message = payload
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| payload.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "(non-string panic payload)".into());
+                        let e = DsmError::ThreadPanicked {
+                            cluster: me,
+                            thread,
+                            message,
+                        };
+                        worker.inner.abort(&e);
+                        e
+                    })
+                };
+                let spawned = std::thread::Builder::new()
+                    .name(format!("dsm-c{me}-t{local}"))
+                    .spawn_scoped(s, run_one);
+                match spawned {
+                    Ok(h) => handles.push(Ok(h)),
+                    Err(source) => {
+                        let e = DsmError::Spawn {
+                            cluster: me,
+                            what: "a compute thread",
+                            source,
+                        };
+                        inner.abort(&e);
+                        handles.push(Err(e));
+                    }
+                }
+            }
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(local, h)| {
+                    h?.join().unwrap_or_else(|_| {
+                        Err(DsmError::ThreadPanicked {
+                            cluster: me,
+                            thread: first + local,
+                            message: "panicked while reporting a panic".into(),
+                        })
+                    })
+                })
+                .collect()
+        });
+        let results = outcomes.into_iter().collect::<Result<Vec<T>, DsmError>>()?;
+        inner.global_barrier()?;
+        Ok(results)
+    }
+
+    /// A barrier of the whole job, entered by one thread per cluster: for use outside
+    /// [`Dsm::run`] (between parallel sections, e.g. after one thread initialized
+    /// data). Inside `run`, compute threads use [`Worker::barrier`].
+    ///
+    /// # Errors
+    /// [`DsmError::Config`] inside `run`; [`DsmError::PeerFailed`].
+    pub fn barrier(&self) -> Result<(), DsmError> {
+        if self.inner.running.load(Ordering::Acquire) {
+            return Err(DsmError::Config {
+                cluster: self.cluster(),
+                reason: "Dsm::barrier inside a parallel section: use Worker::barrier".into(),
+            });
+        }
+        self.inner.global_barrier()
+    }
+
+    /// Acquires distributed lock `id` for the calling thread until the guard is dropped
+    /// (or [`LockGuard::unlock`]ed). Writes made by the previous holder before its release
+    /// are visible after the acquire. Any thread of the process may call it (compute
+    /// threads usually through [`Worker::lock`]).
+    ///
+    /// # Errors
+    /// [`DsmError::BadLock`] for `id >= MAX_LOCKS`; [`DsmError::PeerFailed`].
+    pub fn lock(&self, id: u32) -> Result<LockGuard<'_>, DsmError> {
+        self.inner.lock(id)
+    }
+
+    /// This cluster's statistics so far.
+    pub fn stats(&self) -> ClusterStats {
+        self.inner.core.snapshot()
+    }
+
+    /// Finishes the job: a last barrier, then every cluster sends its statistics to
+    /// every other, then the protocol thread is stopped and joined and the region is
+    /// unmapped (as soon as no [`SharedArray`] refers to it). Every cluster must call it.
+    /// Returns the statistics of every cluster and their sum.
+    ///
+    /// # Errors
+    /// [`DsmError::PeerFailed`] if a cluster failed or did not deliver its statistics
+    /// within `job.peer_timeout_ms`.
+    pub fn finish(mut self) -> Result<JobStats, DsmError> {
+        let inner = Arc::clone(&self.inner);
+        let core = &inner.core;
+        let me = core.me;
+        inner.global_barrier()?;
+        let mine = core.snapshot();
+        let json = serde_json::to_vec(&mine).map_err(|e| DsmError::Internal {
+            cluster: me,
+            detail: format!("encoding statistics: {e}"),
+        })?;
+        core.peer_stats.lock()[me] = Some(mine);
+        let deadline = Instant::now() + inner.peer_timeout;
+        core.with_thread(|_, ep| {
+            for c in (0..core.clusters).filter(|&c| c != me) {
+                core.send_runtime_bulk(&inner.region, ep, c, RuntimeOp::Stats, &json)?;
+            }
+            loop {
+                let missing: Vec<usize> = {
+                    let s = core.peer_stats.lock();
+                    (0..core.clusters).filter(|&c| s[c].is_none()).collect()
+                };
+                let Some(&late) = missing.first() else {
+                    return Ok(());
+                };
+                core.check_liveness(&inner.region, ep, &|| "finishing the job".into())?;
+                if Instant::now() >= deadline {
+                    return Err(DsmError::PeerFailed {
+                        cluster: late,
+                        reason: format!(
+                            "it did not send its statistics within {} ms of the final barrier",
+                            inner.peer_timeout.as_millis()
+                        ),
+                        detected_by: me,
+                        context: Some("finishing the job".into()),
+                    });
+                }
+                if let Some(m) = ep.recv_timeout(Duration::from_millis(2)) {
+                    core.dispatch(&inner.region, ep, m)?;
+                }
+            }
+        })?;
+        self.live = false;
+        self.shutdown();
+        let all = core
+            .peer_stats
+            .lock()
+            .iter()
+            .map(|s| s.clone().unwrap_or_default())
+            .collect();
+        Ok(JobStats::from_clusters(all))
+    }
+
+    /// Stops and joins the protocol thread.
+    fn shutdown(&mut self) {
+        let core = &self.inner.core;
+        if self.live {
+            // Leaving without `finish`: the other clusters must not wait for us.
+            self.live = false;
+            self.inner.abort(&DsmError::PeerFailed {
+                cluster: core.me,
+                reason: "its runtime was shut down before the job finished".into(),
+                detected_by: core.me,
+                context: None,
+            });
+        }
+        if let Some(server) = self.server.take() {
+            core.stop.store(true, Ordering::Release);
+            let _ = core.with_thread(|_, ep| {
+                core.ring_own_doorbell(ep);
+                Ok(())
+            });
+            if server.join().is_err() {
+                tracing::error!("cluster {}: the protocol thread panicked", core.me);
+            }
+        }
+    }
+}
+
+impl Drop for Dsm {
+    /// Stops and joins the protocol thread; the region is unmapped when the last
+    /// [`SharedArray`] is gone too. Without [`Dsm::finish`] the other clusters are told
+    /// that this cluster left, and fail.
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Inner {
+    /// Start-up: tells every other cluster our fingerprint and waits for theirs.
+    fn hello(&self, fp: u64, timeout: Duration) -> Result<(), DsmError> {
+        let core = &self.core;
+        let me = core.me;
+        core.hellos.lock()[me] = Some(fp);
+        let deadline = Instant::now() + timeout;
+        core.with_thread(|_, ep| {
+            let hello = Express::new(RuntimeOp::Hello.handler(), fp).expect("40-bit fingerprint");
+            let mut early = Vec::new();
+            for c in (0..core.clusters).filter(|&c| c != me) {
+                ep.send_express_blocking(VirtualName(c as u16), hello, Some(timeout), |m| {
+                    early.push(m)
+                })
+                .map_err(|e| DsmError::Send {
+                    cluster: me,
+                    to: c,
+                    what: "Hello",
+                    reason: e.to_string(),
+                })?;
+            }
+            for m in early {
+                core.dispatch(&self.region, ep, m)?;
+            }
+            loop {
+                let missing: Vec<usize> = {
+                    let h = core.hellos.lock();
+                    if let Some((peer, theirs)) = h
+                        .iter()
+                        .enumerate()
+                        .find_map(|(c, f)| f.filter(|&f| f != fp).map(|f| (c, f)))
+                    {
+                        return Err(DsmError::ConfigMismatch {
+                            cluster: me,
+                            peer,
+                            ours: fp,
+                            theirs,
+                        });
+                    }
+                    (0..core.clusters).filter(|&c| h[c].is_none()).collect()
+                };
+                if missing.is_empty() {
+                    return Ok(());
+                }
+                core.check_liveness(&self.region, ep, &|| "joining the job".into())?;
+                if Instant::now() >= deadline {
+                    return Err(DsmError::StartupTimeout {
+                        cluster: me,
+                        missing,
+                        timeout_ms: timeout.as_millis() as u64,
+                    });
+                }
+                if let Some(m) = ep.recv_timeout(Duration::from_millis(2)) {
+                    core.dispatch(&self.region, ep, m)?;
+                }
+            }
+        })
+    }
+
+    fn first_thread(&self, cluster: usize) -> usize {
+        self.threads[..cluster].iter().sum()
+    }
+
+    /// Aborts the job because of `e`, raised here.
+    fn abort(&self, e: &DsmError) {
+        let _ = self.core.with_thread(|_, ep| {
+            self.core.fail_with(ep, e);
+            Ok(())
+        });
+    }
+
+    /// This cluster's arrival at the global barrier.
+    fn global_barrier(&self) -> Result<(), DsmError> {
+        self.core
+            .sync(&self.region, |token| Event::Barrier { token }, &|| {
+                "at a barrier".into()
+            })?;
+        bump(&self.core.counters.barriers, 1);
+        Ok(())
+    }
+
+    fn lock(&self, id: u32) -> Result<LockGuard<'_>, DsmError> {
+        let me = self.core.me;
+        let lock = LockId::new(id).ok_or(DsmError::BadLock {
+            cluster: me,
+            lock: u64::from(id),
+            max: MAX_LOCKS,
+        })?;
+        let t0 = Instant::now();
+        let how = self.locks.lock(&self.core, id, || {
+            self.core.sync(
+                &self.region,
+                |token| Event::Acquire { lock, token },
+                &|| format!("acquiring lock {id}"),
+            )
+        })?;
+        let c = &self.core.counters;
+        bump(&c.lock_acquires, 1);
+        bump(&c.lock_wait_ns, t0.elapsed().as_nanos() as u64);
+        if matches!(how, Acquired::Local) {
+            bump(&c.lock_local_handoffs, 1);
+        }
+        Ok(LockGuard {
+            inner: self,
+            id,
+            held: true,
+        })
+    }
+
+    fn unlock(&self, id: u32) -> Result<(), DsmError> {
+        let lock = LockId::new(id).expect("checked at lock");
+        self.locks.unlock(id, || {
+            self.core.sync(
+                &self.region,
+                |token| Event::Release { lock, token },
+                &|| format!("releasing lock {id}"),
+            )
+        })
+    }
+}
+
+/// One compute thread's handle during [`Dsm::run`]: its ids and the synchronization
+/// calls. It borrows the runtime for the section; use it on its own thread.
+#[derive(Clone, Copy)]
+pub struct Worker<'a> {
+    inner: &'a Inner,
+    local: usize,
+    barrier: &'a LocalBarrier,
+}
+
+impl std::fmt::Debug for Worker<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("thread", &self.thread_id())
+            .field("cluster", &self.cluster())
+            .finish()
+    }
+}
+
+impl<'a> Worker<'a> {
+    /// This thread's global id, `0..threads()` (cluster-major).
+    pub fn thread_id(&self) -> usize {
+        self.inner.first_thread(self.cluster()) + self.local
+    }
+
+    /// This thread's index within its cluster, `0..cluster_threads()`.
+    pub fn local_id(&self) -> usize {
+        self.local
+    }
+
+    /// This thread's cluster.
+    pub fn cluster(&self) -> usize {
+        self.inner.core.me
+    }
+
+    /// Number of clusters.
+    pub fn clusters(&self) -> usize {
+        self.inner.core.clusters
+    }
+
+    /// Compute threads in the job.
+    pub fn threads(&self) -> usize {
+        self.inner.threads.iter().sum()
+    }
+
+    /// Compute threads in this cluster.
+    pub fn cluster_threads(&self) -> usize {
+        self.inner.threads[self.cluster()]
+    }
+
+    /// Compute threads of each cluster.
+    pub fn threads_per_cluster(&self) -> &[usize] {
+        &self.inner.threads
+    }
+
+    /// Waits until every compute thread of the job has called `barrier` for this
+    /// episode; every write made before it by any thread is visible to every thread
+    /// after it. Hierarchical: the cluster's threads meet locally, and the last to arrive
+    /// takes part in the global barrier for the cluster (write notices piggy-backed).
+    ///
+    /// # Errors
+    /// [`DsmError::PeerFailed`] if the job failed.
+    pub fn barrier(&self) -> Result<(), DsmError> {
+        let t0 = Instant::now();
+        let r = self
+            .barrier
+            .wait(&self.inner.core, self.inner.options.wait_spin, || {
+                self.inner.global_barrier()
+            });
+        bump(
+            &self.inner.core.counters.barrier_wait_ns,
+            t0.elapsed().as_nanos() as u64,
+        );
+        r
+    }
+
+    /// Acquires distributed lock `id` (see [`Dsm::lock`]).
+    ///
+    /// # Errors
+    /// As [`Dsm::lock`].
+    pub fn lock(&self, id: u32) -> Result<LockGuard<'a>, DsmError> {
+        self.inner.lock(id)
+    }
+}
+
+/// A held distributed lock; released when dropped (an error during that release is
+/// logged and makes the job fail) or explicitly with [`LockGuard::unlock`].
+#[must_use = "the lock is released when the guard is dropped"]
+pub struct LockGuard<'a> {
+    inner: &'a Inner,
+    id: u32,
+    held: bool,
+}
+
+impl std::fmt::Debug for LockGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard").field("lock", &self.id).finish()
+    }
+}
+
+impl LockGuard<'_> {
+    /// The lock id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Releases the lock: to a thread of this cluster waiting for it, or to its manager
+    /// (hlrc: after the homes acknowledged this cluster's diffs).
+    ///
+    /// # Errors
+    /// [`DsmError::PeerFailed`] if the job failed meanwhile.
+    pub fn unlock(mut self) -> Result<(), DsmError> {
+        self.held = false;
+        self.inner.unlock(self.id)
+    }
+}
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        if self.held
+            && let Err(e) = self.inner.unlock(self.id)
+        {
+            tracing::error!("releasing lock {}: {e}", self.id);
+        }
+    }
+}

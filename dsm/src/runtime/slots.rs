@@ -1,0 +1,184 @@
+//! Per-thread waiting state: each thread that uses a cluster's runtime owns a *slot*
+//! (its endpoint on the protocol queue and a completion word). A fault, acquire,
+//! release or barrier of that thread carries a token naming the slot and a sequence
+//! number; whoever executes the machine's `Wake`/`*Done` action stores the sequence
+//! number into the slot, and the owner, polling, sees it.
+//!
+//! A thread finds its slot through a thread-local table (one entry per runtime it has
+//! used), so the `SIGBUS` handler needs no argument to find it. Slots go back to the
+//! runtime's free list when the thread exits; their endpoints are kept for reuse.
+
+use super::core::Core;
+use multigrain_messaging::Endpoint;
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Threads of one process that may use one runtime at the same time.
+pub(crate) const MAX_THREADS: usize = 1024;
+
+/// One thread's waiting state.
+pub(crate) struct Slot {
+    /// The thread's handle on the protocol queue (created on first use, kept for the
+    /// next owner of the slot).
+    pub(crate) ep: Mutex<Option<Endpoint>>,
+    /// Sequence number of the last completed wait.
+    done: AtomicU32,
+    /// The owner sleeps on the protocol queue's doorbell: a completer must ring it.
+    sleeping: AtomicBool,
+    /// The owner's last sequence number.
+    seq: AtomicU32,
+}
+
+impl Slot {
+    fn new() -> Self {
+        Slot {
+            ep: Mutex::new(None),
+            done: AtomicU32::new(0),
+            sleeping: AtomicBool::new(false),
+            seq: AtomicU32::new(0),
+        }
+    }
+
+    /// A fresh sequence number for the owner's next wait.
+    pub(crate) fn next_seq(&self) -> u32 {
+        self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1)
+    }
+
+    /// Whether the wait numbered `seq` completed.
+    #[inline]
+    pub(crate) fn is_done(&self, seq: u32) -> bool {
+        self.done.load(Ordering::Acquire) == seq
+    }
+
+    /// Marks the owner as about to sleep on the doorbell; returns `true` if the wait
+    /// completed meanwhile (then it must not sleep). Pairs with [`Slots::complete`]: one
+    /// of the two sees the other's store (both sequentially consistent).
+    pub(crate) fn prepare_sleep(&self, seq: u32) -> bool {
+        self.sleeping.store(true, Ordering::SeqCst);
+        if self.done.load(Ordering::SeqCst) == seq {
+            self.sleeping.store(false, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
+    /// The owner woke up.
+    pub(crate) fn awake(&self) {
+        self.sleeping.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The slots of one runtime.
+pub(crate) struct Slots {
+    slots: Box<[Slot]>,
+    free: Mutex<Vec<u32>>,
+}
+
+/// The token of wait `seq` of slot `slot` (as carried by `FaultToken`/`SyncToken`).
+pub(crate) fn token(slot: u32, seq: u32) -> u64 {
+    (u64::from(slot) << 32) | u64::from(seq)
+}
+
+impl Slots {
+    pub(crate) fn new() -> Self {
+        Slots {
+            slots: (0..MAX_THREADS).map(|_| Slot::new()).collect(),
+            free: Mutex::new((0..MAX_THREADS as u32).rev().collect()),
+        }
+    }
+
+    pub(crate) fn get(&self, i: u32) -> &Slot {
+        &self.slots[i as usize]
+    }
+
+    fn alloc(&self) -> Option<u32> {
+        self.free.lock().pop()
+    }
+
+    fn release(&self, i: u32) {
+        self.free.lock().push(i);
+    }
+
+    /// Completes the wait named by `token`. Returns `true` when its owner sleeps on the
+    /// doorbell and must be woken (by a message to the own protocol queue).
+    pub(crate) fn complete(&self, token: u64) -> bool {
+        let Some(slot) = self.slots.get((token >> 32) as usize) else {
+            tracing::error!("completion of unknown token {token:#x}");
+            return false;
+        };
+        slot.done.store(token as u32, Ordering::SeqCst);
+        slot.sleeping.load(Ordering::SeqCst)
+    }
+}
+
+/// A thread's claim on a slot of one runtime; returns the slot when the thread exits.
+struct Claim {
+    runtime: u64,
+    core: Weak<Core>,
+    slot: u32,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(core) = self.core.upgrade() {
+            core.slots.release(self.slot);
+        }
+    }
+}
+
+thread_local! {
+    static CLAIMS: RefCell<Vec<Claim>> = const { RefCell::new(Vec::new()) };
+}
+
+/// This thread's slot in `core`, claimed on first use. `None` when every slot is taken
+/// (or the thread is exiting and its table is gone: a fresh slot is claimed then, and
+/// released by the caller through the returned guard's drop).
+pub(crate) fn thread_slot(core: &Arc<Core>) -> Option<SlotRef> {
+    let found = CLAIMS.try_with(|claims| {
+        let Ok(mut claims) = claims.try_borrow_mut() else {
+            return Err(());
+        };
+        if let Some(c) = claims.iter().find(|c| c.runtime == core.id) {
+            return Ok(Some(c.slot));
+        }
+        // Drop claims of runtimes that are gone.
+        claims.retain(|c| c.core.strong_count() > 0);
+        let slot = core.slots.alloc();
+        if let Some(slot) = slot {
+            claims.push(Claim {
+                runtime: core.id,
+                core: Arc::downgrade(core),
+                slot,
+            });
+        }
+        Ok(slot)
+    });
+    match found {
+        Ok(Ok(slot)) => slot.map(|slot| SlotRef {
+            slot,
+            temporary: None,
+        }),
+        // Thread-local storage unavailable (thread exiting) or in use further up this
+        // thread's stack: use a temporary slot for this one wait.
+        Ok(Err(())) | Err(_) => core.slots.alloc().map(|slot| SlotRef {
+            slot,
+            temporary: Some(Arc::clone(core)),
+        }),
+    }
+}
+
+/// A slot index held for one operation.
+pub(crate) struct SlotRef {
+    pub(crate) slot: u32,
+    temporary: Option<Arc<Core>>,
+}
+
+impl Drop for SlotRef {
+    fn drop(&mut self) {
+        if let Some(core) = self.temporary.take() {
+            core.slots.release(self.slot);
+        }
+    }
+}

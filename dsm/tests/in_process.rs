@@ -1,0 +1,308 @@
+//! Several clusters of one job in this process (each with its own region address),
+//! connected through shared memory: fast checks of the runtime's protocols, its
+//! statistics and its error paths. (The multi-process tests are in `cluster.rs`.)
+
+use multigrain_cluster_config::{HomePolicy, JobConfig, Protocol};
+use multigrain_dsm::*;
+
+/// A region address private to one test of this binary.
+fn base(slot: usize, cluster: usize) -> usize {
+    0x4800_0000_0000 + slot * (1 << 36) + cluster * (1 << 32)
+}
+
+fn config(clusters: usize, threads: usize, protocol: Protocol) -> JobConfig {
+    let mut cfg = JobConfig::local(clusters, threads);
+    cfg.dsm.protocol = protocol;
+    cfg.dsm.region_size = 64 << 20;
+    cfg.job.peer_timeout_ms = 2000;
+    cfg
+}
+
+/// Joins every cluster of `cfgs` (one configuration per cluster) concurrently.
+fn join_all(slot: usize, cfgs: Vec<JobConfig>) -> Vec<Result<Dsm, DsmError>> {
+    let transports = local_transports(&cfgs[0]).unwrap();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = transports
+            .into_iter()
+            .zip(cfgs)
+            .enumerate()
+            .map(|(c, (t, cfg))| {
+                s.spawn(move || {
+                    let opts = DsmOptions {
+                        region_base: Some(base(slot, c)),
+                        ..DsmOptions::default()
+                    };
+                    Dsm::join_with(t, &cfg, opts)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn job(slot: usize, cfg: &JobConfig) -> Vec<Dsm> {
+    join_all(slot, vec![cfg.clone(); cfg.clusters.len()])
+        .into_iter()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Runs `f` on every cluster concurrently (one thread per cluster) and collects results.
+fn on_each<R: Send>(dsms: Vec<Dsm>, f: impl Fn(Dsm) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = dsms.into_iter().map(|d| s.spawn(|| f(d))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn counter(slot: usize, protocol: Protocol) {
+    let per_thread = 2000u64;
+    let cfg = config(2, 2, protocol);
+    let results = on_each(job(slot, &cfg), |mut dsm| {
+        let c = dsm.alloc::<u64>(1).unwrap();
+        dsm.run(|w| {
+            for _ in 0..per_thread {
+                let _g = w.lock(0).unwrap();
+                c.set(0, c.get(0) + 1);
+            }
+        })
+        .unwrap();
+        let v = c.get(0);
+        (v, dsm.finish().unwrap())
+    });
+    for (v, stats) in &results {
+        assert_eq!(*v, 4 * per_thread);
+        // Every cluster gets the same job totals.
+        assert_eq!(stats.total, results[0].1.total);
+        assert_eq!(stats.clusters.len(), 2);
+    }
+    let total = &results[0].1.total;
+    assert_eq!(total.lock_acquires, 4 * per_thread);
+    assert!(
+        total.lock_local_handoffs > 0,
+        "threads of a cluster pass the lock on"
+    );
+    assert_eq!(
+        total.barriers, 4,
+        "the end of run and finish, at both clusters"
+    );
+    // Every protocol message sent was received.
+    for (kind, n) in &total.messages_sent {
+        if !["Noop", "Stats", "Abort"].contains(&kind.as_str()) {
+            assert_eq!(total.messages_received.get(kind), Some(n), "{kind}");
+        }
+    }
+    assert_eq!(
+        total.lock_acquires - total.lock_local_handoffs,
+        total.protocol.lock_acquires
+    );
+}
+
+#[test]
+fn counter_under_a_lock_hlrc() {
+    counter(0, Protocol::Hlrc);
+}
+
+#[test]
+fn counter_under_a_lock_sc() {
+    counter(1, Protocol::Sc);
+}
+
+fn visibility(slot: usize, cfg: JobConfig) {
+    on_each(job(slot, &cfg), |mut dsm| {
+        let words = 3 * 512 + 7;
+        let a = dsm.alloc::<u64>(words).unwrap();
+        let b = dsm.alloc::<[f32; 4]>(1000).unwrap();
+        dsm.run(|w| {
+            let (t, n) = (w.thread_id(), w.threads());
+            for round in 1..=3u64 {
+                for i in (t..words).step_by(n) {
+                    a.set(i, round * 1_000_000 + i as u64);
+                }
+                for i in (t..b.len()).step_by(n) {
+                    b.set(i, [round as f32, i as f32, -(i as f32), 0.5]);
+                }
+                w.barrier().unwrap();
+                for i in 0..words {
+                    assert_eq!(a.get(i), round * 1_000_000 + i as u64, "word {i}");
+                }
+                for i in 0..b.len() {
+                    assert_eq!(b.get(i), [round as f32, i as f32, -(i as f32), 0.5]);
+                }
+                w.barrier().unwrap();
+            }
+        })
+        .unwrap();
+        dsm.finish().unwrap();
+    });
+}
+
+#[test]
+fn writes_before_a_barrier_are_visible_after_it() {
+    visibility(2, config(2, 2, Protocol::Hlrc));
+    visibility(3, config(2, 2, Protocol::Sc));
+}
+
+#[test]
+fn first_touch_and_block_homes() {
+    for (i, home) in [HomePolicy::FirstTouch, HomePolicy::Block]
+        .into_iter()
+        .enumerate()
+    {
+        for (j, protocol) in [Protocol::Hlrc, Protocol::Sc].into_iter().enumerate() {
+            let mut cfg = config(3, 1, protocol);
+            cfg.dsm.home = home;
+            visibility(4 + 2 * i + j, cfg);
+        }
+    }
+}
+
+#[test]
+fn concurrent_faults_on_one_page_cause_one_fetch() {
+    let cfg = config(2, 8, Protocol::Hlrc);
+    let stats = on_each(job(8, &cfg), |mut dsm| {
+        let a = dsm.alloc::<u64>(4096).unwrap();
+        let cluster = dsm.cluster();
+        dsm.run(|w| {
+            w.barrier().unwrap();
+            // All eight threads of cluster 1 read page 2 (homed at cluster 0, not valid at
+            // cluster 1) at once.
+            if w.cluster() == 1 {
+                assert_eq!(a.get(2 * 512 + w.local_id()), 0);
+            }
+        })
+        .unwrap();
+        let s = dsm.stats();
+        dsm.finish().unwrap();
+        (cluster, s)
+    });
+    let (_, s1) = stats.iter().find(|(c, _)| *c == 1).unwrap();
+    // One fetch of page 2, however many of the eight threads faulted on it: those that
+    // faulted while it was being fetched joined that fetch (coalesced), those that
+    // faulted just after it was installed were answered at once (spurious).
+    let p = &s1.protocol;
+    println!(
+        "read faults {}, coalesced {}, spurious {}, fetches {}",
+        s1.read_faults, p.coalesced_faults, p.spurious_faults, p.remote_fetches
+    );
+    assert_eq!(p.remote_fetches, 1, "{s1:?}");
+    assert!(s1.read_faults >= 1 && s1.read_faults <= 8, "{s1:?}");
+    assert_eq!(
+        s1.read_faults,
+        1 + p.coalesced_faults + p.spurious_faults,
+        "{s1:?}"
+    );
+}
+
+#[test]
+fn a_release_larger_than_the_message_pool_completes() {
+    // Each cluster dirties every page of the region (disjoint words): 8192 diffs to the
+    // other cluster at one barrier, twice the Tag-On pool.
+    let cfg = config(2, 1, Protocol::Hlrc);
+    on_each(job(9, &cfg), |mut dsm| {
+        let pages = dsm.region_len() / 4096;
+        assert!(pages / 2 > transport::POOL_SLOTS);
+        let a = dsm.alloc::<u64>(pages * 512).unwrap();
+        dsm.run(|w| {
+            let c = w.cluster();
+            for p in 0..pages {
+                a.set(p * 512 + c, (p * 10 + c) as u64);
+            }
+            w.barrier().unwrap();
+            for p in (0..pages).step_by(97) {
+                for c in 0..2 {
+                    assert_eq!(a.get(p * 512 + c), (p * 10 + c) as u64);
+                }
+            }
+        })
+        .unwrap();
+        dsm.finish().unwrap();
+    });
+}
+
+#[test]
+fn clusters_with_different_configurations_refuse_to_start() {
+    let a = config(2, 1, Protocol::Hlrc);
+    let b = config(2, 1, Protocol::Sc);
+    for r in join_all(10, vec![a, b]) {
+        let e = r.unwrap_err();
+        assert!(matches!(e, DsmError::ConfigMismatch { .. }), "{e}");
+        assert!(e.to_string().contains("different DSM configuration"), "{e}");
+    }
+}
+
+#[test]
+fn a_panicking_thread_aborts_the_job_everywhere() {
+    let cfg = config(2, 2, Protocol::Hlrc);
+    let results = on_each(job(11, &cfg), |dsm| {
+        let r = dsm.run(|w| {
+            if w.thread_id() == 3 {
+                panic!("boom in thread 3");
+            }
+            w.barrier()
+        });
+        (dsm.cluster(), r)
+    });
+    for (c, r) in results {
+        let e = r.expect_err("the job must fail");
+        let text = e.to_string();
+        if c == 1 {
+            assert!(
+                matches!(e, DsmError::ThreadPanicked { thread: 3, .. }),
+                "{text}"
+            );
+        } else {
+            assert!(
+                matches!(e, DsmError::PeerFailed { cluster: 1, .. }),
+                "{text}"
+            );
+        }
+        assert!(
+            text.contains("boom in thread 3") || text.contains("thread 3"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn allocation_is_bounded_and_page_aligned() {
+    let cfg = config(1, 1, Protocol::Hlrc);
+    let mut dsm = job(12, &cfg).pop().unwrap();
+    let a = dsm.alloc::<u64>(3).unwrap();
+    let b = dsm.alloc::<[f64; 2]>(1).unwrap();
+    assert_eq!(a.addr(), dsm.region_base());
+    assert_eq!(b.addr(), dsm.region_base() + 4096);
+    assert!(matches!(dsm.alloc::<()>(1), Err(DsmError::Config { .. })));
+    let e = dsm.alloc::<[f32; 3]>(1).unwrap_err();
+    assert!(e.to_string().contains("multiple of 8 bytes"), "{e}");
+    let e = dsm.alloc::<u64>(dsm.region_len()).unwrap_err();
+    assert!(matches!(e, DsmError::OutOfSpace { .. }), "{e}");
+    assert!(e.to_string().contains("dsm.region_size"), "{e}");
+    assert_eq!(dsm.alloc_locks(10).unwrap(), 0);
+    assert_eq!(dsm.alloc_locks(1).unwrap(), 10);
+    assert!(dsm.lock(1 << 20).is_err());
+    // A single cluster works on its own (every page homed here).
+    dsm.run(|w| {
+        a.set(w.local_id(), 9);
+        w.barrier().unwrap();
+    })
+    .unwrap();
+    assert_eq!(a.to_vec(), vec![9, 0, 0]);
+    let (base, len) = (dsm.region_base(), dsm.region_len());
+    let stats = dsm.finish().unwrap();
+    assert_eq!(stats.total.remote_faults, 0);
+    // The region stays mapped while arrays refer to it, and is unmapped with the last.
+    assert_eq!(a.get(0), 9);
+    let again = || {
+        uffd::Region::new(
+            uffd::RegionConfig::new(base, len),
+            std::sync::Arc::new(|_: &uffd::RegionOps, _: uffd::Fault| {}),
+        )
+    };
+    assert!(matches!(
+        again(),
+        Err(uffd::RegionError::Map(uffd::MapError::AddressTaken { .. }))
+    ));
+    drop((a, b));
+    again().expect("the region is unmapped once the runtime and its arrays are gone");
+}
