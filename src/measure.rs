@@ -127,7 +127,7 @@ impl Table {
                 group = r.group;
                 println!("\n{group}");
                 println!(
-                    "  {:<34} {:>10} {:>21} {:>9}  target",
+                    "  {:<38} {:>13} {:>21} {:>7}  target",
                     "", "median", "p25 – p75", "ratio"
                 );
             }
@@ -139,10 +139,27 @@ impl Table {
                 _ => String::new(),
             };
             println!(
-                "  {:<34} {:>7.1} {:<2} {:>9.1} – {:<9.1} {:>9}  {}",
-                r.name, s.median, r.unit, s.p25, s.p75, ratio, target
+                "  {:<38} {:>8} {:<4} {:>9} – {:<9} {:>7}  {}",
+                r.name,
+                num(s.median),
+                r.unit,
+                num(s.p25),
+                num(s.p75),
+                ratio,
+                target
             );
         }
+    }
+}
+
+/// A number with 3 significant digits (at least one decimal).
+fn num(x: f64) -> String {
+    if x.abs() >= 100.0 {
+        format!("{x:.1}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
     }
 }
 

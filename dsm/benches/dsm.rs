@@ -100,6 +100,20 @@ fn main() {
             serde_json::to_string(&stats.total).unwrap_or_default()
         );
 
+        // The same remote read fault with the clusters talking through INIs over UDP.
+        let mut pair = Pair::over(protocol, base(12 + i), true).expect("pair over INIs");
+        let name = format!("{p}/remote_read_fault_via_ini");
+        c.bench_function(&name, |b| {
+            b.iter_custom(|n| {
+                record(
+                    &name,
+                    pair.remote_read_faults(n as usize, Duration::ZERO)
+                        .expect("faults"),
+                )
+            })
+        });
+        pair.finish().expect("finish");
+
         let name = format!("{p}/local_fault_home_page");
         let mut slot = 0;
         let mut pair = Pair::new(protocol, base(4 + i)).expect("pair");
@@ -198,15 +212,22 @@ fn print_summary() {
     let base = udp.median + bare.median;
     let fast = udp.p10 + bare.p10;
     for p in ["hlrc", "sc"] {
-        let r = s(&format!("{p}/remote_read_fault"));
-        println!(
-            "{p}: remote read fault median {:.2} µs = {:.2} × (UDP round trip + bare fault, medians \
-             = {base:.2} µs); p10 {:.2} µs = {:.2} × (the same, p10 = {fast:.2} µs); target ≤ 1.5",
-            r.median,
-            r.median / base,
-            r.p10,
-            r.p10 / fast
-        );
+        for via in ["", "_via_ini"] {
+            let r = s(&format!("{p}/remote_read_fault{via}"));
+            println!(
+                "{p}: remote read fault{} median {:.2} µs = {:.2} × (UDP round trip + bare fault, medians \
+                 = {base:.2} µs); p10 {:.2} µs = {:.2} × (the same, p10 = {fast:.2} µs); target ≤ 1.5",
+                if via.is_empty() {
+                    " (shared memory)"
+                } else {
+                    " (INIs over UDP)"
+                },
+                r.median,
+                r.median / base,
+                r.p10,
+                r.p10 / fast
+            );
+        }
     }
     for pct in [1, 10, 100] {
         let e = s(&format!("diff/encode_{pct}pct")).median;

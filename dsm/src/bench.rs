@@ -175,6 +175,9 @@ pub struct Pair {
     /// Next untouched local page (lower half).
     next_local: usize,
     round: u64,
+    /// The INIs when the pair runs over the network; declared last so they are dropped
+    /// after the clusters.
+    _inis: Vec<multigrain_messaging::net::IniGroup>,
 }
 
 const WORDS_PER_PAGE: usize = PAGE_SIZE / 8;
@@ -191,14 +194,30 @@ impl Pair {
     /// # Errors
     /// If a cluster cannot join.
     pub fn new(protocol: Protocol, base: usize) -> Result<Pair, DsmError> {
+        Pair::over(protocol, base, false)
+    }
+
+    /// As [`Pair::new`]; with `network`, the two clusters talk through INI threads over
+    /// UDP on loopback (one INI each, MTU 8972) instead of shared memory.
+    ///
+    /// # Errors
+    /// If a cluster cannot join.
+    pub fn over(protocol: Protocol, base: usize, network: bool) -> Result<Pair, DsmError> {
         let mut cfg = JobConfig::local(2, 1);
         cfg.dsm.protocol = protocol;
         cfg.dsm.home = HomePolicy::Block;
         cfg.dsm.region_size = Self::REGION as u64;
-        let ts = local_transports(&cfg).map_err(|e| DsmError::Config {
-            cluster: e.cluster,
-            reason: e.to_string(),
-        })?;
+        cfg.ini.mtu = 8972;
+        let config_error = |cluster: usize, reason: String| DsmError::Config { cluster, reason };
+        let (ts, inis) = if network {
+            crate::transport::loopback_network_transports(&cfg)
+                .map_err(|e| config_error(0, e.to_string()))?
+        } else {
+            (
+                local_transports(&cfg).map_err(|e| config_error(e.cluster, e.to_string()))?,
+                Vec::new(),
+            )
+        };
         let mut dsms = std::thread::scope(|s| {
             let hs: Vec<_> = ts
                 .into_iter()
@@ -224,6 +243,7 @@ impl Pair {
         let a_words = a.alloc::<u64>(words)?;
         let b_words = b.alloc::<u64>(words)?;
         let mut pair = Pair {
+            _inis: inis,
             a: Some(a),
             b: Some(b),
             a_words,
