@@ -34,6 +34,7 @@ enum Command {
     Launch(LaunchArgs),
     Hello(HelloArgs),
     Selftest(SelftestArgs),
+    Run(commands::run::RunArgs),
 }
 
 /// Check a job's network end to end: every compute thread of every cluster sends Express and
@@ -135,6 +136,20 @@ enum BenchCommand {
     /// The inter-cluster path on loopback: Express latency through INIs beside raw UDP, and
     /// 4 KiB Tag-On throughput with 1 and 2 INIs per cluster.
     Net(BenchNetArgs),
+    /// The DSM runtime: local and remote fault service (over shared memory and over INIs),
+    /// write fault, release cost per page and diff throughput, beside a raw UDP round trip
+    /// and a bare userfaultfd fault measured in the same run.
+    Dsm(BenchDsmArgs),
+}
+
+#[derive(Args, Debug)]
+struct BenchDsmArgs {
+    /// Operations timed per row (at least 10).
+    #[arg(long, default_value_t = 2000)]
+    ops: usize,
+    /// Also write the rows as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -217,6 +232,10 @@ fn run(cli: Cli) -> Result<()> {
             },
             a.json.as_deref(),
         ),
+        Command::Bench(BenchCommand::Dsm(a)) => commands::bench_dsm::run(
+            commands::bench_dsm::Options { ops: a.ops },
+            a.json.as_deref(),
+        ),
         Command::Bench(BenchCommand::Net(a)) => commands::bench_net::run(
             commands::bench_net::Options {
                 samples: a.samples,
@@ -242,6 +261,7 @@ fn run(cli: Cli) -> Result<()> {
             grace: std::time::Duration::from_millis(a.grace_ms),
             command: a.command,
         }),
+        Command::Run(a) => commands::run::run(a),
         Command::Hello(a) => commands::hello::run(&commands::hello::Options {
             config: a.config,
             sleep: std::time::Duration::from_millis(a.sleep_ms),

@@ -144,8 +144,10 @@ pub trait Runtime {
     type F64s: crate::storage::F64Words + Sync + Send;
     /// Shared `u64` array handle.
     type U64s: crate::storage::U64Words + Sync + Send;
-    /// Per-thread handle passed to the body of [`Runtime::run`].
-    type Team: Team;
+    /// Per-thread handle passed to the body of [`Runtime::run`]. It may borrow from the
+    /// runtime for the duration of one `run` call (`'t`), as the DSM backend's handle
+    /// borrows the cluster's runtime.
+    type Team<'t>: Team;
 
     /// Threads and their clusters; fixed for the runtime's lifetime.
     fn topology(&self) -> &Topology;
@@ -181,7 +183,7 @@ pub trait Runtime {
     fn run<T, F>(&mut self, body: F) -> Result<Vec<T>, RuntimeError>
     where
         T: Send,
-        F: Fn(&Self::Team) -> T + Sync;
+        F: Fn(&Self::Team<'_>) -> T + Sync;
 }
 
 /// One compute thread's view of the job, valid during [`Runtime::run`].

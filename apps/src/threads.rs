@@ -265,7 +265,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> Option<String> {
 impl Runtime for ThreadsRuntime {
     type F64s = AtomicF64s;
     type U64s = AtomicU64s;
-    type Team = ThreadsTeam;
+    type Team<'t> = ThreadsTeam;
 
     fn topology(&self) -> &Topology {
         &self.topology
@@ -293,7 +293,7 @@ impl Runtime for ThreadsRuntime {
     fn run<T, F>(&mut self, body: F) -> Result<Vec<T>, RuntimeError>
     where
         T: Send,
-        F: Fn(&Self::Team) -> T + Sync,
+        F: Fn(&Self::Team<'_>) -> T + Sync,
     {
         run_threads(&self.topology, self.num_locks, body)
     }

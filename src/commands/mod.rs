@@ -1,9 +1,11 @@
 //! One module per subcommand.
 
+pub mod bench_dsm;
 pub mod bench_messaging;
 pub mod bench_net;
 pub mod config;
 pub mod hello;
+pub mod run;
 pub mod selftest;
 
 use anyhow::{Result, anyhow};

@@ -15,7 +15,7 @@ pub(crate) const H: usize = 1;
 pub(crate) const GHOST: u32 = 1 << 31;
 
 /// A 3-D grid of partitions, numbered x-fastest: partition `x + gx·(y + gy·z)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Grid {
     /// Partitions along x, y, z.
     pub dims: [usize; 3],

@@ -52,11 +52,12 @@ use std::time::Instant;
 pub use graph::Grid;
 use graph::{E, GHOST, GhostPlan, Graph, H, Placement, place};
 
+use crate::progress::{Progress, Silent};
 use crate::storage::{F64Words, LocalF64s, U64Words};
 use crate::team::{Runtime, RuntimeError, Team, Topology};
 
 /// How partitions are assigned to threads (and so to clusters).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Layout {
     /// Partition `p` on thread `p`: clusters own slabs of the grid.
     Naive,
@@ -65,7 +66,7 @@ pub enum Layout {
 }
 
 /// How values reach the threads that need them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Variant {
     /// Pull: read neighbour values from the owners' arrays.
     Read,
@@ -74,7 +75,7 @@ pub enum Variant {
 }
 
 /// EM3D parameters.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Params {
     /// E nodes per partition (= per thread), and as many H nodes. Default 2,500 (paper 000
     /// Table 3).
@@ -135,7 +136,7 @@ impl Params {
 }
 
 /// Fingerprint of the final fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Checksum {
     /// Sum of all E values in node order (bits of the f64).
     pub e_sum_bits: u64,
@@ -193,7 +194,7 @@ impl fmt::Display for Checksum {
 }
 
 /// How edges fall relative to threads and clusters for one layout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EdgeStats {
     /// All edges (E→H and H→E).
     pub edges: u64,
@@ -209,7 +210,7 @@ pub struct EdgeStats {
 }
 
 /// Wall-clock times in seconds (of this process's first thread for parallel runs).
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Times {
     /// Building the graph (and the ghost plan), s.
     pub setup_s: f64,
@@ -224,7 +225,7 @@ pub struct Times {
 }
 
 /// Result of an EM3D run.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunResult {
     /// Partitions = threads of the parallel run.
     pub partitions: usize,
@@ -287,30 +288,48 @@ fn secs(t: Instant) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
+/// Names of the phases reported to a [`Progress`], in order.
+pub const PHASES: [&str; 3] = ["graph", "initial values", "iterations"];
+
 /// The sequential reference on the graph of `partitions` partitions.
 ///
 /// # Errors
 /// [`Em3dError::InvalidParams`].
 pub fn run_sequential(params: &Params, partitions: usize) -> Result<RunResult, Em3dError> {
+    run_sequential_with(params, partitions, &Silent)
+}
+
+/// [`run_sequential`], reporting its [`PHASES`] to `progress` (the iterations counted).
+///
+/// # Errors
+/// As [`run_sequential`].
+pub fn run_sequential_with(
+    params: &Params,
+    partitions: usize,
+    progress: &dyn Progress,
+) -> Result<RunResult, Em3dError> {
     params.validate()?;
     if partitions == 0 {
         return Err(Em3dError::InvalidParams(
             "partitions must be at least 1".to_owned(),
         ));
     }
+    progress.begin(PHASES[0], 0);
     let t = Instant::now();
     let g = Graph::build(params, partitions)?;
     let mut times = Times {
         setup_s: secs(t),
         ..Times::default()
     };
+    progress.begin(PHASES[1], 0);
     let t = Instant::now();
     let e = LocalF64s::from_slice(&g.init[E]);
     let h = LocalF64s::from_slice(&g.init[H]);
     times.init_s = secs(t);
     let all = 0..partitions * g.n;
+    progress.begin(PHASES[2], params.iterations as u64);
     let t_all = Instant::now();
-    for _ in 0..params.iterations {
+    for it in 1..=params.iterations {
         let t = Instant::now();
         update_nodes(&e, all.clone(), g.d, &g.nbr[E], &g.coef[E], |x| {
             h.get(x as usize)
@@ -321,6 +340,7 @@ pub fn run_sequential(params: &Params, partitions: usize) -> Result<RunResult, E
             e.get(x as usize)
         });
         times.h_phase_s += secs(t);
+        progress.advance(it as u64);
     }
     times.compute_s = secs(t_all);
     Ok(RunResult {
@@ -388,9 +408,24 @@ fn stats(g: &Graph, plan: &GhostPlan, pl: &Placement, topo: &Topology) -> EdgeSt
 /// # Errors
 /// Invalid parameters, an unsupported layout, or a runtime failure.
 pub fn run_parallel<R: Runtime>(rt: &mut R, params: &Params) -> Result<RunResult, Em3dError> {
+    run_parallel_with(rt, params, &Silent)
+}
+
+/// [`run_parallel`], reporting the [`PHASES`] to `progress`: the graph phase from the
+/// calling thread (before the parallel section), the others from thread 0 (iterations
+/// counted).
+///
+/// # Errors
+/// As [`run_parallel`].
+pub fn run_parallel_with<R: Runtime>(
+    rt: &mut R,
+    params: &Params,
+    progress: &dyn Progress,
+) -> Result<RunResult, Em3dError> {
     params.validate()?;
     let topo = rt.topology().clone();
     let parts = topo.num_threads();
+    progress.begin(PHASES[0], 0);
     let t = Instant::now();
     let g = Graph::build(params, parts)?;
     let pl = place(params.layout, g.grid, &topo)?;
@@ -416,6 +451,7 @@ pub fn run_parallel<R: Runtime>(rt: &mut R, params: &Params) -> Result<RunResult
         ghosts: &ghosts,
         sums: &sums,
         hash: &hash,
+        progress,
     };
     let outs = rt.run(|team| job.thread(team))?;
     let (checksum, mut times) = outs.into_iter().next().ok_or(Em3dError::NoLocalThread)?;
@@ -442,6 +478,7 @@ struct Job<'a, F, U> {
     ghosts: &'a [F; 2],
     sums: &'a F,
     hash: &'a U,
+    progress: &'a dyn Progress,
 }
 
 impl<F: F64Words + Sync, U: U64Words + Sync> Job<'_, F, U> {
@@ -491,7 +528,9 @@ impl<F: F64Words + Sync, U: U64Words + Sync> Job<'_, F, U> {
         let n = self.g.n;
         let nodes = part * n..(part + 1) * n;
         let mut times = Times::default();
+        let progress: &dyn Progress = if me == 0 { self.progress } else { &Silent };
 
+        progress.begin(PHASES[1], 0);
         let t = Instant::now();
         for kind in [E, H] {
             for i in nodes.clone() {
@@ -502,8 +541,9 @@ impl<F: F64Words + Sync, U: U64Words + Sync> Job<'_, F, U> {
         team.barrier();
         times.init_s = secs(t);
 
+        progress.begin(PHASES[2], self.params.iterations as u64);
         let t_all = Instant::now();
-        for _ in 0..self.params.iterations {
+        for it in 1..=self.params.iterations {
             let t = Instant::now();
             self.phase(E, &nodes);
             self.push(E, part);
@@ -514,6 +554,7 @@ impl<F: F64Words + Sync, U: U64Words + Sync> Job<'_, F, U> {
             self.push(H, part);
             team.barrier();
             times.h_phase_s += secs(t);
+            progress.advance(it as u64);
         }
         times.compute_s = secs(t_all);
 

@@ -253,3 +253,25 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn progress_reports_the_phases_and_every_iteration() {
+    use crate::progress::testing::Recorder;
+    let p = Params {
+        iterations: 2,
+        ..small()
+    };
+    let want: Vec<(String, u64)> = vec![
+        ("begin graph".into(), 0),
+        ("begin initial values".into(), 0),
+        ("begin iterations".into(), 2),
+        ("advance".into(), 1),
+        ("advance".into(), 2),
+    ];
+    let seq = Recorder::default();
+    run_sequential_with(&p, 4, &seq).unwrap();
+    assert_eq!(*seq.0.lock().unwrap(), want);
+    let par = Recorder::default();
+    run_parallel_with(&mut ThreadsRuntime::with_clusters(2, 2).unwrap(), &p, &par).unwrap();
+    assert_eq!(*par.0.lock().unwrap(), want);
+}

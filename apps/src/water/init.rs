@@ -11,7 +11,7 @@ use super::kernels::{DISP, H1, H2, MOL_WORDS, O, VEL, fidx};
 use super::{Params, VelocitySource, WaterError};
 
 /// Lattice geometry SPLASH prints before the run.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Lattice {
     /// `NS`: cube root of the molecule count minus 1e-5 (molecules per edge, as a float).
     pub ns: f64,
@@ -69,7 +69,7 @@ pub(crate) fn check_cube(params: &Params) -> Result<(), WaterError> {
 
 /// Initial velocity numbers: SPLASH skips the first, then reads vx, vy, vz per atom
 /// (H1, O, H2) per molecule.
-fn velocity_numbers(params: &Params) -> Result<Vec<f64>, WaterError> {
+pub(crate) fn velocity_numbers(params: &Params) -> Result<Vec<f64>, WaterError> {
     let needed = 1 + 3 * NATOMS * params.molecules;
     match &params.velocities {
         VelocitySource::File(path) => read_numbers(path, needed),

@@ -20,7 +20,7 @@ const FIELDS: [&str; 10] = [
 ];
 
 /// A parsed SPLASH Water input deck.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct InputDeck {
     /// The simulation parameters (velocities default to [`VelocitySource::default`]; set
     /// them from the command line).

@@ -37,6 +37,7 @@ pub use init::Lattice;
 pub use input::{InputDeck, InputError, parse_input_file, parse_input_str};
 use kernels::{ACC, FORCES, MOL_WORDS, PF_WORDS};
 
+use crate::progress::{Progress, Silent};
 use crate::storage::{F64Words, LocalF64s};
 use crate::team::{Runtime, RuntimeError, Team};
 
@@ -50,7 +51,7 @@ pub const DEFAULT_VELOCITY_SEED: u64 = 0x5350_4c41_5348_3200;
 const MAXLCKS: usize = 65536;
 
 /// Where the initial velocities come from.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum VelocitySource {
     /// SPLASH's `random.in`: whitespace-separated numbers; the first is skipped, then vx,
     /// vy, vz for atoms H1, O, H2 of each molecule (9 per molecule). Reproduces SPLASH.
@@ -67,7 +68,7 @@ impl Default for VelocitySource {
 }
 
 /// Simulation parameters (the fields of SPLASH's input deck that shape the run).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Params {
     /// NMOL: number of molecules; must be a perfect cube (lattice start). Default 343.
     pub molecules: usize,
@@ -131,6 +132,17 @@ impl Params {
         init::check_cube(self)
     }
 
+    /// [`Params::validate`], then reads the velocity file (if any) and checks that it has
+    /// enough numbers: everything that can make a run fail before it starts.
+    ///
+    /// # Errors
+    /// [`WaterError::InvalidParams`], [`WaterError::VelocityIo`] or
+    /// [`WaterError::VelocityFormat`].
+    pub fn check_inputs(&self) -> Result<(), WaterError> {
+        self.validate()?;
+        init::velocity_numbers(self).map(drop)
+    }
+
     /// The lattice geometry SPLASH prints (box, cutoff actually used, spacing).
     ///
     /// # Errors
@@ -142,7 +154,7 @@ impl Params {
 }
 
 /// Energies of one printed step, as SPLASH prints them.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepEnergies {
     /// Step number, 1-based.
     pub step: usize,
@@ -164,7 +176,7 @@ pub struct StepEnergies {
 
 /// Wall-clock time of each phase, in seconds, summed over all steps (measured on the
 /// reporting thread; in parallel runs phases that end in a barrier include waiting).
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PhaseTimes {
     /// Copying the initial state into the (shared) `VAR` array, s.
     pub init_s: f64,
@@ -183,7 +195,7 @@ pub struct PhaseTimes {
 }
 
 /// Result of a Water run.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunResult {
     /// Number of compute threads (1 for the sequential reference).
     pub threads: usize,
@@ -270,17 +282,32 @@ fn secs(t: Instant) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
+/// Names of the phases reported to a [`Progress`], in order.
+pub const PHASES: [&str; 3] = ["initial state", "initial forces", "time steps"];
+
 /// The sequential reference: SPLASH's program with one processor, on local memory.
 ///
 /// # Errors
 /// Invalid parameters or an unreadable velocity file.
 pub fn run_sequential(params: &Params) -> Result<RunResult, WaterError> {
+    run_sequential_with(params, &Silent)
+}
+
+/// [`run_sequential`], reporting its [`PHASES`] to `progress` (the time steps counted).
+///
+/// # Errors
+/// As [`run_sequential`].
+pub fn run_sequential_with(
+    params: &Params,
+    progress: &dyn Progress,
+) -> Result<RunResult, WaterError> {
     params.validate()?;
     let c = Consts::new(params);
     let init = init::initial_state(params, &c)?;
     let nmol = c.nmol;
     let all = 0..nmol;
     let mut times = PhaseTimes::default();
+    progress.begin(PHASES[0], 0);
     let t = Instant::now();
     let var = LocalF64s::from_slice(&init);
     drop(init);
@@ -299,6 +326,7 @@ pub fn run_sequential(params: &Params) -> Result<RunResult, WaterError> {
     };
 
     // Estimate the starting accelerations from F/m.
+    progress.begin(PHASES[1], 0);
     let t = Instant::now();
     kernels::intraf(&var, all.clone());
     interf(ACC, &mut pforces);
@@ -306,6 +334,7 @@ pub fn run_sequential(params: &Params) -> Result<RunResult, WaterError> {
 
     let mut energies = Vec::new();
     let (mut ttmv, mut tkin, mut tvir) = (0.0, 0.0, 0.0);
+    progress.begin(PHASES[2], params.steps as u64);
     let t_steps = Instant::now();
     for step in 1..=params.steps {
         ttmv += 1.00;
@@ -344,6 +373,7 @@ pub fn run_sequential(params: &Params) -> Result<RunResult, WaterError> {
                 0.0 + lptrf,
             ));
         }
+        progress.advance(step as u64);
     }
     times.steps_s = secs(t_steps);
     Ok(RunResult {
@@ -395,6 +425,19 @@ impl Locks {
 /// # Errors
 /// Invalid parameters, an unreadable velocity file, or a runtime failure.
 pub fn run_parallel<R: Runtime>(rt: &mut R, params: &Params) -> Result<RunResult, WaterError> {
+    run_parallel_with(rt, params, &Silent)
+}
+
+/// [`run_parallel`], with thread 0 reporting the [`PHASES`] to `progress` (the time
+/// steps counted).
+///
+/// # Errors
+/// As [`run_parallel`].
+pub fn run_parallel_with<R: Runtime>(
+    rt: &mut R,
+    params: &Params,
+    progress: &dyn Progress,
+) -> Result<RunResult, WaterError> {
     params.validate()?;
     let c = Consts::new(params);
     // Every process computes the same initial state locally; each thread copies its own
@@ -419,6 +462,7 @@ pub fn run_parallel<R: Runtime>(rt: &mut R, params: &Params) -> Result<RunResult
         gl: &gl,
         locks,
         params,
+        progress,
     };
     let outs = rt.run(|team| shared.mdmain(team))?;
     let (energies, times) = outs.into_iter().next().ok_or(WaterError::NoLocalThread)?;
@@ -437,6 +481,7 @@ struct Shared<'a, A> {
     gl: &'a A,
     locks: Locks,
     params: &'a Params,
+    progress: &'a dyn Progress,
 }
 
 impl<A: F64Words + Sync> Shared<'_, A> {
@@ -466,8 +511,10 @@ impl<A: F64Words + Sync> Shared<'_, A> {
         let me = team.thread_id();
         let mols = molecules_of(me, team.num_threads(), c.nmol);
         let mut times = PhaseTimes::default();
+        let progress: &dyn Progress = if me == 0 { self.progress } else { &Silent };
 
         // Initial state: each thread writes its own molecules; thread 0 the sums.
+        progress.begin(PHASES[0], 0);
         let t = Instant::now();
         for w in mols.start * MOL_WORDS..mols.end * MOL_WORDS {
             var.set(w, self.init[w]);
@@ -482,6 +529,7 @@ impl<A: F64Words + Sync> Shared<'_, A> {
         times.init_s = secs(t);
 
         // Estimate the starting accelerations from F/m.
+        progress.begin(PHASES[1], 0);
         let t = Instant::now();
         let lvir = kernels::intraf(var, mols.clone());
         self.locked_add(team, self.locks.intraf_vir, GL_VIR, lvir);
@@ -492,6 +540,7 @@ impl<A: F64Words + Sync> Shared<'_, A> {
 
         let mut energies = Vec::new();
         let (mut ttmv, mut tkin, mut tvir) = (0.0, 0.0, 0.0);
+        progress.begin(PHASES[2], self.params.steps as u64);
         let t_steps = Instant::now();
         for step in 1..=self.params.steps {
             ttmv += 1.00;
@@ -553,6 +602,7 @@ impl<A: F64Words + Sync> Shared<'_, A> {
             }
             // Everyone finishes the step before thread 0 resets the sums.
             team.barrier();
+            progress.advance(step as u64);
         }
         times.steps_s = secs(t_steps);
         (energies, times)

@@ -323,3 +323,40 @@ fn step_line_layout() {
         "        12       -1.00000      2.00000      3.00000                       4.00000\n            5.000          6.00000          7.00000\n"
     );
 }
+
+#[test]
+fn progress_reports_the_phases_and_every_step_from_one_thread() {
+    use crate::progress::testing::Recorder;
+    let p = Params {
+        molecules: 27,
+        steps: 3,
+        ..Params::default()
+    };
+    let want: Vec<(String, u64)> = vec![
+        ("begin initial state".into(), 0),
+        ("begin initial forces".into(), 0),
+        ("begin time steps".into(), 3),
+        ("advance".into(), 1),
+        ("advance".into(), 2),
+        ("advance".into(), 3),
+    ];
+    let seq = Recorder::default();
+    run_sequential_with(&p, &seq).unwrap();
+    assert_eq!(*seq.0.lock().unwrap(), want);
+    let par = Recorder::default();
+    run_parallel_with(&mut ThreadsRuntime::new(3).unwrap(), &p, &par).unwrap();
+    assert_eq!(*par.0.lock().unwrap(), want);
+}
+
+#[test]
+fn check_inputs_reads_the_velocity_file() {
+    let mut p = splash_params(512, 1);
+    p.check_inputs().unwrap();
+    // random.in has numbers for 588 molecules only.
+    p.molecules = 729;
+    let e = p.check_inputs().unwrap_err();
+    assert!(matches!(e, WaterError::VelocityFormat { .. }), "{e}");
+    p.velocities = VelocitySource::File(PathBuf::from("/nonexistent/random.in"));
+    let e = p.check_inputs().unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/random.in"), "{e}");
+}

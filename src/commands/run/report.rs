@@ -1,0 +1,372 @@
+//! What `multigrain run` reports: the [`Report`] (written with `--json`, and passed from
+//! cluster 0 to the process that spawned the job) and its printed form.
+
+use multigrain_apps::{em3d, water};
+use multigrain_dsm::{ClusterStats, JobStats};
+use multigrain_messaging::net::IniReport;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// Where a run ran.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Backend {
+    /// The sequential reference, in this process.
+    Sequential,
+    /// The plain-threads backend: threads of one process, hardware shared memory.
+    Threads {
+        /// Compute threads.
+        threads: usize,
+    },
+    /// The DSM: one process per cluster.
+    Dsm {
+        /// The configuration's file (or the embedded default's label).
+        config: String,
+        /// Compute threads of each cluster.
+        threads: Vec<usize>,
+        /// Coherence protocol.
+        protocol: String,
+        /// Home policy.
+        home: String,
+        /// Substrate policy between clusters.
+        substrate: String,
+        /// INIs per cluster.
+        inis_per_cluster: usize,
+        /// INI scheduling policy.
+        policy: String,
+    },
+}
+
+impl Backend {
+    /// One line saying where the run ran.
+    pub fn describe(&self) -> String {
+        match self {
+            Backend::Sequential => "sequential reference (one thread, no DSM)".to_owned(),
+            Backend::Threads { threads } => format!(
+                "plain threads: {threads} compute thread(s) in one process, hardware shared memory (no DSM)"
+            ),
+            Backend::Dsm {
+                config,
+                threads,
+                protocol,
+                home,
+                substrate,
+                inis_per_cluster,
+                policy,
+            } => {
+                let shape = if threads.iter().all(|&t| t == threads[0]) {
+                    format!("{} cluster(s) × {} thread(s)", threads.len(), threads[0])
+                } else {
+                    format!("{} clusters with {threads:?} threads", threads.len())
+                };
+                format!(
+                    "DSM: {shape} ({config}); protocol {protocol}, homes {home}, \
+                     {inis_per_cluster} INI(s) per cluster ({policy}), substrate {substrate}"
+                )
+            }
+        }
+    }
+}
+
+/// One INI's statistics as gathered at cluster 0.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct IniEntry {
+    /// Its cluster.
+    pub cluster: usize,
+    /// Its index in the cluster.
+    pub ini: usize,
+    /// Fraction of its wall time spent working.
+    pub utilization: f64,
+    /// Messages it sent.
+    pub messages: u64,
+    /// The one-line summary of the message layer.
+    pub line: String,
+    /// Every counter, as the message layer reports it.
+    pub report: serde_json::Value,
+}
+
+impl IniEntry {
+    /// The entry of `r`.
+    pub fn of(r: &IniReport) -> IniEntry {
+        IniEntry {
+            cluster: usize::from(r.site),
+            ini: usize::from(r.ini),
+            utilization: r.utilization,
+            messages: r.messages,
+            line: r.line(),
+            report: serde_json::to_value(r).unwrap_or(serde_json::Value::Null),
+        }
+    }
+}
+
+/// The result of one conformance check.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CheckResult {
+    /// The check (a function of `multigrain_apps::conformance`).
+    pub name: String,
+    /// Its run time, s.
+    pub seconds: f64,
+}
+
+/// The outcome of the application.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "app", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Water-Nsquared.
+    Water {
+        /// Parameters.
+        params: water::Params,
+        /// Energies and phase times.
+        result: water::RunResult,
+    },
+    /// EM3D.
+    Em3d {
+        /// Parameters.
+        params: em3d::Params,
+        /// Checksum, graph and phase times.
+        result: em3d::RunResult,
+    },
+    /// The runtime conformance suite.
+    Conformance {
+        /// Checks passed, in order.
+        checks: Vec<CheckResult>,
+    },
+}
+
+/// Everything a run reports (the `--json` file).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    /// Where it ran.
+    pub backend: Backend,
+    /// What it computed.
+    pub outcome: Outcome,
+    /// Run time of the computation, s: Water from the initial state to the last step,
+    /// EM3D the initial values and the iterations (not the graph construction), the
+    /// conformance checks all together; measured on thread 0.
+    pub run_s: f64,
+    /// Wall time of the whole command, s, start-up of the cluster processes and the DSM
+    /// included.
+    pub wall_s: f64,
+    /// DSM statistics of every cluster and their sum (DSM runs).
+    pub stats: Option<JobStats>,
+    /// Every cluster's INIs, up to the end of the computation (DSM runs over UDP).
+    pub inis: Vec<IniEntry>,
+}
+
+impl Outcome {
+    /// Run time of the computation (see [`Report::run_s`]).
+    pub fn run_s(&self) -> f64 {
+        match self {
+            Outcome::Water { result, .. } => {
+                let t = &result.times;
+                t.init_s + t.initial_forces_s + t.steps_s
+            }
+            Outcome::Em3d { result, .. } => result.times.init_s + result.times.compute_s,
+            Outcome::Conformance { checks } => checks.iter().map(|c| c.seconds).sum(),
+        }
+    }
+}
+
+fn velocities(v: &water::VelocitySource) -> String {
+    match v {
+        water::VelocitySource::File(p) => format!("velocities from {}", p.display()),
+        water::VelocitySource::Seeded(s) => {
+            format!("velocities from a seeded generator (seed {s:#x})")
+        }
+    }
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / whole as f64
+    }
+}
+
+/// The report as printed: the app's own output, the run time, and the DSM statistics.
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    match &r.outcome {
+        Outcome::Water { params: p, result } => {
+            let _ = writeln!(
+                s,
+                "Water-Nsquared: {} molecules, {} steps, TSTEP {:e} s, NORDER {}, cutoff {} Å, {}",
+                p.molecules,
+                p.steps,
+                p.timestep_s,
+                p.order,
+                p.cutoff_angstrom,
+                velocities(&p.velocities)
+            );
+            let _ = writeln!(s, "on {}", r.backend.describe());
+            let _ = writeln!(
+                s,
+                "\nenergies every {} step(s), SPLASH's layout: STEP  TEN (kinetic)  POTA (intra)  POTR (inter)  POTRF (reaction field)\n                                           XTT (total)  AVGT (avg. temperature, K)  XVIR (virial); energies in N_atom·kT",
+                p.print_every
+            );
+            for e in &result.energies {
+                s.push_str(&water::format_step(e));
+            }
+            let t = &result.times;
+            let _ = writeln!(
+                s,
+                "\nrun time {:.3} s (initial state {:.3} s, initial forces {:.3} s, {} time steps {:.3} s: predic+intraf {:.3}, interf {:.3}, correc+kineti {:.3}, poteng {:.3})",
+                r.run_s,
+                t.init_s,
+                t.initial_forces_s,
+                p.steps,
+                t.steps_s,
+                t.predic_intraf_s,
+                t.interf_s,
+                t.correc_kineti_s,
+                t.poteng_s
+            );
+        }
+        Outcome::Em3d { params: p, result } => {
+            let [gx, gy, gz] = result.grid.dims;
+            let _ = writeln!(
+                s,
+                "EM3D: {} partitions on a {gx}×{gy}×{gz} grid, {} E + {} H nodes each, degree {}, {}% remote edges, layout {:?}, variant {:?}, {} iterations, seed {:#x}",
+                result.partitions,
+                p.nodes_per_thread,
+                p.nodes_per_thread,
+                p.degree,
+                p.percent_remote,
+                format!("{:?}", p.layout).to_lowercase(),
+                format!("{:?}", p.variant).to_lowercase(),
+                p.iterations,
+                p.seed
+            );
+            let _ = writeln!(s, "on {}", r.backend.describe());
+            if let Some(e) = &result.edge_stats {
+                let _ = writeln!(
+                    s,
+                    "edges {}: to another thread {} ({:.1}%), to another cluster {} ({:.1}%); ghost slots {} ({} across clusters)",
+                    e.edges,
+                    e.remote_edges,
+                    pct(e.remote_edges, e.edges),
+                    e.cross_cluster_edges,
+                    pct(e.cross_cluster_edges, e.edges),
+                    e.ghost_slots,
+                    e.cross_cluster_ghosts
+                );
+            }
+            if let Some(b) = result.cluster_block {
+                let _ = writeln!(s, "cluster block {}×{}×{}", b[0], b[1], b[2]);
+            }
+            let _ = writeln!(s, "\nchecksum: {}", result.checksum);
+            let t = &result.times;
+            let _ = writeln!(
+                s,
+                "\nrun time {:.3} s (initial values {:.3} s, {} iterations {:.3} s: E phases {:.3}, H phases {:.3}); graph built in {:.3} s",
+                r.run_s, t.init_s, p.iterations, t.compute_s, t.e_phase_s, t.h_phase_s, t.setup_s
+            );
+        }
+        Outcome::Conformance { checks } => {
+            let _ = writeln!(s, "runtime conformance suite on {}", r.backend.describe());
+            for c in checks {
+                let _ = writeln!(s, "  {:<28} ok  {:.3} s", c.name, c.seconds);
+            }
+            let _ = writeln!(
+                s,
+                "all {} checks passed; run time {:.3} s",
+                checks.len(),
+                r.run_s
+            );
+        }
+    }
+    let _ = writeln!(s, "wall time {:.3} s (whole command)", r.wall_s);
+    match &r.stats {
+        Some(stats) => s.push_str(&render_stats(stats, &r.inis)),
+        None => {
+            let _ = writeln!(s, "\n(no DSM statistics: this run did not use the DSM)");
+        }
+    }
+    s
+}
+
+/// Most clusters shown as columns of the statistics table (beyond that, totals only).
+const MAX_COLUMNS: usize = 8;
+
+fn ms(ns: u64) -> u64 {
+    ns / 1_000_000
+}
+
+/// The DSM statistics table: job totals and, for up to [`MAX_COLUMNS`] clusters, one
+/// column per cluster; messages by kind; the message layer; the INIs.
+pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
+    let mut s = String::new();
+    let cols: &[ClusterStats] = if stats.clusters.len() <= MAX_COLUMNS {
+        &stats.clusters
+    } else {
+        &[]
+    };
+    let header = |s: &mut String, title: &str| {
+        let _ = write!(s, "\n{title:<32}{:>12}", "total");
+        for c in cols {
+            let _ = write!(s, "{:>12}", format!("c{}", c.cluster));
+        }
+        s.push('\n');
+    };
+    let row = |s: &mut String, name: &str, f: &dyn Fn(&ClusterStats) -> u64| {
+        let _ = write!(s, "  {name:<30}{:>12}", f(&stats.total));
+        for c in cols {
+            let _ = write!(s, "{:>12}", f(c));
+        }
+        s.push('\n');
+    };
+    header(&mut s, "DSM statistics");
+    row(&mut s, "read faults", &|c| c.read_faults);
+    row(&mut s, "write faults", &|c| c.write_faults);
+    row(&mut s, "faults waiting on a cluster", &|c| c.remote_faults);
+    row(&mut s, "time in faults (ms)", &|c| ms(c.fault_ns));
+    row(&mut s, "remote fetches (pages)", &|c| c.remote_fetches);
+    row(&mut s, "pages installed", &|c| c.pages_installed);
+    row(&mut s, "twins", &|c| c.twins);
+    row(&mut s, "diffs sent", &|c| c.diffs_sent);
+    row(&mut s, "diff bytes sent", &|c| c.diff_bytes_sent);
+    row(&mut s, "diffs applied (as home)", &|c| c.diffs_applied);
+    row(&mut s, "invalidations", &|c| c.invalidations);
+    row(&mut s, "lock acquires", &|c| c.lock_acquires);
+    row(&mut s, "  passed inside the cluster", &|c| {
+        c.lock_local_handoffs
+    });
+    row(&mut s, "lock wait (ms, all threads)", &|c| {
+        ms(c.lock_wait_ns)
+    });
+    row(&mut s, "barriers", &|c| c.barriers);
+    row(&mut s, "barrier wait (ms, all threads)", &|c| {
+        ms(c.barrier_wait_ns)
+    });
+    header(&mut s, "messages sent, by kind");
+    for kind in stats.total.messages_sent.keys() {
+        row(&mut s, kind, &|c| {
+            c.messages_sent.get(kind).copied().unwrap_or(0)
+        });
+    }
+    header(&mut s, "message layer");
+    row(&mut s, "Express sent", &|c| c.layer.express_sent);
+    row(&mut s, "Tag-On sent", &|c| c.layer.tag_on_sent);
+    row(&mut s, "bulk sent", &|c| c.layer.bulk_sent);
+    row(&mut s, "payload bytes sent", &|c| c.layer.bytes_sent);
+    row(&mut s, "sends to a full queue", &|c| c.layer.queue_full);
+    row(&mut s, "empty buffer pool", &|c| c.layer.pool_exhausted);
+    if inis.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nINIs: none (no cluster reached another over UDP in this job)"
+        );
+    } else {
+        let _ = writeln!(s, "\nINIs (up to the end of the computation)");
+        for i in inis {
+            let _ = writeln!(s, "  {}", i.line);
+        }
+        let util: Vec<String> = inis
+            .iter()
+            .map(|i| format!("c{}/ini{} {:.1}%", i.cluster, i.ini, 100.0 * i.utilization))
+            .collect();
+        let _ = writeln!(s, "INI utilization: {}", util.join(", "));
+    }
+    s
+}

@@ -1,0 +1,301 @@
+//! Progress of a run: a bar per phase on a terminal, plain lines on stderr otherwise
+//! ([`Display`]); and forwarding cluster 0's progress over a Unix socket to the process
+//! that spawned the job ([`Forward`], [`serve`]), whose stderr is the user's terminal.
+
+use crate::progress;
+use indicatif::ProgressBar;
+use multigrain_apps::progress::Progress;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Without a terminal, a running phase prints its progress at most this often.
+const LINE_EVERY: Duration = Duration::from_secs(5);
+
+/// One progress event, a JSON line on the socket.
+#[derive(Debug, Serialize, Deserialize)]
+enum Msg {
+    Begin {
+        phase: String,
+        steps: u64,
+    },
+    Advance {
+        done: u64,
+    },
+    /// The run ended normally (a connection closed without it was cut short).
+    End,
+}
+
+struct Current {
+    phase: String,
+    steps: u64,
+    started: Instant,
+    last_line: Instant,
+    bar: Option<ProgressBar>,
+}
+
+/// Shows phases: a bar each on a terminal, a line at the start and end (and every few
+/// seconds) otherwise.
+pub struct Display {
+    label: String,
+    terminal: bool,
+    current: Mutex<Option<Current>>,
+}
+
+impl Display {
+    /// A display whose lines start with `label`; bars only when stderr is a terminal.
+    pub fn new(label: &str) -> Display {
+        Display {
+            label: label.to_owned(),
+            terminal: std::io::stderr().is_terminal(),
+            current: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Current>> {
+        self.current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn end(&self, cur: Current) {
+        match cur.bar {
+            Some(bar) => {
+                if cur.steps == 0 {
+                    bar.set_position(1);
+                }
+                bar.finish();
+                // The finished bar stays; the next one starts on a line of its own.
+                eprintln!();
+            }
+            None => eprintln!(
+                "{}: {} done in {:.2} s",
+                self.label,
+                cur.phase,
+                cur.started.elapsed().as_secs_f64()
+            ),
+        }
+    }
+
+    /// A phase begins (the previous one ends).
+    pub fn begin_phase(&self, phase: &str, steps: u64) {
+        let mut g = self.lock();
+        if let Some(cur) = g.take() {
+            self.end(cur);
+        }
+        let bar = if self.terminal {
+            Some(progress::bar(
+                steps.max(1),
+                &format!("{}: {phase}", self.label),
+            ))
+        } else {
+            if steps > 0 {
+                eprintln!("{}: {phase} ({steps} steps)…", self.label);
+            } else {
+                eprintln!("{}: {phase}…", self.label);
+            }
+            None
+        };
+        let now = Instant::now();
+        *g = Some(Current {
+            phase: phase.to_owned(),
+            steps,
+            started: now,
+            last_line: now,
+            bar,
+        });
+    }
+
+    /// `done` steps of the current phase are complete.
+    pub fn advance_to(&self, done: u64) {
+        let mut g = self.lock();
+        let Some(cur) = g.as_mut() else { return };
+        match &cur.bar {
+            Some(bar) => bar.set_position(done),
+            None if cur.last_line.elapsed() >= LINE_EVERY && done < cur.steps => {
+                cur.last_line = Instant::now();
+                eprintln!(
+                    "{}: {} {done}/{} after {:.1} s",
+                    self.label,
+                    cur.phase,
+                    cur.steps,
+                    cur.started.elapsed().as_secs_f64()
+                );
+            }
+            None => {}
+        }
+    }
+
+    /// Ends the current phase, if any.
+    pub fn finish(&self) {
+        let cur = self.lock().take();
+        if let Some(cur) = cur {
+            self.end(cur);
+        }
+    }
+
+    /// Leaves the current phase unfinished: the run failed.
+    pub fn abandon(&self) {
+        let cur = self.lock().take();
+        if let Some(cur) = cur {
+            match cur.bar {
+                Some(bar) => {
+                    bar.abandon();
+                    eprintln!();
+                }
+                None => eprintln!(
+                    "{}: {} stopped after {:.2} s",
+                    self.label,
+                    cur.phase,
+                    cur.started.elapsed().as_secs_f64()
+                ),
+            }
+        }
+    }
+}
+
+impl Progress for Display {
+    fn begin(&self, phase: &'static str, steps: u64) {
+        self.begin_phase(phase, steps);
+    }
+
+    fn advance(&self, done: u64) {
+        self.advance_to(done);
+    }
+}
+
+/// Sends progress to the spawning process's socket; silently stops if it goes away.
+pub struct Forward {
+    stream: Mutex<Option<UnixStream>>,
+}
+
+impl Forward {
+    /// Connects to the socket at `path`; `None` if nobody listens.
+    pub fn connect(path: &Path) -> Option<Forward> {
+        UnixStream::connect(path).ok().map(|s| Forward {
+            stream: Mutex::new(Some(s)),
+        })
+    }
+
+    fn send(&self, msg: &Msg) {
+        let mut g = self
+            .stream
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(s) = g.as_mut() {
+            let mut line = serde_json::to_vec(msg).unwrap_or_default();
+            line.push(b'\n');
+            if s.write_all(&line).is_err() {
+                *g = None;
+            }
+        }
+    }
+}
+
+impl Progress for Forward {
+    fn begin(&self, phase: &'static str, steps: u64) {
+        self.send(&Msg::Begin {
+            phase: phase.to_owned(),
+            steps,
+        });
+    }
+
+    fn advance(&self, done: u64) {
+        self.send(&Msg::Advance { done });
+    }
+}
+
+/// Where a process sends its progress.
+pub enum Sink {
+    /// Shown here.
+    Display(Display),
+    /// Forwarded to the spawning process.
+    Forward(Forward),
+    /// Nowhere (clusters other than 0).
+    Silent,
+}
+
+impl Sink {
+    /// The run ended normally: ends the current phase.
+    pub fn finish(&self) {
+        match self {
+            Sink::Display(d) => d.finish(),
+            Sink::Forward(f) => f.send(&Msg::End),
+            Sink::Silent => {}
+        }
+    }
+
+    /// The run failed: leaves the current phase unfinished (a closed connection says
+    /// the same to the spawning process).
+    pub fn abandon(&self) {
+        if let Sink::Display(d) = self {
+            d.abandon();
+        }
+    }
+}
+
+impl Progress for Sink {
+    fn begin(&self, phase: &'static str, steps: u64) {
+        match self {
+            Sink::Display(d) => d.begin(phase, steps),
+            Sink::Forward(f) => f.begin(phase, steps),
+            Sink::Silent => {}
+        }
+    }
+
+    fn advance(&self, done: u64) {
+        match self {
+            Sink::Display(d) => d.advance(done),
+            Sink::Forward(f) => f.advance(done),
+            Sink::Silent => {}
+        }
+    }
+}
+
+/// Shows on `display` the progress that the first process to connect to `listener`
+/// sends, until it disconnects or, if nobody connected, `stop` is set.
+pub fn serve(
+    listener: UnixListener,
+    display: Display,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<JoinHandle<()>> {
+    listener.set_nonblocking(true)?;
+    std::thread::Builder::new()
+        .name("run-progress".into())
+        .spawn(move || {
+            let stream = loop {
+                match listener.accept() {
+                    Ok((s, _)) => break s,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if stop.load(Ordering::Acquire) {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(_) => return,
+                }
+            };
+            if stream.set_nonblocking(false).is_err() {
+                return;
+            }
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                match serde_json::from_str::<Msg>(&line) {
+                    Ok(Msg::Begin { phase, steps }) => display.begin_phase(&phase, steps),
+                    Ok(Msg::Advance { done }) => display.advance_to(done),
+                    Ok(Msg::End) => {
+                        display.finish();
+                        return;
+                    }
+                    Err(_) => {}
+                }
+            }
+            display.abandon();
+        })
+}

@@ -1,0 +1,626 @@
+//! `multigrain run` end to end with real cluster processes talking UDP through their
+//! INIs: Water and EM3D on 2×2 (the embedded default job) and 4×1 agree with their
+//! sequential references (Water to at least 9 significant digits, EM3D bitwise); the
+//! runtime conformance suite passes on the DSM; the sequential Water prints SPLASH-3's
+//! reference energies; `multigrain launch` and srun-style rank variables start the same
+//! command as one cluster per process; bad input is reported naming the flag, file or
+//! value. Problem sizes are small: every DSM job here takes a few seconds at most.
+//!
+//! The DSM jobs of this file run one at a time (a lock), so that a 2-core machine is not
+//! oversubscribed by several jobs at once; every job's processes are checked gone.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::{HANG, Proc, Stream, TempDir, assert_gone, bin, free_port, launched_pids};
+
+/// Bound on one small DSM job (start-up, run, statistics, shutdown).
+const JOB: Duration = Duration::from_secs(120);
+
+/// One DSM job at a time.
+static JOBS: Mutex<()> = Mutex::new(());
+
+fn one_job_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    JOBS.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Launcher variables that would make `multigrain run` a cluster process.
+const LAUNCH_VARS: [&str; 10] = [
+    "MULTIGRAIN_CLUSTER_ID",
+    "MULTIGRAIN_CLUSTERS",
+    "MULTIGRAIN_COORDINATOR",
+    "MULTIGRAIN_CONFIG",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+];
+
+/// `multigrain run ARGS…`, started as a user would (no launcher variables).
+fn run_cmd(name: &str, args: &[&str]) -> Proc {
+    let mut cmd = Command::new(bin());
+    cmd.arg("run").args(args);
+    for var in LAUNCH_VARS {
+        cmd.env_remove(var);
+    }
+    Proc::spawn(name, cmd)
+}
+
+/// Runs `multigrain run ARGS… --json FILE` to success and returns the JSON report and
+/// the process (for its output). With `clusters`, it is a DSM job whose processes must
+/// all be gone afterwards.
+fn run_ok(name: &str, args: &[&str], clusters: Option<usize>) -> (serde_json::Value, Proc) {
+    let dir = TempDir::new("apps-run");
+    let json = dir.path().join("report.json");
+    let mut all: Vec<&str> = args.to_vec();
+    let json_arg = json.to_string_lossy().into_owned();
+    all.extend(["--json", &json_arg]);
+    let mut p = run_cmd(name, &all);
+    let pids = clusters.map(|n| launched_pids(&p, n));
+    if let Some(pids) = &pids {
+        p.adopt(pids);
+    }
+    let status = p.wait_exit(JOB);
+    assert!(
+        status.success(),
+        "{name}: {status}; output:\n{}",
+        p.transcript()
+    );
+    if let Some(pids) = &pids {
+        assert_gone(pids, HANG, name);
+    }
+    let text = std::fs::read_to_string(&json)
+        .unwrap_or_else(|e| panic!("{name}: no JSON report {}: {e}", json.display()));
+    (serde_json::from_str(&text).expect("valid JSON"), p)
+}
+
+/// A configuration file of the workspace's examples.
+fn example(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("cluster-config/examples")
+        .join(name)
+}
+
+/// SPLASH's `random.in` from the shared data folder next to the workspace.
+fn random_in() -> PathBuf {
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/splash2-water-random.in");
+    assert!(
+        p.is_file(),
+        "SPLASH's velocity table is missing: expected {} (the workspace's \
+         ../shared/data/splash2-water-random.in, see ../shared/data/README.md)",
+        p.display()
+    );
+    p
+}
+
+const ENERGIES: [&str; 7] = [
+    "kinetic",
+    "intra_potential",
+    "inter_potential",
+    "reaction_field",
+    "total",
+    "avg_temperature_k",
+    "virial",
+];
+
+fn energies(report: &serde_json::Value) -> Vec<Vec<f64>> {
+    report["outcome"]["result"]["energies"]
+        .as_array()
+        .expect("energies")
+        .iter()
+        .map(|e| ENERGIES.iter().map(|k| e[*k].as_f64().unwrap()).collect())
+        .collect()
+}
+
+/// Significant decimal digits on which `a` agrees with the reference `b` (17 if equal).
+fn digits(a: f64, b: f64) -> f64 {
+    if a == b {
+        return 17.0;
+    }
+    let rel = ((a - b) / b).abs();
+    (-rel.log10()).clamp(0.0, 17.0)
+}
+
+/// Water on the DSM vs the sequential reference: returns the fewest agreeing digits.
+fn water_agrees(name: &str, topology: &[&str], clusters: usize) -> f64 {
+    let size = ["--molecules", "125", "--steps", "3"];
+    let _one = one_job_at_a_time();
+    let (seq, _) = run_ok(
+        &format!("{name} sequential"),
+        &[&["water", "--sequential"][..], &size].concat(),
+        None,
+    );
+    let (dsm, p) = run_ok(
+        name,
+        &[&["water"][..], topology, &size].concat(),
+        Some(clusters),
+    );
+    assert_eq!(dsm["backend"]["kind"], "dsm");
+    let threads: u64 = dsm["backend"]["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .sum();
+    assert_eq!(dsm["outcome"]["result"]["threads"].as_u64(), Some(threads));
+    let (s, d) = (energies(&seq), energies(&dsm));
+    assert_eq!(s.len(), 3, "{name}: three printed steps");
+    assert_eq!(s.len(), d.len());
+    let mut fewest = 17.0f64;
+    for (step, (a, b)) in d.iter().zip(&s).enumerate() {
+        for (k, (&x, &y)) in a.iter().zip(b).enumerate() {
+            let got = digits(x, y);
+            assert!(
+                got >= 9.0,
+                "{name}: step {} {}: DSM {x:e} vs sequential {y:e}: only {got:.1} digits agree",
+                step + 1,
+                ENERGIES[k]
+            );
+            fewest = fewest.min(got);
+        }
+    }
+    // The printed report: SPLASH's step lines, the statistics, the INIs.
+    let out = p.lines(Stream::Out).join("\n");
+    for needle in [
+        "energies every 1 step(s), SPLASH's layout",
+        "DSM statistics",
+        "remote fetches (pages)",
+    ] {
+        assert!(out.contains(needle), "{name}: no {needle:?} in\n{out}");
+    }
+    if clusters > 1 {
+        for needle in ["LockAcquire", "INI utilization: c0/ini0"] {
+            assert!(out.contains(needle), "{name}: no {needle:?} in\n{out}");
+        }
+        let stats = &dsm["stats"]["total"];
+        assert!(stats["remote_fetches"].as_u64().unwrap() > 0, "{stats}");
+        assert!(stats["diffs_sent"].as_u64().unwrap() > 0, "{stats}");
+    }
+    let inis = if clusters > 1 { clusters } else { 0 };
+    assert_eq!(
+        dsm["inis"].as_array().unwrap().len(),
+        inis,
+        "one INI per cluster of a multi-cluster job"
+    );
+    eprintln!("{name}: Water DSM vs sequential: at least {fewest:.1} significant digits agree");
+    fewest
+}
+
+#[test]
+fn water_on_2x2_embedded_default_agrees_with_the_sequential_reference() {
+    water_agrees("water 2x2", &[], 2);
+}
+
+#[test]
+fn water_on_4x1_agrees_with_the_sequential_reference() {
+    let cfg = example("4x1.toml");
+    water_agrees("water 4x1", &["--config", cfg.to_str().unwrap()], 4);
+}
+
+#[test]
+fn water_on_1x1_1x2_and_2x4_agrees_with_the_sequential_reference() {
+    let dir = TempDir::new("apps-topologies");
+    for (name, clusters, threads) in [("1x1", 1, 1), ("1x2", 1, 2), ("2x4", 2, 4)] {
+        let cfg = dir.write(
+            &format!("{name}.toml"),
+            &format!(
+                "[job]\nname = \"{name}\"\nstartup_timeout_ms = 20000\n[local]\nclusters = {clusters}\nthreads = {threads}\n[ini]\nsubstrate = \"udp\"\n"
+            ),
+        );
+        water_agrees(
+            &format!("water {name}"),
+            &["--config", cfg.to_str().unwrap()],
+            clusters,
+        );
+    }
+}
+
+fn checksum(report: &serde_json::Value) -> serde_json::Value {
+    report["outcome"]["result"]["checksum"].clone()
+}
+
+/// EM3D on the DSM of `config` (None: the embedded default) in each (layout, variant)
+/// is bitwise equal to the sequential reference on the same graph.
+fn em3d_bitwise(name: &str, config: Option<&Path>, clusters: usize, cases: &[(&str, &str)]) {
+    let size = [
+        "--nodes-per-thread",
+        "400",
+        "--degree",
+        "10",
+        "--iterations",
+        "5",
+    ];
+    let cfg: Vec<&str> = config
+        .map(|c| vec!["--config", c.to_str().unwrap()])
+        .unwrap_or_default();
+    let _one = one_job_at_a_time();
+    // The graph depends only on the partition count (the topology's thread count).
+    let (seq, _) = run_ok(
+        &format!("{name} sequential"),
+        &[&["em3d", "--sequential"][..], &cfg, &size].concat(),
+        None,
+    );
+    for (layout, variant) in cases {
+        let case = format!("{name} {layout}/{variant}");
+        let (dsm, p) = run_ok(
+            &case,
+            &[
+                &["em3d", "--layout", layout, "--variant", variant][..],
+                &cfg,
+                &size,
+            ]
+            .concat(),
+            Some(clusters),
+        );
+        assert_eq!(
+            checksum(&dsm),
+            checksum(&seq),
+            "{case}: the DSM's fields differ from the sequential reference's"
+        );
+        let line = p
+            .lines(Stream::Out)
+            .into_iter()
+            .find(|l| l.starts_with("checksum: "))
+            .unwrap_or_else(|| panic!("{case}: no checksum line:\n{}", p.transcript()));
+        let fnv = format!("{:016x}", checksum(&seq)["fnv1a"].as_u64().unwrap());
+        assert!(line.contains(&fnv), "{case}: {line} lacks {fnv}");
+        let edges = &dsm["outcome"]["result"]["edge_stats"];
+        assert!(
+            edges["cross_cluster_edges"].as_u64().unwrap() > 0,
+            "{edges}"
+        );
+    }
+}
+
+#[test]
+fn em3d_on_2x2_is_bitwise_equal_to_the_sequential_reference() {
+    em3d_bitwise("em3d 2x2", None, 2, &[("naive", "read"), ("good", "write")]);
+}
+
+#[test]
+fn em3d_on_4x1_is_bitwise_equal_to_the_sequential_reference() {
+    em3d_bitwise(
+        "em3d 4x1",
+        Some(&example("4x1.toml")),
+        4,
+        &[("good", "read"), ("naive", "write")],
+    );
+}
+
+#[test]
+fn the_conformance_suite_passes_on_the_dsm() {
+    for (name, config, clusters) in [
+        ("conformance 2x2", None, 2),
+        ("conformance 4x1", Some(example("4x1.toml")), 4),
+    ] {
+        let _one = one_job_at_a_time();
+        let mut args = vec!["conformance"];
+        if let Some(c) = &config {
+            args.extend(["--config", c.to_str().unwrap()]);
+        }
+        let (r, _) = run_ok(name, &args, Some(clusters));
+        let checks: Vec<&str> = r["outcome"]["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            checks,
+            [
+                "results_in_thread_order",
+                "fresh_allocations",
+                "barrier_publishes_writes",
+                "locks_serialise_updates"
+            ],
+            "{name}"
+        );
+        assert!(r["stats"]["total"]["lock_acquires"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
+fn sequential_water_prints_splash_reference_energies() {
+    let v = random_in();
+    let v = v.to_str().unwrap();
+    // ../shared/data/README.md: SPLASH-3 Water-Nsquared, gcc -O2.
+    let cases: [(&str, &str, &[&str]); 2] = [
+        (
+            "512",
+            "3",
+            &[
+                "         1        1.50940      0.00567     10.63575                      -2.12451",
+                "           10.026        299.86725        -19.17021",
+                "         2        1.53253      0.02268     10.61507                      -2.14571",
+                "           10.025        302.16501        -19.33583",
+                "         3        1.57495      0.05127     10.55761                      -2.15831",
+                "           10.026        305.74022        -19.57198",
+            ],
+        ),
+        (
+            "343",
+            "2",
+            &[
+                "         1        1.51255      0.00425     10.63337                      -2.12437",
+                "           10.026        300.49293        -19.13468",
+                "         2        1.54276      0.01706     10.61012                      -2.14544",
+                "           10.025        303.49403        -19.28035",
+            ],
+        ),
+    ];
+    for (molecules, steps, want) in cases {
+        let name = format!("water --sequential {molecules}x{steps}");
+        let mut p = run_cmd(
+            &name,
+            &[
+                "water",
+                "--sequential",
+                "--velocities",
+                v,
+                "--molecules",
+                molecules,
+                "--steps",
+                steps,
+            ],
+        );
+        let status = p.wait_exit(HANG);
+        assert!(status.success(), "{name}: {status}\n{}", p.transcript());
+        let out = p.lines(Stream::Out);
+        let first = out
+            .iter()
+            .position(|l| l == want[0])
+            .unwrap_or_else(|| panic!("{name}: no line {:?} in\n{}", want[0], out.join("\n")));
+        assert_eq!(&out[first..first + want.len()], want, "{name}");
+    }
+    // The same from SPLASH's own input deck.
+    let dir = TempDir::new("apps-deck");
+    let deck = dir.write("n512", "1.5e-16 512 3 6\n-1 3000 1 0\n1 6.212752\n");
+    let mut p = run_cmd(
+        "water --input",
+        &[
+            "water",
+            "--sequential",
+            "--velocities",
+            v,
+            "--input",
+            deck.to_str().unwrap(),
+        ],
+    );
+    assert!(p.wait_exit(HANG).success(), "{}", p.transcript());
+    assert!(
+        p.lines(Stream::Out).iter().any(|l| l == cases[0].2[4]),
+        "{}",
+        p.transcript()
+    );
+}
+
+#[test]
+fn launch_and_srun_start_cluster_processes_of_the_same_command() {
+    let size = ["--nodes-per-thread", "300", "--iterations", "3"];
+    let _one = one_job_at_a_time();
+    let dir = TempDir::new("apps-launch");
+    let cfg = dir.write(
+        "2x1.toml",
+        "[job]\nname = \"2x1\"\nstartup_timeout_ms = 20000\n[local]\nclusters = 2\nthreads = 1\n[ini]\nsubstrate = \"udp\"\n",
+    );
+    let cfg_arg = cfg.to_str().unwrap();
+    let (seq, _) = run_ok(
+        "em3d 2x1 sequential",
+        &[&["em3d", "--sequential", "--config", cfg_arg][..], &size].concat(),
+        None,
+    );
+    let fnv = format!("{:016x}", checksum(&seq)["fnv1a"].as_u64().unwrap());
+
+    // multigrain launch: cluster 0 prints the report, prefixed.
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "launch",
+        "--config",
+        cfg_arg,
+        "--",
+        "multigrain",
+        "run",
+        "em3d",
+    ])
+    .args(size);
+    for var in LAUNCH_VARS {
+        cmd.env_remove(var);
+    }
+    let mut job = Proc::spawn("launch run em3d", cmd);
+    let pids = launched_pids(&job, 2);
+    job.adopt(&pids);
+    let status = job.wait_exit(JOB);
+    assert!(status.success(), "{status}\n{}", job.transcript());
+    let out = job.lines(Stream::Out);
+    assert!(
+        out.iter()
+            .any(|l| l.starts_with("[c0] checksum: ") && l.contains(&fnv)),
+        "{}",
+        job.transcript()
+    );
+    assert!(
+        out.iter().any(|l| l.starts_with("[c0] DSM statistics")),
+        "{}",
+        job.transcript()
+    );
+    assert!(!out.iter().any(|l| l.starts_with("[c1] checksum")));
+    assert_gone(&pids, HANG, "launch run em3d");
+
+    // srun: each process finds its cluster from SLURM_PROCID; cluster 0 has a fixed port.
+    let port = free_port();
+    let srun_cfg = dir.write(
+        "srun.toml",
+        &format!(
+            "[job]\nname = \"srun\"\nstartup_timeout_ms = 20000\n\n[[cluster]]\nhost = \"127.0.0.1\"\nport = {port}\n\n[[cluster]]\nhost = \"127.0.0.1\"\n\n[ini]\nsubstrate = \"udp\"\n"
+        ),
+    );
+    let mut ranks: Vec<Proc> = (0..2)
+        .rev()
+        .map(|r| {
+            let mut cmd = Command::new(bin());
+            cmd.args(["run", "em3d", "--config", srun_cfg.to_str().unwrap()])
+                .args(size);
+            for var in LAUNCH_VARS {
+                cmd.env_remove(var);
+            }
+            cmd.env("SLURM_PROCID", r.to_string())
+                .env("SLURM_NTASKS", "2");
+            Proc::spawn(&format!("srun rank {r}"), cmd)
+        })
+        .collect();
+    ranks.reverse();
+    let pids: Vec<i32> = ranks.iter().map(|p| p.pid).collect();
+    for (r, p) in ranks.iter_mut().enumerate() {
+        let status = p.wait_exit(JOB);
+        assert!(status.success(), "rank {r}: {status}\n{}", p.transcript());
+    }
+    let out = ranks[0].lines(Stream::Out);
+    assert!(
+        out.iter()
+            .any(|l| l.starts_with("checksum: ") && l.contains(&fnv)),
+        "{}",
+        ranks[0].transcript()
+    );
+    assert!(
+        ranks[1].lines(Stream::Out).is_empty(),
+        "only cluster 0 reports"
+    );
+    assert_gone(&pids, HANG, "srun-style run em3d");
+}
+
+/// Runs a command that must fail with exit code `code` and returns its stderr.
+fn failing(name: &str, args: &[&str], code: i32) -> String {
+    let mut p = run_cmd(name, args);
+    let status = p.wait_exit(HANG);
+    assert_eq!(status.code(), Some(code), "{name}\n{}", p.transcript());
+    p.lines(Stream::Err).join("\n")
+}
+
+#[test]
+fn bad_input_is_reported_naming_the_flag_file_or_value() {
+    let dir = TempDir::new("apps-bad");
+    let e = failing("not a cube", &["water", "--molecules", "500"], 1);
+    assert!(
+        e.contains("--molecules: 500 molecules do not fill a cubic lattice")
+            && e.contains("343, 512, 4096"),
+        "{e}"
+    );
+    let e = failing("bad layout", &["em3d", "--layout", "diagonal"], 2);
+    assert!(
+        e.contains("invalid value 'diagonal' for '--layout <LAYOUT>'") && e.contains("naive"),
+        "{e}"
+    );
+    let e = failing("remote > 100", &["em3d", "--percent-remote", "101"], 2);
+    assert!(
+        e.contains("--percent-remote") && e.contains("0..=100"),
+        "{e}"
+    );
+    let e = failing("bad timestep", &["water", "--timestep=-1e-16"], 1);
+    assert!(e.contains("--timestep -1e-16: must be a positive"), "{e}");
+    let e = failing(
+        "missing velocities",
+        &["water", "--velocities", "/nonexistent/random.in"],
+        1,
+    );
+    assert!(
+        e.contains("--velocities /nonexistent/random.in: cannot open the velocity file"),
+        "{e}"
+    );
+    let short = dir.write("short.in", "0 1 2 3\n");
+    let e = failing(
+        "short velocities",
+        &["water", "--velocities", short.to_str().unwrap()],
+        1,
+    );
+    assert!(e.contains("short.in"), "{e}");
+    let deck = dir.write("deck", "1.5e-16 512 3 6\n-1 3000 x 0\n1 6.2\n");
+    let e = failing(
+        "bad deck",
+        &["water", "--sequential", "--input", deck.to_str().unwrap()],
+        1,
+    );
+    assert!(
+        e.contains("deck:2: field NPRINT = \"x\": not an integer"),
+        "{e}"
+    );
+    let unequal = dir.write(
+        "unequal.toml",
+        "[[cluster]]\nhost = \"127.0.0.1\"\nthreads = 1\n\n[[cluster]]\nhost = \"127.0.0.1\"\nthreads = 2\n",
+    );
+    let e = failing(
+        "good layout on unequal clusters",
+        &[
+            "em3d",
+            "--layout",
+            "good",
+            "--config",
+            unequal.to_str().unwrap(),
+        ],
+        1,
+    );
+    assert!(
+        e.contains("--layout good does not fit this topology"),
+        "{e}"
+    );
+    let e = failing(
+        "bad config",
+        &[
+            "water",
+            "--config",
+            dir.write("bad.toml", "[local]\nclusters = 0\n")
+                .to_str()
+                .unwrap(),
+        ],
+        1,
+    );
+    assert!(e.contains("bad.toml:2:12: local.clusters = 0"), "{e}");
+    let e = failing(
+        "threads and config",
+        &["water", "--threads", "2", "--config", "x"],
+        2,
+    );
+    assert!(e.contains("cannot be used with"), "{e}");
+    let e = failing(
+        "sequential conformance",
+        &["conformance", "--sequential"],
+        1,
+    );
+    assert!(e.contains("drop --sequential"), "{e}");
+}
+
+#[test]
+fn plain_threads_run_on_one_process() {
+    let (r, p) = run_ok(
+        "water --threads 2",
+        &[
+            "water",
+            "--threads",
+            "2",
+            "--molecules",
+            "64",
+            "--steps",
+            "2",
+        ],
+        None,
+    );
+    assert_eq!(
+        r["backend"],
+        serde_json::json!({"kind": "threads", "threads": 2})
+    );
+    assert!(r["stats"].is_null());
+    assert!(
+        p.lines(Stream::Out)
+            .iter()
+            .any(|l| l.contains("no DSM statistics")),
+        "{}",
+        p.transcript()
+    );
+}
