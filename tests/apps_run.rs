@@ -88,17 +88,14 @@ fn example(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// SPLASH's `random.in` from the shared data folder next to the workspace.
+/// SPLASH's `random.in` from the project's shared data folder (see
+/// `multigrain_apps::shared_data`).
 fn random_in() -> PathBuf {
-    let p =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/splash2-water-random.in");
-    assert!(
-        p.is_file(),
-        "SPLASH's velocity table is missing: expected {} (the workspace's \
-         ../shared/data/splash2-water-random.in, see ../shared/data/README.md)",
-        p.display()
-    );
-    p
+    multigrain_apps::shared_data::find(
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+        "splash2-water-random.in",
+    )
+    .unwrap_or_else(|e| panic!("SPLASH's velocity table is missing: {e}"))
 }
 
 const ENERGIES: [&str; 7] = [

@@ -15,6 +15,7 @@ pub mod conformance;
 pub mod dsm_backend;
 pub mod em3d;
 pub mod progress;
+pub mod shared_data;
 pub mod storage;
 pub mod team;
 pub mod threads;

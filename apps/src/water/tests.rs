@@ -5,14 +5,9 @@ use crate::threads::ThreadsRuntime;
 
 /// SPLASH's `random.in`, read from the shared data folder next to the workspace.
 fn random_in() -> PathBuf {
-    let p =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/splash2-water-random.in");
-    assert!(
-        p.is_file(),
-        "SPLASH's velocity table is missing: expected {} (the workspace's ../shared/data/splash2-water-random.in)",
-        p.display()
-    );
-    p
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    crate::shared_data::find(&workspace, "splash2-water-random.in")
+        .unwrap_or_else(|e| panic!("SPLASH's velocity table is missing: {e}"))
 }
 
 fn splash_params(molecules: usize, steps: usize) -> Params {
