@@ -21,13 +21,55 @@ use std::time::{Duration, Instant};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
+/// Pins the calling thread to the `i`-th CPU this process may use (modulo their number),
+/// so that the two ends of a ping-pong or stream sit on different CPUs run after run
+/// instead of sometimes time-sharing one. Returns a guard restoring the thread's previous
+/// CPU set; best effort (does nothing where affinity cannot be read or set).
+pub fn pin_to_cpu(i: usize) -> PinGuard {
+    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+    use nix::unistd::Pid;
+    let Ok(before) = sched_getaffinity(Pid::from_raw(0)) else {
+        return PinGuard(None);
+    };
+    let cpus: Vec<usize> = (0..CpuSet::count())
+        .filter(|&c| before.is_set(c).unwrap_or(false))
+        .collect();
+    if cpus.len() < 2 {
+        return PinGuard(None);
+    }
+    let mut one = CpuSet::new();
+    if one.set(cpus[i % cpus.len()]).is_err() || sched_setaffinity(Pid::from_raw(0), &one).is_err()
+    {
+        return PinGuard(None);
+    }
+    PinGuard(Some(before))
+}
+
+/// Restores a thread's CPU set when dropped (see [`pin_to_cpu`]).
+#[derive(Debug)]
+pub struct PinGuard(Option<nix::sched::CpuSet>);
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        if let Some(set) = self.0.take() {
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+        }
+    }
+}
+
 fn spin_until(deadline: Instant, what: &str, mut cond: impl FnMut() -> bool) {
     let mut n = 0u32;
     while !cond() {
         std::hint::spin_loop();
         n = n.wrapping_add(1);
-        if n.is_multiple_of(4096) && Instant::now() > deadline {
-            panic!("benchmark peer stuck: {what}");
+        if n.is_multiple_of(1024) {
+            // A loaded machine may have put the peer behind us on our CPU: let it run.
+            std::thread::yield_now();
+            if Instant::now() > deadline {
+                panic!(
+                    "benchmark peer stuck for {DEADLINE:?}: {what} (is the machine overloaded?)"
+                );
+            }
         }
     }
 }
@@ -74,11 +116,13 @@ fn spin_send(ep: &Endpoint, msg: Express) {
 
 /// Baseline: two threads bounce a counter through one cache line.
 pub fn atomic_pingpong(round_trips: u64) -> Duration {
+    let _pin = pin_to_cpu(0);
     let flag = Arc::new(CachePadded::new(AtomicU64::new(0)));
     let deadline = Instant::now() + DEADLINE;
     let echo = {
         let flag = flag.clone();
         std::thread::spawn(move || {
+            let _pin = pin_to_cpu(1);
             for i in 0..round_trips {
                 spin_until(deadline, "atomic echo", || {
                     flag.load(Ordering::Acquire) == 2 * i + 1
@@ -101,10 +145,12 @@ pub fn atomic_pingpong(round_trips: u64) -> Duration {
 
 /// Express messages bounced between two endpoints in two threads (busy polling).
 pub fn express_pingpong(round_trips: u64) -> Duration {
+    let _pin = pin_to_cpu(0);
     let site = two_queue_site();
     let (a, b) = endpoint_pair(&site);
     let deadline = Instant::now() + DEADLINE;
     let echo = std::thread::spawn(move || {
+        let _pin = pin_to_cpu(1);
         for _ in 0..round_trips {
             let Message::Express(m) = spin_recv(&b, deadline) else {
                 panic!("not Express")
@@ -127,10 +173,12 @@ pub fn express_pingpong(round_trips: u64) -> Duration {
 
 /// Baseline: crossbeam-channel bounded channels, `try_recv` polling (its fastest mode).
 pub fn crossbeam_pingpong(round_trips: u64) -> Duration {
+    let _pin = pin_to_cpu(0);
     let (tx_a, rx_a) = crossbeam_channel::bounded::<u64>(1024);
     let (tx_b, rx_b) = crossbeam_channel::bounded::<u64>(1024);
     let deadline = Instant::now() + DEADLINE;
     let echo = std::thread::spawn(move || {
+        let _pin = pin_to_cpu(1);
         for _ in 0..round_trips {
             let mut v = None;
             spin_until(deadline, "crossbeam echo", || {
@@ -153,6 +201,7 @@ pub fn crossbeam_pingpong(round_trips: u64) -> Duration {
 /// `senders` threads push `messages` Express messages in total into one queue; the calling
 /// thread drains it. Returns the time until the last message is received.
 pub fn express_throughput(senders: usize, messages: u64) -> Duration {
+    let _pin = pin_to_cpu(0);
     let site = two_queue_site();
     let (rx, _w) = site.create_endpoint(&[QueueId(0)]).expect("queue 0");
     let per = messages / senders as u64;
@@ -171,6 +220,7 @@ pub fn express_throughput(senders: usize, messages: u64) -> Duration {
             .expect("map");
             let start = start.clone();
             std::thread::spawn(move || {
+                let _pin = pin_to_cpu(1);
                 start.wait();
                 for i in 0..per {
                     spin_send(&tx, Express::new(Handler(1), i).expect("payload"));
@@ -205,6 +255,7 @@ fn queue_throughput<Q: Send + Sync + 'static>(
     push: fn(&Q, u64) -> bool,
     pop: fn(&Q) -> Option<u64>,
 ) -> Duration {
+    let _pin = pin_to_cpu(0);
     let q = Arc::new(q);
     let per = messages / senders as u64;
     let start = Arc::new(std::sync::Barrier::new(senders + 1));
@@ -212,6 +263,7 @@ fn queue_throughput<Q: Send + Sync + 'static>(
         .map(|_| {
             let (q, start) = (q.clone(), start.clone());
             std::thread::spawn(move || {
+                let _pin = pin_to_cpu(1);
                 start.wait();
                 for i in 0..per {
                     while !push(&q, i) {
@@ -275,12 +327,14 @@ fn checksum(bytes: &[u8]) -> u64 {
 /// (one copy), the receiver reads it in place and releases it. Returns the elapsed time;
 /// the receiver checks a checksum so neither side can skip the data.
 pub fn tag_on_stream(pages: u64) -> Duration {
+    let _pin = pin_to_cpu(0);
     let site = two_queue_site();
     let (a, b) = endpoint_pair(&site);
     let page: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
     let expect = checksum(&page);
     let deadline = Instant::now() + DEADLINE;
     let rx = std::thread::spawn(move || {
+        let _pin = pin_to_cpu(1);
         for _ in 0..pages {
             let Message::TagOn(m) = spin_recv(&b, deadline) else {
                 panic!("not Tag-On")
@@ -310,12 +364,14 @@ pub fn tag_on_stream(pages: u64) -> Duration {
 /// Streams `pages` 4 KiB pages one way as 16 Basic messages of 256 bytes each (copied into
 /// the lock-guarded ring and copied out again): the baseline of paper 004 §6.
 pub fn basic_stream(pages: u64) -> Duration {
+    let _pin = pin_to_cpu(0);
     let site = two_queue_site();
     let (a, b) = endpoint_pair(&site);
     let page: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
     let expect = checksum(&page);
     let deadline = Instant::now() + DEADLINE;
     let rx = std::thread::spawn(move || {
+        let _pin = pin_to_cpu(1);
         let mut out = vec![0u8; 4096];
         for _ in 0..pages {
             for chunk in out.chunks_mut(crate::BASIC_MAX) {
@@ -370,6 +426,7 @@ pub mod cross_process {
         let Ok(parent_segment) = std::env::var(PEER_ENV) else {
             return false;
         };
+        let _pin = pin_to_cpu(1);
         let flag_seg = Segment::open_shared(&std::env::var(FLAG_ENV).expect("flag segment"))
             .expect("map flag segment");
         let site = Site::new(SiteConfig {
@@ -495,6 +552,7 @@ pub mod cross_process {
 
         /// `round_trips` Express round trips with the peer process.
         pub fn express(&self, round_trips: u64) -> Duration {
+            let _pin = pin_to_cpu(0);
             let deadline = Instant::now() + DEADLINE;
             let t0 = Instant::now();
             for i in 0..round_trips {
@@ -509,6 +567,7 @@ pub mod cross_process {
 
         /// Baseline: `round_trips` round trips of a bare atomic counter in a shared segment.
         pub fn atomic(&self, round_trips: u64) -> Duration {
+            let _pin = pin_to_cpu(0);
             let f = flag(&self.flag_seg);
             f.store(0, Ordering::Release);
             spin_send(&self.ep, Express::new(ATOMIC_MODE, 0).expect("payload"));
@@ -567,6 +626,7 @@ pub mod network {
     /// Baseline: `round_trips` round trips of `size`-byte datagrams between two threads
     /// with blocking UDP sockets on loopback.
     pub fn udp_pingpong(round_trips: u64, size: usize) -> Duration {
+        let _pin = pin_to_cpu(0);
         let a = UdpSocket::bind("127.0.0.1:0").expect("bind");
         let b = UdpSocket::bind("127.0.0.1:0").expect("bind");
         a.connect(b.local_addr().expect("addr")).expect("connect");
@@ -575,6 +635,7 @@ pub mod network {
             s.set_read_timeout(Some(DEADLINE)).expect("timeout");
         }
         let echo = std::thread::spawn(move || {
+            let _pin = pin_to_cpu(1);
             let mut buf = vec![0u8; 65_536];
             for _ in 0..round_trips {
                 let n = b.recv(&mut buf).expect("echo recv");
@@ -666,10 +727,12 @@ pub mod network {
     /// `round_trips` Express round trips between the two sites of `pair`; each side waits
     /// with `recv_timeout` (spins briefly, then waits on the network itself).
     pub fn express_pingpong(pair: &Pair, round_trips: u64) -> Duration {
+        let _pin = pin_to_cpu(0);
         let a = pair.endpoint(0, 0, 0);
         let b = pair.endpoint(1, 0, 0);
         std::thread::scope(|s| {
             s.spawn(move || {
+                let _pin = pin_to_cpu(1);
                 for _ in 0..round_trips {
                     let m = b.recv_timeout(DEADLINE).expect("network ping-pong stuck");
                     let Message::Express(e) = m else {
