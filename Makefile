@@ -12,7 +12,7 @@ build: deps
 
 ## The main job (see README).
 run: build
-	$(RELEASE_BIN) bench messaging
+	$(RELEASE_BIN) run water
 
 ## Formatting, lints, docs, every test (unit, property, loom, multi-process).
 test: deps
