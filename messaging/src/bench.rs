@@ -615,7 +615,7 @@ pub mod cross_process {
 /// threads over UDP on loopback, beside raw UDP.
 pub mod network {
     use super::*;
-    use crate::net::{BoundInis, IniGroup, NetConfig};
+    use crate::net::{IniGroup, NetConfig};
     use multigrain_cluster_config::{IniPolicy, JobConfig};
     use std::net::UdpSocket;
 
@@ -680,27 +680,19 @@ pub mod network {
             job.ini.mtu = 8972;
             let mut cfg = NetConfig::from_job(&job);
             cfg.spin = spin;
-            let bound: Vec<BoundInis> = (0..2)
-                .map(|s| BoundInis::bind(SiteId(s), "127.0.0.1", 0, inis).expect("bind"))
-                .collect();
-            let addrs: Vec<_> = bound.iter().map(|b| b.addrs().to_vec()).collect();
-            let mut made: Vec<(Site, IniGroup)> = bound
-                .into_iter()
-                .enumerate()
-                .map(|(s, b)| {
-                    let site = Site::new(SiteConfig {
-                        site: SiteId(s as u16),
+            let sites: Vec<Site> = (0..2)
+                .map(|s| {
+                    Site::new(SiteConfig {
+                        site: SiteId(s),
                         queues: vec![QueueSpec::default(); 2],
                         pool_slots: 4096,
                         ..SiteConfig::default()
                     })
-                    .expect("site");
-                    let remote: Vec<Option<Vec<_>>> =
-                        (0..2).map(|r| (r != s).then(|| addrs[r].clone())).collect();
-                    let g = b.start(&site, &cfg, &remote).expect("start INIs");
-                    (site, g)
+                    .expect("site")
                 })
                 .collect();
+            let groups = crate::net::connect_loopback(&sites, &cfg, inis).expect("start INIs");
+            let mut made: Vec<(Site, IniGroup)> = sites.into_iter().zip(groups).collect();
             let b = made.pop().expect("two");
             let a = made.pop().expect("two");
             Pair { a, b }

@@ -5,7 +5,7 @@
 //! reported within the peer timeout.
 
 use multigrain_cluster_config::{FaultConfig, IniPolicy, JobConfig};
-use multigrain_messaging::net::{BoundInis, IniGroup, NetConfig};
+use multigrain_messaging::net::{self, IniGroup, NetConfig};
 use multigrain_messaging::*;
 use std::time::{Duration, Instant};
 
@@ -31,26 +31,22 @@ fn clusters(
     job.job.peer_timeout_ms = 2000;
     let mut cfg = NetConfig::from_job(&job);
     tweak(&mut cfg);
-    let bound: Vec<BoundInis> = (0..n)
-        .map(|s| BoundInis::bind(SiteId(s as u16), "127.0.0.1", 0, k).unwrap())
-        .collect();
-    let addrs: Vec<Vec<std::net::SocketAddr>> = bound.iter().map(|b| b.addrs().to_vec()).collect();
-    bound
-        .into_iter()
-        .enumerate()
-        .map(|(s, b)| {
-            let site = Site::new(SiteConfig {
+    let sites: Vec<Site> = (0..n)
+        .map(|s| {
+            Site::new(SiteConfig {
                 site: SiteId(s as u16),
                 queues: vec![QueueSpec::default(); 2],
                 pool_slots: 2048,
                 ..SiteConfig::default()
             })
-            .unwrap();
-            let remote: Vec<Option<Vec<_>>> =
-                (0..n).map(|r| (r != s).then(|| addrs[r].clone())).collect();
-            let inis = b.start(&site, &cfg, &remote).unwrap();
-            Cluster { site, inis }
+            .unwrap()
         })
+        .collect();
+    let groups = net::connect_loopback(&sites, &cfg, k).unwrap();
+    sites
+        .into_iter()
+        .zip(groups)
+        .map(|(site, inis)| Cluster { site, inis })
         .collect()
 }
 

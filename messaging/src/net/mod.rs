@@ -560,6 +560,36 @@ impl BoundInis {
     }
 }
 
+/// Joins `sites` (site `i` must have id `i`) in this process through their INIs over
+/// UDP on 127.0.0.1: `inis` INI threads each, every site reaching every other one over
+/// the network. For tests, benchmarks and single-machine tools; real jobs use
+/// [`crate::job::Job`]. Returns each site's INI group (keep them alive with the sites).
+///
+/// # Errors
+/// [`NetError`] naming the site whose INIs could not be bound or started.
+pub fn connect_loopback(
+    sites: &[Site],
+    cfg: &NetConfig,
+    inis: usize,
+) -> Result<Vec<IniGroup>, NetError> {
+    let bound: Vec<BoundInis> = sites
+        .iter()
+        .map(|s| BoundInis::bind(s.id(), "127.0.0.1", 0, inis))
+        .collect::<Result<_, _>>()?;
+    let addrs: Vec<Vec<SocketAddr>> = bound.iter().map(|b| b.addrs().to_vec()).collect();
+    bound
+        .into_iter()
+        .zip(sites)
+        .enumerate()
+        .map(|(i, (b, site))| {
+            let remote: Vec<Option<Vec<SocketAddr>>> = (0..sites.len())
+                .map(|j| (j != i).then(|| addrs[j].clone()))
+                .collect();
+            b.start(site, cfg, &remote)
+        })
+        .collect()
+}
+
 /// A cluster's running INI threads.
 pub struct IniGroup {
     net: Arc<Net>,
