@@ -36,8 +36,11 @@ pub enum Event {
         /// Identifies the blocked thread.
         token: FaultToken,
     },
-    /// A thread wants `lock`; it stays blocked until [`Action::AcquireDone`].
-    /// Source: acquire of release consistency (HLRC OSDI 1996 §2).
+    /// A thread wants `lock`; it stays blocked until [`Action::AcquireDone`] — in the
+    /// same call when the cluster owns the lock and no local thread holds it (a cached
+    /// or pushed lock, see [`crate::sync`]).
+    /// Source: acquire of release consistency (HLRC OSDI 1996 §2); lock caching
+    /// (TreadMarks, USENIX Winter 1994 §3.2).
     Acquire {
         /// The lock.
         lock: LockId,
@@ -45,8 +48,12 @@ pub enum Event {
         token: SyncToken,
     },
     /// A thread releases `lock`, which it holds; it stays blocked until
-    /// [`Action::ReleaseDone`] (hlrc: until the homes acknowledged the diffs).
-    /// Source: release of release consistency (HLRC OSDI 1996 §2; MGS ISCA 1996 §3).
+    /// [`Action::ReleaseDone`], which comes in the same call: the lock passes to a
+    /// waiting local thread, stays cached in the cluster, or leaves it once the homes
+    /// have acknowledged the diffs of the interval closed for it, without the thread
+    /// waiting for that (see [`crate::sync`]).
+    /// Source: release of release consistency (HLRC OSDI 1996 §2; MGS ISCA 1996 §3);
+    /// lazy release (TreadMarks, USENIX Winter 1994 §3.2).
     Release {
         /// The lock.
         lock: LockId,

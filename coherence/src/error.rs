@@ -68,6 +68,11 @@ impl From<SyncError> for ProtocolError {
                 from,
                 page: None,
             },
+            SyncError::RequestFromHolder(_, from) => ProtocolError::Unexpected {
+                what: "lock request from the lock's owner before a recall",
+                from,
+                page: None,
+            },
             SyncError::Gap(g) => ProtocolError::Gap(g),
             SyncError::Episode { expected, got } => ProtocolError::BarrierEpisode { expected, got },
             SyncError::DuplicateArrival(from) => ProtocolError::Unexpected {

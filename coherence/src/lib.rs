@@ -12,9 +12,13 @@
 //!
 //! * [`hlrc`] (default): home-based lazy release consistency with multiple writers,
 //!   twins and diffs, write notices carried by locks and barriers with vector
-//!   timestamps ([`interval`]), and single-writer home migration at barriers.
+//!   timestamps ([`interval`]), single-writer home migration at barriers, and
+//!   private home pages (no write tracking while no other cluster holds a copy).
 //! * [`sc`]: sequential consistency, single writer / multiple readers,
 //!   write-invalidate, the home as directory (Ivy).
+//!
+//! Locks are cached by the cluster that was granted them, given back eagerly when
+//! contended, and pushed to the cluster predicted to want them next ([`sync`]).
 //!
 //! The calling contract is in the [`Machine`] documentation; each [`Action`] says
 //! what the runtime must do. Messages encode to one 64-bit Express word (8-bit
@@ -37,7 +41,14 @@
 //! * JIAJIA home migration — W. Hu, W. Shi, Z. Tang, "Home Migration in Home-based
 //!   Software DSMs", WSDSM 1999.
 //! * ArgoDSM — github.com/etascale/argodsm (first-touch directory, write-back
-//!   before self-invalidation).
+//!   before self-invalidation, private/shared page classification); S. Kaxiras, D.
+//!   Klaftenegger, M. Norgren, A. Ros, K. Sagonas, "Turning Centralized Coherence and
+//!   Distributed Critical-Section Execution on their Head", HPDC 2015.
+//! * TreadMarks — P. Keleher, A. Cox, S. Dwarkadas, W. Zwaenepoel, "TreadMarks:
+//!   Distributed Shared Memory on Standard Workstations and Operating Systems",
+//!   USENIX Winter 1994 (lock caching at the last releaser).
+//! * Migratory data — A. Cox, R. Fowler, "Adaptive Cache Coherency for Detecting
+//!   Migratory Shared Data", ISCA 1993.
 #![forbid(unsafe_code)]
 
 mod action;

@@ -13,7 +13,7 @@ use crate::ids::{ClusterId, FaultToken, LockId, PageId, SyncToken};
 use crate::interval::{IntervalLog, IntervalRecord, VectorTime};
 use crate::message::Message;
 use crate::stats::Stats;
-use crate::sync::{BarrierManager, LockManager};
+use crate::sync::{BarrierManager, LockManager, MAX_LOCAL_HANDOFFS, Request};
 
 /// Local access to a page at one cluster, as the machine has arranged it with the
 /// runtime.
@@ -87,9 +87,9 @@ impl Fetch {
 /// What to do when a release epoch's diffs are all acknowledged.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Completion {
+    /// The lock leaves this cluster: send `LockRelease` to its manager.
     Release {
         lock: LockId,
-        token: SyncToken,
         time: VectorTime,
     },
     Barrier,
@@ -158,6 +158,47 @@ pub(crate) struct BarrierState {
     pub(crate) episode: u32,
     pub(crate) waiting: Option<SyncToken>,
     pub(crate) deferred: Vec<(ClusterId, Message)>,
+}
+
+/// A lock as seen by this cluster (not as its manager): owned or not, held by a
+/// local thread or cached, requested, recalled. See [`crate::sync`] (lock caching,
+/// tenures, pushes).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct ClusterLock {
+    /// While this cluster owns the lock (granted by the manager and not yet given
+    /// back): the lock's vector time at the grant.
+    pub(crate) owned: Option<VectorTime>,
+    /// The tenure owned, or the last one granted to this cluster (0: none).
+    pub(crate) tenure: u32,
+    /// A thread of this cluster holds the lock.
+    pub(crate) busy: bool,
+    /// A `LockAcquire` is outstanding.
+    pub(crate) requested: bool,
+    /// The manager asked for the lock back: it goes as soon as no local thread holds
+    /// it (after at most [`MAX_LOCAL_HANDOFFS`] hand-offs).
+    pub(crate) recalled: bool,
+    /// Give the lock back soon after a release, without waiting for a recall: the
+    /// grant said it is contended, or it was pushed here.
+    pub(crate) eager: bool,
+    /// The lock is being given back: the interval is closed and the `LockRelease`
+    /// waits for the diffs' acknowledgements.
+    pub(crate) returning: bool,
+    /// A thread of this cluster took the lock in the current tenure.
+    pub(crate) used: bool,
+    /// The records of a pushed grant, applied (with its time) when a local thread
+    /// first takes the lock: an acquire is where write notices take effect, and
+    /// applying them earlier would invalidate pages the cluster's threads are
+    /// writing under other locks.
+    pub(crate) pending: Option<Vec<IntervalRecord>>,
+    /// Recalls of tenures other than the one owned or last owned: those that overtook
+    /// the grant of their tenure (the network reorders), and stale ones of tenures
+    /// given back earlier. The next grant keeps its own and drops the rest: no recall
+    /// of a later tenure can exist before that grant arrives.
+    pub(crate) early_recalls: Vec<u32>,
+    /// Hand-offs between local threads since the lock had to go back.
+    pub(crate) handoffs: u32,
+    /// Local threads waiting for the lock, in arrival order.
+    pub(crate) waiters: VecDeque<SyncToken>,
 }
 
 /// sc directory entry at the home.
@@ -234,9 +275,8 @@ pub struct Machine {
     pub(crate) dirs: BTreeMap<PageId, Directory>,
     pub(crate) time: VectorTime,
     pub(crate) log: IntervalLog,
-    /// Locks held by this cluster, with the lock's time at grant.
-    pub(crate) held: BTreeMap<LockId, VectorTime>,
-    pub(crate) lock_waiters: BTreeMap<LockId, VecDeque<SyncToken>>,
+    /// Locks this cluster owns, requests or waits for, or was granted before.
+    pub(crate) cluster_locks: BTreeMap<LockId, ClusterLock>,
     pub(crate) barrier: BarrierState,
     pub(crate) locks: LockManager,
     pub(crate) barrier_mgr: Option<BarrierManager>,
@@ -280,8 +320,7 @@ impl Machine {
             dirs: BTreeMap::new(),
             time: VectorTime::new(),
             log: IntervalLog::default(),
-            held: BTreeMap::new(),
-            lock_waiters: BTreeMap::new(),
+            cluster_locks: BTreeMap::new(),
             barrier: BarrierState::default(),
             locks: LockManager::default(),
             stats: Stats::default(),
@@ -375,7 +414,10 @@ impl Machine {
         self.fetches.is_empty()
             && self.epochs.closed.is_empty()
             && self.epochs.open.pending == 0
-            && self.lock_waiters.is_empty()
+            && self
+                .cluster_locks
+                .values()
+                .all(|l| l.waiters.is_empty() && !l.requested && !l.returning)
             && self.barrier.waiting.is_none()
             && self
                 .dirs
@@ -470,27 +512,8 @@ impl Machine {
                     Protocol::Sc => self.sc_fault(page, w, out),
                 }
             }
-            Event::Acquire { lock, token } => {
-                self.stats.lock_acquires += 1;
-                self.lock_waiters.entry(lock).or_default().push_back(token);
-                let mgr = self.cfg.lock_manager(lock);
-                let time = self.time.clone();
-                self.send(mgr, Message::LockAcquire { lock, time }, out);
-                Ok(())
-            }
-            Event::Release { lock, token } => {
-                if !self.held.contains_key(&lock) {
-                    return Err(ProtocolError::NotHeld(lock));
-                }
-                self.close_interval(
-                    Completion::Release {
-                        lock,
-                        token,
-                        time: VectorTime::new(),
-                    },
-                    out,
-                )
-            }
+            Event::Acquire { lock, token } => self.on_acquire(lock, token, out),
+            Event::Release { lock, token } => self.on_release(lock, token, out),
             Event::Barrier { token } => {
                 if self.barrier.waiting.is_some() {
                     return Err(ProtocolError::BarrierBusy);
@@ -541,26 +564,8 @@ impl Machine {
                 continue;
             };
             match c {
-                Completion::Release { lock, token, time } => {
-                    let mut after = self
-                        .held
-                        .remove(&lock)
-                        .ok_or(ProtocolError::NotHeld(lock))?;
-                    let gc = self.log.base();
-                    after.merge(&gc);
-                    let records = self.log.between(&after, &time)?;
-                    let mgr = self.cfg.lock_manager(lock);
-                    self.send(
-                        mgr,
-                        Message::LockRelease {
-                            lock,
-                            time,
-                            gc,
-                            records,
-                        },
-                        out,
-                    );
-                    out.push(Action::ReleaseDone { lock, token });
+                Completion::Release { lock, time } => {
+                    self.give_back(lock, time, out)?;
                 }
                 Completion::Barrier => {
                     let records = self.log.owned_after(self.me, 0);
@@ -643,36 +648,41 @@ impl Machine {
             | Message::ScInvAck { .. }
             | Message::ScRecall { .. }
             | Message::ScWriteBack { .. } => wrong("sc message in an hlrc job"),
-            Message::LockAcquire { lock, time } => {
+            Message::LockAcquire { lock, time, seen } => {
                 if self.cfg.lock_manager(lock) != self.me {
                     return wrong("lock request to a cluster that does not manage the lock");
                 }
-                if let Some((to, grant)) = self.locks.acquire(lock, from, time)? {
-                    self.stats.lock_grants += 1;
-                    self.send(to, grant, out);
+                match self.locks.acquire(lock, from, time, seen)? {
+                    Request::Send(msgs) => self.send_manager_messages(msgs, out),
+                    Request::Stale => self.stats.lock_stale_requests += 1,
                 }
                 Ok(())
             }
             Message::LockRelease {
                 lock,
+                tenure,
                 time,
                 gc,
                 records,
+                unused,
             } => {
                 if self.cfg.lock_manager(lock) != self.me {
                     return wrong("lock release to a cluster that does not manage the lock");
                 }
-                if let Some((to, grant)) = self.locks.release(lock, from, &time, &gc, records)? {
-                    self.stats.lock_grants += 1;
-                    self.send(to, grant, out);
-                }
+                let msgs = self
+                    .locks
+                    .release(lock, from, tenure, &time, &gc, records, unused)?;
+                self.send_manager_messages(msgs, out);
                 Ok(())
             }
+            Message::LockRecall { lock, tenure } => self.on_lock_recall(from, lock, tenure, out),
             Message::LockGrant {
                 lock,
                 time,
                 records,
-            } => self.on_lock_grant(from, lock, time, records, out),
+                tenure,
+                contended,
+            } => self.on_lock_grant(from, lock, time, records, tenure, contended, out),
             Message::BarrierArrive {
                 episode,
                 time,
@@ -723,44 +733,276 @@ impl Machine {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_lock_grant(
         &mut self,
         from: ClusterId,
         lock: LockId,
         time: VectorTime,
         records: Vec<IntervalRecord>,
+        tenure: u32,
+        contended: bool,
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
-        if self.cfg.lock_manager(lock) != from || self.held.contains_key(&lock) {
-            return Err(ProtocolError::Unexpected {
-                what: "lock grant",
-                from,
-                page: None,
-            });
-        }
-        let Some(waiters) = self.lock_waiters.get_mut(&lock) else {
-            return Err(ProtocolError::Unexpected {
-                what: "lock grant without a waiting acquire",
-                from,
-                page: None,
-            });
+        let unexpected = |what| ProtocolError::Unexpected {
+            what,
+            from,
+            page: None,
         };
-        let token = waiters.pop_front();
-        if waiters.is_empty() {
-            self.lock_waiters.remove(&lock);
+        if self.cfg.lock_manager(lock) != from {
+            return Err(unexpected(
+                "lock grant from a cluster that does not manage it",
+            ));
         }
+        let l = self.cluster_locks.entry(lock).or_default();
+        if l.owned.is_some() {
+            return Err(unexpected("lock grant for a lock this cluster owns"));
+        }
+        l.owned = Some(time.clone());
+        l.tenure = tenure;
+        l.handoffs = 0;
+        l.used = l.requested;
+        let Some(token) = l.requested.then(|| l.waiters.pop_front()) else {
+            // Pushed: cached here for the next local acquire, given back after it. Its
+            // records wait for that acquire.
+            l.busy = false;
+            l.recalled = false;
+            l.eager = true;
+            l.pending = Some(records);
+            self.stats.lock_pushes_received += 1;
+            if l.early_recalls.contains(&tenure) {
+                l.recalled = true;
+                l.early_recalls.clear();
+                return self.give_back_now(lock, out);
+            }
+            l.early_recalls.clear();
+            return Ok(());
+        };
         let Some(token) = token else {
-            return Err(ProtocolError::Unexpected {
-                what: "lock grant without a waiting acquire",
-                from,
-                page: None,
-            });
+            return Err(unexpected("lock grant without a waiting acquire"));
         };
+        l.requested = false;
+        l.busy = true;
+        l.recalled = l.early_recalls.contains(&tenure);
+        l.eager = contended;
+        l.early_recalls.clear();
         self.apply_records(records, out)?;
         self.time.merge(&time);
         self.check_log_covers_time()?;
-        self.held.insert(lock, time);
         out.push(Action::AcquireDone { lock, token });
+        Ok(())
+    }
+
+    /// Sends what the lock manager decided (grants, pushes and recalls).
+    fn send_manager_messages(&mut self, msgs: Vec<(ClusterId, Message)>, out: &mut Vec<Action>) {
+        for (to, m) in msgs {
+            match m {
+                Message::LockGrant { .. } => self.stats.lock_grants += 1,
+                Message::LockRecall { .. } => self.stats.lock_recalls += 1,
+                _ => {}
+            }
+            self.send(to, m, out);
+        }
+    }
+
+    /// Sends this cluster's request for `lock` to its manager.
+    fn request_lock(&mut self, lock: LockId, out: &mut Vec<Action>) {
+        self.stats.lock_requests += 1;
+        let mgr = self.cfg.lock_manager(lock);
+        let time = self.time.clone();
+        let seen = self.cluster_locks.get(&lock).map_or(0, |l| l.tenure);
+        self.send(mgr, Message::LockAcquire { lock, time, seen }, out);
+    }
+
+    /// A thread of this cluster acquires `lock`: at once if the cluster owns it and
+    /// no local thread holds it (a cached or pushed lock), else it waits behind the
+    /// local holder or for the manager's grant.
+    fn on_acquire(
+        &mut self,
+        lock: LockId,
+        token: SyncToken,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        self.stats.lock_acquires += 1;
+        let l = self.cluster_locks.entry(lock).or_default();
+        if l.owned.is_some() && !l.busy && !l.returning {
+            l.busy = true;
+            l.used = true;
+            self.stats.lock_local_acquires += 1;
+            if let Some(records) = l.pending.take() {
+                // The first use of a pushed lock: its grant takes effect now.
+                let time = l.owned.clone().unwrap_or_default();
+                self.apply_records(records, out)?;
+                self.time.merge(&time);
+                self.check_log_covers_time()?;
+            }
+            out.push(Action::AcquireDone { lock, token });
+            return Ok(());
+        }
+        l.waiters.push_back(token);
+        if l.owned.is_none() && !l.requested {
+            l.requested = true;
+            self.request_lock(lock, out);
+        }
+        Ok(())
+    }
+
+    /// A thread of this cluster releases `lock`: to a waiting local thread, into the
+    /// cluster's cache, or — when it was recalled, is contended or was pushed here —
+    /// back to the manager. The thread never waits: the lock leaves when the diffs of
+    /// the interval closed for it are acknowledged.
+    fn on_release(
+        &mut self,
+        lock: LockId,
+        token: SyncToken,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        let Some(l) = self.cluster_locks.get_mut(&lock) else {
+            return Err(ProtocolError::NotHeld(lock));
+        };
+        if l.owned.is_none() || !l.busy {
+            return Err(ProtocolError::NotHeld(lock));
+        }
+        let must_go = l.recalled || l.eager;
+        if !l.waiters.is_empty() && (!must_go || l.handoffs < MAX_LOCAL_HANDOFFS) {
+            let next = l.waiters.pop_front().expect("checked non-empty");
+            if must_go {
+                l.handoffs += 1;
+            }
+            self.stats.lock_local_acquires += 1;
+            out.push(Action::ReleaseDone { lock, token });
+            out.push(Action::AcquireDone { lock, token: next });
+            return Ok(());
+        }
+        l.busy = false;
+        if must_go {
+            if !l.recalled {
+                self.stats.lock_eager_releases += 1;
+            }
+            self.give_back_now(lock, out)?;
+        }
+        out.push(Action::ReleaseDone { lock, token });
+        Ok(())
+    }
+
+    /// The manager wants `lock` back for `tenure`: give it back now if this cluster
+    /// owns that tenure and no local thread holds it, when the local holders are done
+    /// otherwise; keep a recall that overtook its grant; ignore one of a tenure this
+    /// cluster has already given back.
+    fn on_lock_recall(
+        &mut self,
+        from: ClusterId,
+        lock: LockId,
+        tenure: u32,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        if self.cfg.lock_manager(lock) != from {
+            return Err(ProtocolError::Unexpected {
+                what: "lock recall from a cluster that does not manage it",
+                from,
+                page: None,
+            });
+        }
+        let l = self.cluster_locks.entry(lock).or_default();
+        if l.tenure != tenure {
+            // Not granted yet, or a stale recall of an older tenure (which the next
+            // grant drops).
+            if !l.early_recalls.contains(&tenure) {
+                l.early_recalls.push(tenure);
+            }
+            return Ok(());
+        }
+        if l.owned.is_none() || l.returning {
+            // Given back already (a pushed lock returns after its first use without
+            // waiting for the recall the manager may have sent meanwhile).
+            return Ok(());
+        }
+        l.recalled = true;
+        if l.busy {
+            return Ok(());
+        }
+        self.give_back_now(lock, out)
+    }
+
+    /// Gives `lock` back: a pushed lock no thread took goes at once, untouched (its
+    /// grant never took effect: same time, no records); otherwise the interval closes
+    /// and the `LockRelease` leaves when its diffs are acknowledged (see
+    /// [`Machine::give_back`]).
+    fn give_back_now(&mut self, lock: LockId, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
+        let Some(l) = self.cluster_locks.get_mut(&lock) else {
+            return Err(ProtocolError::NotHeld(lock));
+        };
+        if l.used {
+            l.returning = true;
+            return self.close_interval(
+                Completion::Release {
+                    lock,
+                    time: VectorTime::new(),
+                },
+                out,
+            );
+        }
+        let Some(time) = l.owned.take() else {
+            return Err(ProtocolError::NotHeld(lock));
+        };
+        l.pending = None;
+        l.recalled = false;
+        l.eager = false;
+        self.stats.lock_pushes_returned += 1;
+        let msg = Message::LockRelease {
+            lock,
+            tenure: l.tenure,
+            time,
+            gc: self.log.base(),
+            records: Vec::new(),
+            unused: true,
+        };
+        self.send(self.cfg.lock_manager(lock), msg, out);
+        Ok(())
+    }
+
+    /// The interval closed for `lock`'s return has its diffs acknowledged: send the
+    /// release to the manager and ask again for the local threads still waiting.
+    fn give_back(
+        &mut self,
+        lock: LockId,
+        time: VectorTime,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        let Some(l) = self.cluster_locks.get_mut(&lock) else {
+            return Err(ProtocolError::NotHeld(lock));
+        };
+        let Some(mut after) = l.owned.take() else {
+            return Err(ProtocolError::NotHeld(lock));
+        };
+        l.returning = false;
+        l.recalled = false;
+        l.eager = false;
+        l.handoffs = 0;
+        let tenure = l.tenure;
+        let again = !l.waiters.is_empty();
+        if again {
+            l.requested = true;
+        }
+        let gc = self.log.base();
+        after.merge(&gc);
+        let records = self.log.between(&after, &time)?;
+        let mgr = self.cfg.lock_manager(lock);
+        self.send(
+            mgr,
+            Message::LockRelease {
+                lock,
+                tenure,
+                time,
+                gc,
+                records,
+                unused: false,
+            },
+            out,
+        );
+        if again {
+            self.request_lock(lock, out);
+        }
         Ok(())
     }
 

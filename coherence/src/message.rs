@@ -13,8 +13,9 @@
 //!
 //! [`Message::to_parts`] gives `(opcode, payload, body)`; [`Message::from_parts`]
 //! decodes them and rejects malformed input with a [`DecodeError`] (it never
-//! panics). Payload layout: bits 0..24 the page (or 0..20 the lock, or 0..32 the
-//! barrier episode), bits 24..40 a second field as listed per variant. Unused bits
+//! panics). Payload layout: bits 0..24 the page (or 0..20 the lock and 20..40 a
+//! tenure number, or 0..32 the barrier episode), bits 24..40 a second field as
+//! listed per variant. Unused bits
 //! must be zero. Bulk bodies are little-endian; see [`Message::to_parts`].
 //!
 //! Source: Express and Tag-On messages of StarT-Voyager (paper 004 §5.1, §5.2),
@@ -192,17 +193,25 @@ pub enum Message {
         /// The page.
         page: PageId,
     },
-    /// Lock request, to the lock's manager; carries the acquirer's vector time.
-    /// Opcode 0x30, bits 0..20 the lock, bulk. Source: [`crate::interval`].
+    /// Lock request, to the lock's manager; carries the acquirer's vector time and the
+    /// last tenure of the lock it was granted. Opcode 0x30, bits 0..20 the lock, bits
+    /// 20..40 `seen`, bulk. Source: [`crate::interval`]; tenures in [`crate::sync`].
     LockAcquire {
         /// The lock.
         lock: LockId,
         /// The acquirer's vector time.
         time: VectorTime,
+        /// The last tenure of this lock granted to the acquirer (0: none): the
+        /// manager drops a request that a later grant (a push) already answered.
+        seen: u32,
     },
-    /// Lock grant, from the manager; carries the lock's vector time and the interval
-    /// records the acquirer has not seen. Opcode 0x31, bulk.
-    /// Source: [`crate::interval`].
+    /// Lock grant, from the manager, starting a *tenure* of the receiver; carries the
+    /// lock's vector time, the interval records the acquirer has not seen, and whether
+    /// the lock is *contended*. Sent in reply to a request, or unrequested to the
+    /// cluster predicted to want the lock next (a push). Opcode 0x31, bits 0..20 the
+    /// lock, bits 20..40 the tenure, bulk (time, records, then one byte: 1 if
+    /// contended). Source: [`crate::interval`]; contention, tenures and pushes in
+    /// [`crate::sync`].
     LockGrant {
         /// The lock.
         lock: LockId,
@@ -210,19 +219,48 @@ pub enum Message {
         time: VectorTime,
         /// Records the acquirer must apply.
         records: Vec<IntervalRecord>,
+        /// The tenure this grant starts (`1..2^20`, wrapping).
+        tenure: u32,
+        /// Another cluster held the lock in one of its last two tenures: the
+        /// receiver gives it back after its first use (eager release) instead of
+        /// caching it.
+        contended: bool,
     },
-    /// Lock release, to the manager; carries the releaser's vector time, the time up
-    /// to which it discarded records at barriers, and the records the manager may
-    /// lack. Opcode 0x32, bulk. Source: [`crate::interval`].
+    /// Lock release, to the manager, ending the sender's tenure; carries the releaser's
+    /// vector time, the time up to which it discarded records at barriers, the
+    /// records the manager may lack, and whether the tenure went unused. Opcode 0x32,
+    /// bits 0..20 the lock, bits 20..40 the tenure, bulk (time, gc, records, then one
+    /// byte: 1 if unused). Source: [`crate::interval`]; pushes in [`crate::sync`].
     LockRelease {
         /// The lock.
         lock: LockId,
+        /// The tenure that ends.
+        tenure: u32,
         /// The releaser's vector time when its interval closed.
         time: VectorTime,
         /// The releaser's garbage-collection time (last barrier).
         gc: VectorTime,
         /// Records after the lock's time at grant, up to `time`.
         records: Vec<IntervalRecord>,
+        /// No thread of the releaser took the lock in this tenure (a push returned
+        /// unused): the manager neither learns from it nor pushes on it.
+        unused: bool,
+    },
+    /// Lock recall, from the manager to the cluster that owns the lock in `tenure`:
+    /// another cluster wants it. The owner gives the lock back
+    /// ([`Message::LockRelease`]) as soon as no thread of its own holds it (after at
+    /// most [`crate::sync::MAX_LOCAL_HANDOFFS`] more hand-offs between its threads). A
+    /// recall may overtake its grant (the network reorders): the cluster keeps it
+    /// until that tenure starts; a recall of a tenure already over is ignored.
+    /// Opcode 0x33, bits 0..20 the lock, bits 20..40 the tenure, Express.
+    /// Source: lazy lock release — a lock stays with the last acquiring node until
+    /// another node asks for it (TreadMarks, Keleher et al., USENIX Winter 1994 §3.2;
+    /// MGS, Yeung et al., ISCA 1996 §3); see [`crate::sync`].
+    LockRecall {
+        /// The lock.
+        lock: LockId,
+        /// The tenure recalled.
+        tenure: u32,
     },
     /// Barrier arrival of one cluster, to the barrier manager. Opcode 0x38, bits
     /// 0..32 the episode, bulk. Source: [`crate::interval`] and [`crate::hlrc`]
@@ -289,6 +327,9 @@ pub enum DecodeError {
     /// An interval record has index 0.
     #[error("interval record with index 0")]
     BadIndex,
+    /// A flag byte is neither 0 nor 1.
+    #[error("flag byte is neither 0 nor 1")]
+    BadFlag,
 }
 
 mod op {
@@ -309,11 +350,19 @@ mod op {
     pub const LOCK_ACQUIRE: u8 = 0x30;
     pub const LOCK_GRANT: u8 = 0x31;
     pub const LOCK_RELEASE: u8 = 0x32;
+    pub const LOCK_RECALL: u8 = 0x33;
     pub const BARRIER_ARRIVE: u8 = 0x38;
     pub const BARRIER_DEPART: u8 = 0x39;
 }
 
 const PAGE_MASK: u64 = (1 << 24) - 1;
+const LOCK_MASK: u64 = (1 << 20) - 1;
+
+/// Payload of a lock message: the lock in bits 0..20, a tenure number (`< 2^20`,
+/// see [`crate::sync::TENURE_MODULUS`]) in bits 20..40.
+fn lock_payload(lock: LockId, tenure: u32) -> u64 {
+    u64::from(lock.get()) | (u64::from(tenure) & LOCK_MASK) << 20
+}
 
 fn page_payload(page: PageId, hi: u64) -> u64 {
     u64::from(page.get()) | (hi << 24)
@@ -343,6 +392,7 @@ impl Message {
             LockAcquire { .. }
             | LockGrant { .. }
             | LockRelease { .. }
+            | LockRecall { .. }
             | BarrierArrive { .. }
             | BarrierDepart { .. } => None,
         }
@@ -372,6 +422,7 @@ impl Message {
             Message::LockAcquire { .. }
                 | Message::LockGrant { .. }
                 | Message::LockRelease { .. }
+                | Message::LockRecall { .. }
                 | Message::BarrierArrive { .. }
                 | Message::BarrierDepart { .. }
         )
@@ -383,7 +434,7 @@ impl Message {
     /// list is `u32 count` then per record `u16 owner, u32 index, u32 n, n × u32
     /// page`; a page list is `u32 count, count × u32`; a migration list is `u32 count`
     /// then `count × (u32 page, u16 home)`. `LockAcquire` = time; `LockGrant` = time,
-    /// records; `LockRelease` = time, gc, records; `BarrierArrive` = time, records,
+    /// records, one flag byte; `LockRelease` = time, gc, records, one flag byte; `BarrierArrive` = time, records,
     /// page list; `BarrierDepart` = time, page list, migration list.
     ///
     /// Source: see the module documentation.
@@ -444,33 +495,40 @@ impl Message {
                 payload: page_payload(page, 0),
                 body: Body::Attached(Attachment::Page(page)),
             },
-            LockAcquire { lock, time } => {
+            LockAcquire { lock, time, seen } => {
                 let mut w = Writer::default();
                 w.time(time);
-                bulk(op::LOCK_ACQUIRE, u64::from(lock.get()), w)
+                bulk(op::LOCK_ACQUIRE, lock_payload(*lock, *seen), w)
             }
             LockGrant {
                 lock,
                 time,
                 records,
+                tenure,
+                contended,
             } => {
                 let mut w = Writer::default();
                 w.time(time);
                 w.records(records);
-                bulk(op::LOCK_GRANT, u64::from(lock.get()), w)
+                w.0.push(u8::from(*contended));
+                bulk(op::LOCK_GRANT, lock_payload(*lock, *tenure), w)
             }
             LockRelease {
                 lock,
+                tenure,
                 time,
                 gc,
                 records,
+                unused,
             } => {
                 let mut w = Writer::default();
                 w.time(time);
                 w.time(gc);
                 w.records(records);
-                bulk(op::LOCK_RELEASE, u64::from(lock.get()), w)
+                w.0.push(u8::from(*unused));
+                bulk(op::LOCK_RELEASE, lock_payload(*lock, *tenure), w)
             }
+            &LockRecall { lock, tenure } => express(op::LOCK_RECALL, lock_payload(lock, tenure)),
             BarrierArrive {
                 episode,
                 time,
@@ -600,26 +658,34 @@ impl Message {
                 field(0)?;
                 ScWriteBack { page }
             }
-            op::LOCK_ACQUIRE | op::LOCK_GRANT | op::LOCK_RELEASE => {
-                let lock = LockId::new(payload as u32)
-                    .filter(|_| payload >> 32 == 0)
-                    .ok_or(reserved())?;
+            op::LOCK_ACQUIRE | op::LOCK_GRANT | op::LOCK_RELEASE | op::LOCK_RECALL => {
+                // Bits 0..20 the lock, bits 20..40 a tenure number.
+                let lock = LockId::new((payload & LOCK_MASK) as u32).ok_or(reserved())?;
+                let tenure = (payload >> 20) as u32;
+                if opcode == op::LOCK_RECALL {
+                    return Ok(LockRecall { lock, tenure });
+                }
                 let mut r = Reader(bulk.unwrap_or(&[]));
                 let m = match opcode {
                     op::LOCK_ACQUIRE => LockAcquire {
                         lock,
                         time: r.time()?,
+                        seen: tenure,
                     },
                     op::LOCK_GRANT => LockGrant {
                         lock,
                         time: r.time()?,
                         records: r.records()?,
+                        tenure,
+                        contended: r.flag()?,
                     },
                     _ => LockRelease {
                         lock,
+                        tenure,
                         time: r.time()?,
                         gc: r.time()?,
                         records: r.records()?,
+                        unused: r.flag()?,
                     },
                 };
                 r.finish()?;
@@ -709,6 +775,13 @@ impl Reader<'_> {
     }
     fn u16(&mut self) -> Result<u16, DecodeError> {
         Ok(u16::from_le_bytes(self.take()?))
+    }
+    fn flag(&mut self) -> Result<bool, DecodeError> {
+        match self.take::<1>()? {
+            [0] => Ok(false),
+            [1] => Ok(true),
+            _ => Err(DecodeError::BadFlag),
+        }
     }
     fn u32(&mut self) -> Result<u32, DecodeError> {
         Ok(u32::from_le_bytes(self.take()?))
@@ -861,17 +934,41 @@ mod tests {
             Message::LockAcquire {
                 lock: LockId::new((1 << 20) - 1).unwrap(),
                 time: t.clone(),
+                seen: (1 << 20) - 1,
             },
             Message::LockGrant {
                 lock: LockId::new(5).unwrap(),
                 time: t.clone(),
                 records: recs.clone(),
+                tenure: 7,
+                contended: true,
+            },
+            Message::LockGrant {
+                lock: LockId::new(5).unwrap(),
+                time: t.clone(),
+                records: vec![],
+                tenure: 1,
+                contended: false,
             },
             Message::LockRelease {
                 lock: LockId::new(5).unwrap(),
+                tenure: 3,
                 time: t.clone(),
                 gc: VectorTime::new(),
                 records: recs.clone(),
+                unused: false,
+            },
+            Message::LockRelease {
+                lock: LockId::new(5).unwrap(),
+                tenure: 4,
+                time: VectorTime::new(),
+                gc: VectorTime::new(),
+                records: vec![],
+                unused: true,
+            },
+            Message::LockRecall {
+                lock: LockId::new((1 << 20) - 1).unwrap(),
+                tenure: (1 << 20) - 1,
             },
             Message::BarrierArrive {
                 episode: u32::MAX,
@@ -895,6 +992,30 @@ mod tests {
         assert_eq!(
             Message::from_parts(0, 0, None),
             Err(DecodeError::UnknownOpcode(0))
+        );
+        // a grant's flag byte is 0 or 1
+        assert_eq!(
+            Message::from_parts(op::LOCK_GRANT, 1, Some(&[0, 0, 0, 0, 0, 0, 2])),
+            Err(DecodeError::BadFlag)
+        );
+        assert!(matches!(
+            Message::from_parts(op::LOCK_GRANT, 1, Some(&[0, 0, 0, 0, 0, 0, 1])),
+            Ok(Message::LockGrant {
+                contended: true,
+                ..
+            })
+        ));
+        // a lock recall names a lock and a tenure, and carries no body
+        assert_eq!(
+            Message::from_parts(op::LOCK_RECALL, 3 | 9 << 20, None),
+            Ok(Message::LockRecall {
+                lock: LockId::new(3).unwrap(),
+                tenure: 9
+            })
+        );
+        assert_eq!(
+            Message::from_parts(op::LOCK_RECALL, 1, Some(&[])),
+            Err(DecodeError::UnexpectedBody(op::LOCK_RECALL))
         );
         assert!(matches!(
             Message::from_parts(op::GET_PAGE, 1 << 24, None),

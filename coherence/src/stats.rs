@@ -30,6 +30,12 @@ pub struct Stats {
     pub zero_pages_served: u64,
     /// Twins made.
     pub twins: u64,
+    /// hlrc: write faults at the home on a page no other cluster has fetched: the
+    /// page stays writable across releases and produces no write notices.
+    pub private_home_writes: u64,
+    /// hlrc: private writable home pages another cluster fetched (from then on the
+    /// home's writes are tracked).
+    pub home_pages_shared: u64,
     /// Write faults that waited for the acknowledgement of this cluster's previous
     /// diff of the page before taking a twin.
     pub twin_waits: u64,
@@ -49,10 +55,34 @@ pub struct Stats {
     pub write_notices_received: u64,
     /// Intervals with writes closed by this cluster (interval records created).
     pub intervals: u64,
-    /// Lock acquires requested by this cluster's threads.
+    /// Lock acquires by this cluster's threads (`Event::Acquire`).
     pub lock_acquires: u64,
+    /// Of `lock_acquires`, those served inside the cluster without a message: the
+    /// cluster owned the lock (cached after an earlier use) or a local holder passed
+    /// it on. The others were served by a grant, one per request
+    /// (`lock_acquires = lock_local_acquires + lock_requests` when no request is
+    /// pending).
+    pub lock_local_acquires: u64,
+    /// Lock requests (`LockAcquire`) sent by this cluster to lock managers
+    /// (including itself).
+    pub lock_requests: u64,
     /// Lock grants issued by this cluster as lock manager.
     pub lock_grants: u64,
+    /// Lock recalls sent by this cluster as lock manager (an owning cluster was asked
+    /// to give a cached lock back).
+    pub lock_recalls: u64,
+    /// Contended or pushed locks this cluster gave back at a release without being
+    /// asked (eager release).
+    pub lock_eager_releases: u64,
+    /// Locks pushed to this cluster by their manager without a request (predicted to
+    /// be wanted here next).
+    pub lock_pushes_received: u64,
+    /// Lock requests this cluster dropped as manager because a push had already
+    /// answered them.
+    pub lock_stale_requests: u64,
+    /// Pushed locks this cluster gave back unused (recalled before any of its
+    /// threads took them).
+    pub lock_pushes_returned: u64,
     /// Barriers completed.
     pub barriers: u64,
     /// hlrc single-writer home migrations applied at this cluster (counted at the
@@ -85,6 +115,8 @@ impl AddAssign for Stats {
             pages_served,
             zero_pages_served,
             twins,
+            private_home_writes,
+            home_pages_shared,
             twin_waits,
             diffs_sent,
             diffs_at_acquire,
@@ -95,7 +127,14 @@ impl AddAssign for Stats {
             write_notices_received,
             intervals,
             lock_acquires,
+            lock_local_acquires,
+            lock_requests,
             lock_grants,
+            lock_recalls,
+            lock_eager_releases,
+            lock_pushes_received,
+            lock_stale_requests,
+            lock_pushes_returned,
             barriers,
             home_migrations,
             sc_invalidations_sent,
@@ -115,6 +154,8 @@ impl AddAssign for Stats {
         self.pages_served += pages_served;
         self.zero_pages_served += zero_pages_served;
         self.twins += twins;
+        self.private_home_writes += private_home_writes;
+        self.home_pages_shared += home_pages_shared;
         self.twin_waits += twin_waits;
         self.diffs_sent += diffs_sent;
         self.diffs_at_acquire += diffs_at_acquire;
@@ -125,7 +166,14 @@ impl AddAssign for Stats {
         self.write_notices_received += write_notices_received;
         self.intervals += intervals;
         self.lock_acquires += lock_acquires;
+        self.lock_local_acquires += lock_local_acquires;
+        self.lock_requests += lock_requests;
         self.lock_grants += lock_grants;
+        self.lock_recalls += lock_recalls;
+        self.lock_eager_releases += lock_eager_releases;
+        self.lock_pushes_received += lock_pushes_received;
+        self.lock_stale_requests += lock_stale_requests;
+        self.lock_pushes_returned += lock_pushes_returned;
         self.barriers += barriers;
         self.home_migrations += home_migrations;
         self.sc_invalidations_sent += sc_invalidations_sent;

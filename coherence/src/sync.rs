@@ -1,22 +1,79 @@
-//! Lock and barrier managers. Locks and barriers carry write notices, so they belong
-//! to the coherence protocol. Each cluster's [`crate::Machine`] runs the manager of
-//! the locks it is home of (`lock mod clusters`) and, on the configured cluster, the
-//! barrier manager; these roles are driven by messages like the rest of the machine.
+//! Lock and barrier managers, and lock caching at the clusters. Locks and barriers
+//! carry write notices, so they belong to the coherence protocol. Each cluster's
+//! [`crate::Machine`] runs the manager of the locks it is home of (`lock mod
+//! clusters`) and, on the configured cluster, the barrier manager; these roles are
+//! driven by messages like the rest of the machine.
 //!
-//! * **Lock manager**: one holder per lock, FIFO waiters; a grant carries the lock's
-//!   vector time and the interval records the acquirer has not seen
-//!   ([`crate::interval`]). A queued request keeps the vector time it was sent with;
-//!   the grant is computed when the lock is handed over.
-//! * **Barrier manager**: one arrival per cluster (threads of a cluster meet locally
-//!   first — the runtime's job); each arrival carries the cluster's vector time and
-//!   own records; when all have arrived, each cluster gets a departure with the
-//!   pages of the records it has not seen, the maximum time, and (hlrc) the
-//!   single-writer home migrations.
+//! # Locks
 //!
-//! Source: lock managers and barrier manager of HLRC (OSDI 1996 §2–3) and
-//! TreadMarks (Keleher et al., USENIX Winter 1994 §3: lock managers statically
-//! assigned, barrier manager gathers and redistributes write notices); hierarchical
-//! barriers from MGS (ISCA 1996 §3).
+//! * **Tenures.** The manager hands a lock to one cluster at a time; each hand-over
+//!   starts a numbered *tenure* ([`TENURE_MODULUS`]) that ends with the cluster's
+//!   [`crate::Message::LockRelease`]. Grants, recalls and releases name their tenure,
+//!   and a request names the last tenure its sender was granted, so that messages
+//!   the network reorders cannot be mistaken for others (below).
+//! * **Manager.** FIFO waiters; a grant carries the lock's vector time and the
+//!   interval records the acquirer has not seen ([`crate::interval`]). A queued
+//!   request keeps the vector time it was sent with; the grant is computed when the
+//!   lock is handed over. A grant says whether the lock is *contended*: another
+//!   cluster held it in one of its last two tenures. While a cluster owns the lock
+//!   and another asks for it, the manager sends the owner one
+//!   [`crate::Message::LockRecall`], unless the owner will give it back by itself (a
+//!   contended grant).
+//! * **Caching (lazy release).** A cluster keeps a lock whose grant was not contended
+//!   until the manager recalls it. While it owns the lock, its threads acquire and
+//!   release it without any message and without closing an interval (they share the
+//!   cluster's memory through the hardware, so nothing needs to be flushed or
+//!   invalidated between them); a thread releasing it while another local thread
+//!   waits passes it on directly. When the lock leaves the cluster (after a recall,
+//!   once no local thread holds it, or after at most [`MAX_LOCAL_HANDOFFS`] further
+//!   hand-offs so that the other cluster gets its turn) the cluster closes its
+//!   interval — write-protects and diffs its dirty pages, records its write notices —
+//!   and sends `LockRelease` with the records, exactly as an eager release would.
+//! * **Eager release of contended locks.** A contended lock is given back that way as
+//!   soon as no local thread holds it, so that the next cluster finds it at its
+//!   manager instead of waiting for a recall and the give-back (locks that move
+//!   between clusters on every use, like Water's per-molecule locks, gain nothing from
+//!   caching). The releasing thread never waits: the release completes at once, and
+//!   the lock leaves when the homes have acknowledged the diffs (in order).
+//! * **Pushes.** When a cluster gives a lock back and nobody waits, the manager grants
+//!   it at once — unrequested — to the cluster that took it after the releaser last
+//!   time, if another did (locks taken in turns, as in Water, go where they are
+//!   wanted next before they are asked for). A pushed lock waits in that cluster's
+//!   cache: the next local acquire takes it without a message, and only then do the
+//!   grant's records and time take effect (write notices apply at acquires; applying
+//!   them on arrival would invalidate pages the cluster's threads are writing under
+//!   other locks); it goes back after that use. If another cluster asks first, the
+//!   manager recalls the push and stops following that prediction; a push recalled
+//!   before any use goes back at once, *unused* (unchanged time, no records), and an
+//!   unused release neither teaches the manager nor is pushed on, so pushes cannot
+//!   circle between clusters that wait at a barrier. A request that crosses a push to
+//!   its sender names an older tenure than the manager last granted that sender: the
+//!   push answers it, and the manager drops it. A recall of a tenure already given
+//!   back is ignored; one that overtakes its grant is kept until the grant arrives.
+//!   At every barrier the manager forgets the contention history of idle locks, so
+//!   each barrier phase learns its own sharing pattern.
+//!
+//! Every happens-before chain from a write to another cluster's acquire leaves the
+//! writer's cluster through a `LockRelease` or a barrier, each of which flushes every
+//! dirty page of the cluster, so the acquirer still sees every write notice that
+//! happens-before it.
+//!
+//! # Barriers
+//!
+//! One arrival per cluster (threads of a cluster meet locally first — the runtime's
+//! job); each arrival carries the cluster's vector time and own records; when all
+//! have arrived, each cluster gets a departure with the pages of the records it has
+//! not seen, the maximum time, and (hlrc) the single-writer home migrations.
+//!
+//! Source: lock managers and barrier manager of HLRC (OSDI 1996 §2–3) and TreadMarks
+//! (Keleher et al., USENIX Winter 1994 §3: lock managers statically assigned, barrier
+//! manager gathers and redistributes write notices; §3.2: a lock stays with its last
+//! releaser until another processor requests it); lazy release of locks inside an
+//! SMP node and hierarchical barriers from MGS (Yeung, Kubiatowicz, Agarwal, ISCA
+//! 1996 §3: synchronization inside a node in hardware, between nodes in software).
+//! Contention hints, tenures and pushes are this project's (pushing a lock to its
+//! predicted next owner follows the migratory-sharing prediction of Cox and Fowler,
+//! ISCA 1993, applied to locks).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -28,6 +85,7 @@ use crate::message::Message;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum SyncError {
     NotHolder(LockId, ClusterId),
+    RequestFromHolder(LockId, ClusterId),
     Gap(GapError),
     Episode { expected: u32, got: u32 },
     DuplicateArrival(ClusterId),
@@ -40,11 +98,51 @@ impl From<GapError> for SyncError {
     }
 }
 
+/// How many times in a row a recalled lock may still pass between threads of the
+/// cluster that owns it before that cluster gives it back to its manager (so that
+/// other clusters get their turn).
+///
+/// Source: bounded local hand-off before a remote request is served (MGS, ISCA 1996
+/// §3: fairness between SMP nodes; the bound is this project's choice).
+pub const MAX_LOCAL_HANDOFFS: u32 = 8;
+
+/// Tenure numbers count the grants of one lock modulo `2^20` (they travel in 20 bits
+/// of an Express payload), skipping 0, which stands for "never granted".
+///
+/// Source: this project's message format (issue 4: 40-bit Express payloads).
+pub const TENURE_MODULUS: u32 = 1 << 20;
+
+/// The tenure after `t`.
+fn next_tenure(t: u32) -> u32 {
+    match (t + 1) % TENURE_MODULUS {
+        0 => 1,
+        n => n,
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 struct LockState {
+    /// The cluster that owns the lock (granted, not yet given back).
     holder: Option<ClusterId>,
+    /// The current tenure (while held) or the last one.
+    tenure: u32,
     waiters: VecDeque<(ClusterId, VectorTime)>,
     time: VectorTime,
+    /// The holder gives the lock back after its use: a recall was sent, or the grant
+    /// was contended (and requested).
+    recalled: bool,
+    /// The holder gives the lock back without a recall (soon after its use): the
+    /// grant said the lock is contended, or pushed it.
+    eager: bool,
+    /// The current tenure was pushed (granted without a request).
+    pushed: bool,
+    /// The holders of the last two finished tenures, most recent first.
+    recent: [Option<ClusterId>; 2],
+    /// The last tenure granted to each cluster.
+    granted: BTreeMap<ClusterId, u32>,
+    /// For each cluster, the cluster that took the lock after its last tenure (the
+    /// prediction a push follows).
+    next_of: BTreeMap<ClusterId, ClusterId>,
 }
 
 /// Manager of the locks whose home is this cluster.
@@ -54,50 +152,131 @@ pub(crate) struct LockManager {
     store: IntervalLog,
 }
 
+/// What [`LockManager::acquire`] did with a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Request {
+    /// Messages to send (a grant, a recall, or nothing while the request waits).
+    Send(Vec<(ClusterId, Message)>),
+    /// The request crossed a grant made to its sender meanwhile (a push), which
+    /// answers it: dropped.
+    Stale,
+}
+
 impl LockManager {
-    fn grant(
-        &self,
+    /// Makes `to` the holder of `lock` in a new tenure and returns its grant (records
+    /// after `their`), followed by a recall when other requests wait and the grant is
+    /// not contended.
+    fn hand_over(
+        &mut self,
         lock: LockId,
-        st: &LockState,
+        to: ClusterId,
         their: &VectorTime,
-    ) -> Result<Message, SyncError> {
-        Ok(Message::LockGrant {
-            lock,
-            time: st.time.clone(),
-            records: self.store.between(their, &st.time)?,
-        })
+        pushed: bool,
+    ) -> Result<Vec<(ClusterId, Message)>, SyncError> {
+        let st = self
+            .locks
+            .get_mut(&lock)
+            .expect("the caller created the entry");
+        let contended = st.recent.iter().flatten().any(|&h| h != to);
+        st.tenure = next_tenure(st.tenure);
+        st.granted.insert(to, st.tenure);
+        if let Some(prev) = st.recent[0]
+            && prev != to
+        {
+            st.next_of.insert(prev, to);
+        }
+        st.holder = Some(to);
+        st.pushed = pushed;
+        st.eager = pushed || contended;
+        // A contended grant goes back after its use by itself: it counts as recalled.
+        // Others are recalled at once if requests wait (a push is made only when none
+        // do, and must be recalled if one comes: it waits for a local use).
+        let implied = contended && !pushed;
+        let recall = !implied && !st.waiters.is_empty();
+        st.recalled = implied || recall;
+        let (tenure, time) = (st.tenure, st.time.clone());
+        let records = self.store.between(their, &time)?;
+        let mut out = vec![(
+            to,
+            Message::LockGrant {
+                lock,
+                time,
+                records,
+                tenure,
+                contended,
+            },
+        )];
+        if recall {
+            out.push((to, Message::LockRecall { lock, tenure }));
+        }
+        Ok(out)
     }
 
-    /// A request from `from`; returns the grant to send if the lock was free.
+    /// A request from `from`, which was last granted tenure `seen`: the grant if the
+    /// lock is free; else the request waits, and the owner is recalled if it has not
+    /// been asked to give the lock back yet.
     pub(crate) fn acquire(
         &mut self,
         lock: LockId,
         from: ClusterId,
         time: VectorTime,
-    ) -> Result<Option<(ClusterId, Message)>, SyncError> {
+        seen: u32,
+    ) -> Result<Request, SyncError> {
         let st = self.locks.entry(lock).or_default();
-        if st.holder.is_some() {
-            st.waiters.push_back((from, time));
-            return Ok(None);
+        if st.granted.get(&from).copied().unwrap_or(0) != seen {
+            return Ok(Request::Stale);
         }
-        st.holder = Some(from);
-        let st = &self.locks[&lock];
-        Ok(Some((from, self.grant(lock, st, &time)?)))
+        let Some(holder) = st.holder else {
+            return Ok(Request::Send(self.hand_over(lock, from, &time, false)?));
+        };
+        if holder == from {
+            // The owner asks again only after giving its tenure back (the release is
+            // on its way): after a recall, a contended grant or a push.
+            if !st.recalled && !st.eager {
+                return Err(SyncError::RequestFromHolder(lock, from));
+            }
+            st.waiters.push_back((from, time));
+            return Ok(Request::Send(Vec::new()));
+        }
+        st.waiters.push_back((from, time));
+        if st.recalled {
+            return Ok(Request::Send(Vec::new()));
+        }
+        st.recalled = true;
+        if st.pushed {
+            // Another cluster wants the pushed lock first: the prediction that led
+            // to the push was wrong; stop following it.
+            if let Some(prev) = st.recent[0] {
+                st.next_of.remove(&prev);
+            }
+        }
+        let tenure = st.tenure;
+        Ok(Request::Send(vec![(
+            holder,
+            Message::LockRecall { lock, tenure },
+        )]))
     }
 
-    /// A release by `from`; returns the grant for the next waiter, if any.
+    /// The release of `tenure` by `from`; returns the grant for the next waiter, or,
+    /// when nobody waits and `from` used the lock, a push to the cluster that took the
+    /// lock after `from` last time (if another did). An unused tenure (a push sent
+    /// back) teaches nothing and pushes nothing, so pushes cannot bounce between
+    /// clusters that wait at a barrier.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
         &mut self,
         lock: LockId,
         from: ClusterId,
+        tenure: u32,
         time: &VectorTime,
         gc: &VectorTime,
         records: Vec<IntervalRecord>,
-    ) -> Result<Option<(ClusterId, Message)>, SyncError> {
+        unused: bool,
+    ) -> Result<Vec<(ClusterId, Message)>, SyncError> {
         let Some(st) = self.locks.get(&lock) else {
             return Err(SyncError::NotHolder(lock, from));
         };
-        if st.holder != Some(from) {
+        if st.holder != Some(from) || st.tenure != tenure {
             return Err(SyncError::NotHolder(lock, from));
         }
         // The releaser has passed a barrier at `gc`: every cluster has seen the
@@ -109,21 +288,42 @@ impl LockManager {
         let st = self.locks.get_mut(&lock).expect("checked above");
         st.time.merge(time);
         st.holder = None;
-        let Some((next, their)) = st.waiters.pop_front() else {
-            return Ok(None);
-        };
-        st.holder = Some(next);
-        let st = &self.locks[&lock];
-        Ok(Some((next, self.grant(lock, st, &their)?)))
+        st.recalled = false;
+        st.eager = false;
+        st.pushed = false;
+        if !unused {
+            st.recent = [Some(from), st.recent[0]];
+        }
+        if let Some((next, their)) = st.waiters.pop_front() {
+            return self.hand_over(lock, next, &their, false);
+        }
+        if unused {
+            return Ok(Vec::new());
+        }
+        match st.next_of.get(&from).copied() {
+            Some(next) if next != from => {
+                // Every record this manager may still grant: the receiver skips those
+                // it has.
+                let base = self.store.base();
+                self.hand_over(lock, next, &base, true)
+            }
+            _ => Ok(Vec::new()),
+        }
     }
 
     /// Barrier garbage collection: every cluster has seen the records up to `upto`.
-    /// Idle locks whose time is covered are forgotten.
+    /// The contention history of idle locks is forgotten (each barrier phase learns
+    /// its own sharing pattern: a lock's first grant in a phase is cached, not
+    /// pushed); their tenure numbers are kept, to tell stale requests and recalls
+    /// from new ones.
     pub(crate) fn collect_garbage(&mut self, upto: &VectorTime) {
         self.store.collect_garbage(upto);
-        self.locks.retain(|_, st| {
-            st.holder.is_some() || !st.waiters.is_empty() || !upto.dominates(&st.time)
-        });
+        for st in self.locks.values_mut() {
+            if st.holder.is_none() && st.waiters.is_empty() && upto.dominates(&st.time) {
+                st.recent = [None, None];
+                st.next_of.clear();
+            }
+        }
     }
 
     /// Number of interval records held (tests and statistics).
@@ -266,57 +466,163 @@ mod tests {
         }
     }
 
+    fn sent(r: Request) -> Vec<(ClusterId, Message)> {
+        match r {
+            Request::Send(v) => v,
+            Request::Stale => panic!("request dropped as stale"),
+        }
+    }
+
+    fn grant_of(v: &[(ClusterId, Message)]) -> (ClusterId, u32, bool, usize) {
+        match v {
+            [
+                (
+                    to,
+                    Message::LockGrant {
+                        tenure,
+                        contended,
+                        records,
+                        ..
+                    },
+                ),
+                ..,
+            ] => (*to, *tenure, *contended, records.len()),
+            other => panic!("no grant: {other:?}"),
+        }
+    }
+
     #[test]
-    fn lock_fifo_and_notices() {
+    fn lock_fifo_recalls_pushes_and_notices() {
         let mut m = LockManager::default();
-        let g = m.acquire(l(), c(0), VectorTime::new()).unwrap();
-        assert!(
-            matches!(g, Some((to, Message::LockGrant { ref records, .. })) if to == c(0) && records.is_empty())
-        );
-        assert_eq!(m.acquire(l(), c(1), VectorTime::new()).unwrap(), None);
+        let z = VectorTime::new();
+        let recall = |to: u16, tenure| (c(to), Message::LockRecall { lock: l(), tenure });
+        // a free lock is granted at once; nobody else held it: not contended
+        let g = sent(m.acquire(l(), c(0), z.clone(), 0).unwrap());
+        assert_eq!(grant_of(&g), (c(0), 1, false, 0));
+        assert_eq!(g.len(), 1);
+        // the first request behind the owner recalls its tenure, later ones only queue
         assert_eq!(
-            m.acquire(l(), c(2), VectorTime::from_entries(vec![1]))
-                .unwrap(),
-            None
+            sent(m.acquire(l(), c(1), z.clone(), 0).unwrap()),
+            vec![recall(0, 1)]
         );
-        // only the holder may release
         assert_eq!(
-            m.release(l(), c(1), &VectorTime::new(), &VectorTime::new(), vec![]),
+            sent(
+                m.acquire(l(), c(2), VectorTime::from_entries(vec![1]), 0)
+                    .unwrap()
+            ),
+            vec![]
+        );
+        // only the holder may release, and only its tenure
+        assert_eq!(
+            m.release(l(), c(1), 1, &z, &z, vec![], false),
             Err(SyncError::NotHolder(l(), c(1)))
+        );
+        assert_eq!(
+            m.release(l(), c(0), 2, &z, &z, vec![], false),
+            Err(SyncError::NotHolder(l(), c(0)))
         );
         let t = VectorTime::from_entries(vec![1]);
         let g = m
-            .release(l(), c(0), &t, &VectorTime::new(), vec![rec(0, 1, &[7])])
+            .release(l(), c(0), 1, &t, &z, vec![rec(0, 1, &[7])], false)
             .unwrap();
-        assert_eq!(
-            g,
-            Some((
-                c(1),
-                Message::LockGrant {
-                    lock: l(),
-                    time: t.clone(),
-                    records: vec![rec(0, 1, &[7])]
-                }
-            ))
-        );
-        let g = m
-            .release(l(), c(1), &t, &VectorTime::new(), vec![])
-            .unwrap();
+        // the next waiter's grant carries the record and says the lock is contended
+        // (cluster 0 just held it): that counts as recalled, so no recall follows
+        // although cluster 2 waits
+        assert_eq!(grant_of(&g), (c(1), 2, true, 1));
+        assert_eq!(g.len(), 1);
         // cluster 2 already saw record (0,1)
+        let g = m.release(l(), c(1), 2, &t, &z, vec![], false).unwrap();
+        assert_eq!(grant_of(&g), (c(2), 3, true, 0));
+        // nobody waits and nobody ever took the lock after cluster 2: it stays free
         assert_eq!(
-            g,
-            Some((
-                c(2),
-                Message::LockGrant {
-                    lock: l(),
-                    time: t,
-                    records: vec![]
-                }
-            ))
+            m.release(l(), c(2), 3, &t, &z, vec![], false).unwrap(),
+            vec![]
+        );
+        let g = sent(m.acquire(l(), c(0), t.clone(), 1).unwrap());
+        assert_eq!(grant_of(&g), (c(0), 4, true, 0));
+        // cluster 1 took the lock after cluster 0 last time: cluster 0's release pushes
+        // it there without a request (with every record still stored: the receiver
+        // skips those it has)
+        let g = m.release(l(), c(0), 4, &t, &z, vec![], false).unwrap();
+        assert_eq!(grant_of(&g), (c(1), 5, true, 1));
+        // cluster 1's own request crossed the push: the push answered it
+        assert_eq!(m.acquire(l(), c(1), t.clone(), 2), Ok(Request::Stale));
+        // another cluster wants the pushed lock first: recall it
+        assert_eq!(
+            sent(m.acquire(l(), c(2), t.clone(), 3).unwrap()),
+            vec![recall(1, 5)]
+        );
+        let g = m.release(l(), c(1), 5, &t, &z, vec![], false).unwrap();
+        assert_eq!(grant_of(&g), (c(2), 6, true, 0));
+        // 2 → 0 was learned before: cluster 2's release pushes to cluster 0; the wrong
+        // prediction 0 → 1 was dropped, so cluster 0's release pushes nowhere
+        let g = m.release(l(), c(2), 6, &t, &z, vec![], false).unwrap();
+        assert_eq!(grant_of(&g), (c(0), 7, true, 1));
+        // cluster 0 sends the push back unused (it waits at a barrier): nothing is
+        // pushed on, so pushes cannot bounce between clusters at a barrier
+        assert_eq!(
+            m.release(l(), c(0), 7, &t, &z, vec![], true).unwrap(),
+            vec![]
+        );
+        let g = sent(m.acquire(l(), c(0), t.clone(), 7).unwrap());
+        assert_eq!(grant_of(&g).1, 8);
+        assert_eq!(
+            m.release(l(), c(0), 8, &t, &z, vec![], false).unwrap(),
+            vec![]
         );
         assert_eq!(m.stored_records(), 1);
         m.collect_garbage(&VectorTime::from_entries(vec![1]));
         assert_eq!(m.stored_records(), 0);
+    }
+
+    #[test]
+    fn a_cached_owner_must_be_recalled_before_it_asks_again() {
+        let mut m = LockManager::default();
+        let k = LockId::new(9).unwrap();
+        let z = VectorTime::new();
+        sent(m.acquire(k, c(1), z.clone(), 0).unwrap());
+        assert_eq!(
+            m.acquire(k, c(1), z.clone(), 1),
+            Err(SyncError::RequestFromHolder(k, c(1)))
+        );
+        // after a recall, the owner's new request may overtake its release
+        assert_eq!(
+            sent(m.acquire(k, c(2), z.clone(), 0).unwrap()),
+            vec![(c(1), Message::LockRecall { lock: k, tenure: 1 })]
+        );
+        assert_eq!(sent(m.acquire(k, c(1), z.clone(), 1).unwrap()), vec![]);
+        let g = m.release(k, c(1), 1, &z, &z, vec![], false).unwrap();
+        // a contended grant to cluster 2 (cluster 1 waits behind it): no recall, it
+        // comes back after its use
+        assert_eq!(grant_of(&g), (c(2), 2, true, 0));
+        assert_eq!(g.len(), 1);
+        let g = m.release(k, c(2), 2, &z, &z, vec![], false).unwrap();
+        assert_eq!(grant_of(&g), (c(1), 3, true, 0));
+    }
+
+    #[test]
+    fn grants_say_whether_another_cluster_held_the_lock_recently() {
+        let mut m = LockManager::default();
+        let k = LockId::new(4).unwrap();
+        let z = VectorTime::new();
+        let mut seen = [0u32; 3];
+        let mut take = |m: &mut LockManager, who: u16| {
+            let g = sent(m.acquire(k, c(who), z.clone(), seen[who as usize]).unwrap());
+            let (_, tenure, contended, _) = grant_of(&g);
+            seen[who as usize] = tenure;
+            let pushed = m.release(k, c(who), tenure, &z, &z, vec![], false).unwrap();
+            assert!(pushed.is_empty(), "{pushed:?}");
+            contended
+        };
+        // one cluster using the lock again and again: never contended
+        for _ in 0..3 {
+            assert!(!take(&mut m, 1));
+        }
+        // another cluster: contended, and so is cluster 1 for its next two tenures
+        assert!(take(&mut m, 2));
+        // (cluster 2's release pushed nothing: nobody took the lock after it before)
+        let g = sent(m.acquire(k, c(1), z.clone(), 3).unwrap());
+        assert_eq!(grant_of(&g), (c(1), 5, true, 0));
     }
 
     #[test]

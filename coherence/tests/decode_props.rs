@@ -148,6 +148,7 @@ fn records() -> impl Strategy<Value = Vec<IntervalRecord>> {
 
 fn message() -> impl Strategy<Value = Message> {
     let lock = (0u32..(1 << 20)).prop_map(|n| LockId::new(n).unwrap());
+    let tenure = || 0u32..multigrain_coherence::sync::TENURE_MODULUS;
     prop_oneof![
         page().prop_map(|page| Message::GetPage { page }),
         (page(), cluster()).prop_map(|(page, home)| Message::HomeIs { page, home }),
@@ -162,20 +163,31 @@ fn message() -> impl Strategy<Value = Message> {
         (page(), any::<u16>()).prop_map(|(page, tag)| Message::DiffAck { page, tag }),
         (page(), any::<bool>())
             .prop_map(|(page, invalidate)| Message::ScRecall { page, invalidate }),
-        (lock.clone(), time()).prop_map(|(lock, time)| Message::LockAcquire { lock, time }),
-        (lock.clone(), time(), records()).prop_map(|(lock, time, records)| Message::LockGrant {
+        (lock.clone(), time(), tenure()).prop_map(|(lock, time, seen)| Message::LockAcquire {
             lock,
             time,
-            records
+            seen
         }),
-        (lock, time(), time(), records()).prop_map(|(lock, time, gc, records)| {
-            Message::LockRelease {
+        (lock.clone(), time(), records(), tenure(), any::<bool>()).prop_map(
+            |(lock, time, records, tenure, contended)| Message::LockGrant {
                 lock,
+                time,
+                records,
+                tenure,
+                contended
+            }
+        ),
+        (lock.clone(), tenure()).prop_map(|(lock, tenure)| Message::LockRecall { lock, tenure }),
+        (lock, tenure(), time(), time(), records(), any::<bool>()).prop_map(
+            |(lock, tenure, time, gc, records, unused)| Message::LockRelease {
+                lock,
+                tenure,
+                unused,
                 time,
                 gc,
                 records,
             }
-        }),
+        ),
         (
             any::<u32>(),
             time(),

@@ -110,8 +110,206 @@ fn remote_read_fault_hot_path() {
     assert_eq!(me.stats().coalesced_faults, 1);
 }
 
-/// Write fault → twin → release write-protects first, then diffs; the release
-/// completes only after the home's acknowledgement; releases complete in order.
+fn acquire(lock: u32, token: u64) -> Event {
+    Event::Acquire {
+        lock: l(lock),
+        token: SyncToken(token),
+    }
+}
+
+fn release(lock: u32, token: u64) -> Event {
+    Event::Release {
+        lock: l(lock),
+        token: SyncToken(token),
+    }
+}
+
+fn request_from(from: u16, lock: u32) -> Event {
+    msg(
+        from,
+        Message::LockAcquire {
+            lock: l(lock),
+            time: multigrain_coherence::VectorTime::new(),
+            seen: 0,
+        },
+    )
+}
+
+fn grant(lock: u32, tenure: u32, contended: bool) -> Message {
+    Message::LockGrant {
+        lock: l(lock),
+        time: multigrain_coherence::VectorTime::new(),
+        records: vec![],
+        tenure,
+        contended,
+    }
+}
+
+fn recall(lock: u32, tenure: u32) -> Message {
+    Message::LockRecall {
+        lock: l(lock),
+        tenure,
+    }
+}
+
+/// Lock caching: a lock granted to a cluster stays there; its threads acquire and
+/// release it without messages until the manager recalls it. A contended lock goes
+/// back at its release; a pushed one after its first use.
+#[test]
+fn cached_lock_is_reacquired_without_messages_until_recalled() {
+    let cfg = Config::new(Protocol::Hlrc, 2, 4);
+    let mut me = Machine::new(c(0), cfg).unwrap();
+    // lock 1 is managed by cluster 1: the first acquire asks for it
+    assert_eq!(
+        run(&mut me, acquire(1, 1)),
+        vec![Action::Send {
+            to: c(1),
+            msg: Message::LockAcquire {
+                lock: l(1),
+                time: multigrain_coherence::VectorTime::new(),
+                seen: 0,
+            }
+        }]
+    );
+    // a second thread waits behind the request without a message of its own
+    assert_eq!(run(&mut me, acquire(1, 2)), vec![]);
+    assert_eq!(
+        run(&mut me, msg(1, grant(1, 1, false))),
+        vec![Action::AcquireDone {
+            lock: l(1),
+            token: SyncToken(1)
+        }]
+    );
+    // the holder passes it on to the local waiter, then the lock stays cached
+    assert_eq!(
+        run(&mut me, release(1, 1)),
+        vec![
+            Action::ReleaseDone {
+                lock: l(1),
+                token: SyncToken(1)
+            },
+            Action::AcquireDone {
+                lock: l(1),
+                token: SyncToken(2)
+            },
+        ]
+    );
+    assert_eq!(
+        run(&mut me, release(1, 2)),
+        vec![Action::ReleaseDone {
+            lock: l(1),
+            token: SyncToken(2)
+        }]
+    );
+    for t in 3..6 {
+        assert_eq!(
+            run(&mut me, acquire(1, t)),
+            vec![Action::AcquireDone {
+                lock: l(1),
+                token: SyncToken(t)
+            }]
+        );
+        assert_eq!(
+            run(&mut me, release(1, t)),
+            vec![Action::ReleaseDone {
+                lock: l(1),
+                token: SyncToken(t)
+            }]
+        );
+    }
+    assert_eq!(me.stats().lock_acquires, 5);
+    assert_eq!(me.stats().lock_requests, 1);
+    assert_eq!(me.stats().lock_local_acquires, 4);
+    assert_eq!(me.stats().messages_sent, 1);
+    // the manager recalls tenure 1: given back at once (nothing dirty to wait for)
+    let a = run(&mut me, msg(1, recall(1, 1)));
+    assert!(
+        matches!(a.as_slice(), [Action::Send { to, msg: Message::LockRelease { lock, tenure: 1, .. } }] if *to == c(1) && *lock == l(1)),
+        "{a:?}"
+    );
+    assert!(me.is_quiescent());
+    // a second recall of that tenure is stale: ignored
+    assert_eq!(run(&mut me, msg(1, recall(1, 1))), vec![]);
+    // a contended lock is given back at its release without a recall (eager); the
+    // request says which tenure this cluster saw last
+    let a = run(&mut me, acquire(1, 7));
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::Send {
+                msg: Message::LockAcquire { seen: 1, .. },
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+    assert_eq!(run(&mut me, msg(1, grant(1, 3, true))).len(), 1);
+    let a = run(&mut me, release(1, 7));
+    assert!(
+        matches!(
+            a.as_slice(),
+            [
+                Action::Send {
+                    msg: Message::LockRelease {
+                        tenure: 3,
+                        unused: false,
+                        ..
+                    },
+                    ..
+                },
+                Action::ReleaseDone { .. }
+            ]
+        ),
+        "{a:?}"
+    );
+    assert_eq!(me.stats().lock_eager_releases, 1);
+    // a push (a grant without a request) waits for the next local acquire, which takes
+    // it without a message; its release sends it back
+    assert_eq!(run(&mut me, msg(1, grant(1, 5, true))), vec![]);
+    assert_eq!(me.stats().lock_pushes_received, 1);
+    assert_eq!(
+        run(&mut me, acquire(1, 8)),
+        vec![Action::AcquireDone {
+            lock: l(1),
+            token: SyncToken(8)
+        }]
+    );
+    let a = run(&mut me, release(1, 8));
+    assert!(
+        matches!(
+            a.as_slice(),
+            [
+                Action::Send {
+                    msg: Message::LockRelease { tenure: 5, .. },
+                    ..
+                },
+                Action::ReleaseDone { .. }
+            ]
+        ),
+        "{a:?}"
+    );
+    // a stale recall of that tenure is ignored
+    assert_eq!(run(&mut me, msg(1, recall(1, 5))), vec![]);
+    // a recall that overtakes its (pushed) grant applies when the grant arrives: the
+    // unused lock goes straight back
+    assert_eq!(run(&mut me, msg(1, recall(1, 9))), vec![]);
+    let a = run(&mut me, msg(1, grant(1, 9, true)));
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::Send {
+                msg: Message::LockRelease { tenure: 9, .. },
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+    assert!(me.is_quiescent());
+}
+
+/// Write fault → twin; a release of a recalled lock write-protects first, then
+/// diffs; the thread goes on at once, but the lock leaves (the release reaches the
+/// manager) only after the home's acknowledgement, and releases leave in order.
 #[test]
 fn release_protects_then_diffs_and_waits_for_acks() {
     let cfg = Config::new(Protocol::Hlrc, 2, 4);
@@ -153,29 +351,18 @@ fn release_protects_then_diffs_and_waits_for_acks() {
         ]
     );
     // lock 0 is managed by cluster 0 itself: granted at once
-    let a = run(
-        &mut me,
-        Event::Acquire {
-            lock: l(0),
-            token: SyncToken(1),
-        },
-    );
     assert_eq!(
-        a,
+        run(&mut me, acquire(0, 1)),
         vec![Action::AcquireDone {
             lock: l(0),
             token: SyncToken(1)
         }]
     );
-    let a = run(
-        &mut me,
-        Event::Release {
-            lock: l(0),
-            token: SyncToken(1),
-        },
-    );
+    // cluster 1 asks for it: the manager (this cluster) recalls it from its holder
+    assert_eq!(run(&mut me, request_from(1, 0)), vec![]);
+    assert_eq!(me.stats().lock_recalls, 1);
     assert_eq!(
-        a,
+        run(&mut me, release(0, 1)),
         vec![
             Action::WriteProtect {
                 pages: PageRange {
@@ -188,25 +375,23 @@ fn release_protects_then_diffs_and_waits_for_acks() {
                 page: p(1),
                 tag: 0
             },
+            // the thread goes on; the lock leaves once the diff is acknowledged
+            Action::ReleaseDone {
+                lock: l(0),
+                token: SyncToken(1)
+            },
         ]
     );
-    // a second release (another thread, lock 2) with nothing dirty must still wait
-    run(
-        &mut me,
-        Event::Acquire {
-            lock: l(2),
-            token: SyncToken(2),
-        },
-    );
+    // a second recalled release (another thread, lock 2) with nothing dirty must
+    // still wait for the first before its lock leaves
+    run(&mut me, acquire(2, 2));
+    run(&mut me, request_from(1, 2));
     assert_eq!(
-        run(
-            &mut me,
-            Event::Release {
-                lock: l(2),
-                token: SyncToken(2)
-            }
-        ),
-        vec![]
+        run(&mut me, release(2, 2)),
+        vec![Action::ReleaseDone {
+            lock: l(2),
+            token: SyncToken(2)
+        }]
     );
     // the write fault of a third thread waits for the diff's acknowledgement
     assert_eq!(
@@ -221,136 +406,145 @@ fn release_protects_then_diffs_and_waits_for_acks() {
     );
     let a = run(&mut me, msg(1, Message::DiffAck { page: p(1), tag: 0 }));
     assert_eq!(
-        a,
-        vec![
+        a[..3],
+        [
             Action::MakeTwin { page: p(1) },
             Action::Unprotect { page: p(1) },
             Action::Wake {
                 page: p(1),
                 tokens: vec![FaultToken(3)]
             },
-            Action::ReleaseDone {
-                lock: l(0),
-                token: SyncToken(1)
-            },
-            Action::ReleaseDone {
-                lock: l(2),
-                token: SyncToken(2)
-            },
         ]
     );
+    // then the manager hands both locks to cluster 1, in order, with the write notice
+    // of p(1), and says they are contended (cluster 0 held them)
+    let grants: Vec<_> = a[3..]
+        .iter()
+        .map(|x| match x {
+            Action::Send {
+                to,
+                msg:
+                    Message::LockGrant {
+                        lock,
+                        records,
+                        contended,
+                        ..
+                    },
+            } if *to == c(1) => (lock.get(), records.len(), *contended),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(grants, vec![(0, 1, true), (2, 1, true)]);
     assert!(me.is_quiescent());
     assert_eq!(me.vector_time().entries(), &[1]);
 }
 
-/// The home's own writes need no twin and no diff, but still produce write notices.
+/// The home's own writes need no twin and no diff. While no other cluster has
+/// fetched the page they need no write notice either (the page stays writable); once
+/// another cluster holds a copy, they produce write notices.
 #[test]
-fn home_writes_produce_write_notices() {
+fn home_writes_produce_write_notices_once_shared() {
     let cfg = Config::new(Protocol::Hlrc, 2, 4);
     let mut home = Machine::new(c(0), cfg.clone()).unwrap();
     let mut other = Machine::new(c(1), cfg).unwrap();
-    let a = run(
-        &mut home,
-        Event::WriteFault {
-            page: p(0),
-            token: FaultToken(1),
-        },
-    );
+    let write = |t| Event::WriteFault {
+        page: p(0),
+        token: FaultToken(t),
+    };
+    let wake = |t| Action::Wake {
+        page: p(0),
+        tokens: vec![FaultToken(t)],
+    };
     assert_eq!(
-        a,
+        run(&mut home, write(1)),
         vec![
             Action::Install {
                 page: p(0),
                 source: Source::Zero,
                 writable: true
             },
-            Action::Wake {
-                page: p(0),
-                tokens: vec![FaultToken(1)]
-            },
+            wake(1),
         ]
     );
-    run(
-        &mut home,
-        Event::Acquire {
-            lock: l(0),
-            token: SyncToken(1),
-        },
-    );
-    let a = run(
-        &mut home,
-        Event::Release {
-            lock: l(0),
-            token: SyncToken(1),
-        },
-    );
+    assert_eq!(home.stats().private_home_writes, 1);
+    // a release does not protect the private page
+    run(&mut home, acquire(0, 1));
     assert_eq!(
-        a,
-        vec![
-            Action::WriteProtect {
-                pages: PageRange {
-                    start: p(0),
-                    count: 1
-                }
-            },
-            Action::ReleaseDone {
-                lock: l(0),
-                token: SyncToken(1)
-            },
-        ]
+        run(&mut home, release(0, 1)),
+        vec![Action::ReleaseDone {
+            lock: l(0),
+            token: SyncToken(1)
+        }]
     );
-    // cluster 1 caches page 0, then acquires lock 0 from its manager (cluster 0)
-    run(
+    assert_eq!(home.access(p(0)), Some(PageAccess::ReadWrite));
+    // cluster 1 fetches the page: it joins the home's write set as it is copied
+    let a = run(
         &mut other,
         Event::ReadFault {
             page: p(0),
             token: FaultToken(2),
         },
     );
-    run(
-        &mut other,
-        msg(
-            0,
-            Message::PageData {
-                page: p(0),
-                writable: false,
-                zero: false,
-            },
-        ),
+    let [Action::Send { msg: get, .. }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    let one = PageRange {
+        start: p(0),
+        count: 1,
+    };
+    let data = Message::PageData {
+        page: p(0),
+        writable: false,
+        zero: false,
+    };
+    assert_eq!(
+        run(&mut home, msg(1, get.clone())),
+        vec![Action::Send {
+            to: c(1),
+            msg: data.clone()
+        },]
     );
-    let a = run(
-        &mut other,
-        Event::Acquire {
-            lock: l(0),
-            token: SyncToken(2),
-        },
-    );
+    assert_eq!(home.stats().home_pages_shared, 1);
+    assert_eq!(home.copyset(p(0)), vec![c(0), c(1)]);
+    run(&mut other, msg(0, data));
+    // the home keeps writing (the page is still writable) under its cached lock
+    run(&mut home, acquire(0, 2));
+    run(&mut home, release(0, 2));
+    // cluster 1 acquires lock 0 from its manager (cluster 0), which recalls it from
+    // itself: the interval closes, protecting the page and recording the notice that
+    // covers the home's writes after the copy
+    let a = run(&mut other, acquire(0, 4));
     let [Action::Send { to, msg: req }] = a.as_slice() else {
         panic!("{a:?}")
     };
     assert_eq!(*to, c(0));
     let a = run(&mut home, msg(1, req.clone()));
-    let [Action::Send { msg: grant, .. }] = a.as_slice() else {
+    let [
+        Action::WriteProtect { pages },
+        Action::Send { msg: grant, .. },
+    ] = a.as_slice()
+    else {
         panic!("{a:?}")
     };
+    assert_eq!(*pages, one);
     let Message::LockGrant { records, .. } = grant else {
         panic!("{grant:?}")
     };
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].pages, vec![p(0)]);
+    // from now on the home's writes fault and are tracked
+    assert_eq!(
+        run(&mut home, write(3)),
+        vec![Action::Unprotect { page: p(0) }, wake(3)]
+    );
     let a = run(&mut other, msg(0, grant.clone()));
     assert_eq!(
         a,
         vec![
-            Action::Invalidate {
-                pages: PageRange {
-                    start: p(0),
-                    count: 1
-                }
-            },
+            Action::Invalidate { pages: one },
             Action::AcquireDone {
                 lock: l(0),
-                token: SyncToken(2)
+                token: SyncToken(4)
             },
         ]
     );
@@ -513,7 +707,9 @@ fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
         (page.clone(), any::<bool>())
             .prop_map(|(page, invalidate)| Message::ScRecall { page, invalidate }),
         page.clone().prop_map(|page| Message::ScWriteBack { page }),
-        (lock.clone(), time.clone()).prop_map(|(lock, time)| Message::LockAcquire { lock, time }),
+        (lock.clone(), time.clone(), 0u32..3)
+            .prop_map(|(lock, time, seen)| { Message::LockAcquire { lock, time, seen } }),
+        (lock.clone(), 0u32..3).prop_map(|(lock, tenure)| Message::LockRecall { lock, tenure }),
         (
             lock.clone(),
             time.clone(),
@@ -522,7 +718,9 @@ fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
             .prop_map(|(lock, time, records)| Message::LockGrant {
                 lock,
                 time,
-                records
+                records,
+                tenure: 1,
+                contended: false
             }),
         (
             lock.clone(),
@@ -531,6 +729,8 @@ fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
         )
             .prop_map(|(lock, time, records)| Message::LockRelease {
                 lock,
+                tenure: 1,
+                unused: false,
                 gc: time.clone(),
                 time,
                 records

@@ -1,8 +1,8 @@
 //! Random data-race-free programs on several clusters, run on the coherence machines
 //! over an unordered in-memory network with random delivery order, executing every
 //! action on simulated page memories. Checks: every race-free read returns the last
-//! write that happens-before it, no deadlock, and the final memory equals a
-//! sequential run's.
+//! write that happens-before it, no other cluster holds a copy of a private writable
+//! home page, no deadlock, and the final memory equals a sequential run's.
 
 mod common;
 
@@ -192,6 +192,11 @@ proptest! {
     }
 }
 
+#[test]
+fn tmp_gap() {
+    let _ = run(Protocol::Hlrc, HomePolicy::FirstTouch, 9712696874338674255);
+}
+
 /// The generator does produce the situations the protocols must handle.
 #[test]
 fn random_programs_exercise_the_protocol() {
@@ -210,6 +215,12 @@ fn random_programs_exercise_the_protocol() {
         seen.migration |= s.migration;
         seen.diff_at_acquire |= s.diff_at_acquire;
         seen.coalesced_fault |= s.coalesced_fault;
+        seen.private_home_write |= s.private_home_write;
+        seen.home_page_shared |= s.home_page_shared;
+        seen.local_lock_acquire |= s.local_lock_acquire;
+        seen.lock_recall |= s.lock_recall;
+        seen.lock_push |= s.lock_push;
+        seen.stale_lock_request |= s.stale_lock_request;
     }
     eprintln!("checked reads: {reads}, seen: {seen:?}");
     assert!(reads > 1000, "only {reads} race-free reads checked");
@@ -218,7 +229,13 @@ fn random_programs_exercise_the_protocol() {
             && seen.concurrent_twins
             && seen.whole_page_diff
             && seen.migration
-            && seen.coalesced_fault,
+            && seen.coalesced_fault
+            && seen.private_home_write
+            && seen.home_page_shared
+            && seen.local_lock_acquire
+            && seen.lock_recall
+            && seen.lock_push
+            && seen.stale_lock_request,
         "{seen:?}"
     );
 }

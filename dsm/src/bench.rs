@@ -9,7 +9,8 @@
 //!   8-byte messages) and [`BareFault`] (a read of a missing page served in the faulting
 //!   thread with `UFFDIO_COPY`, no protocol);
 //! * [`Pair`]: a two-cluster job in this process (shared-memory substrate): local fault
-//!   service, remote read fault, write fault (twin + unprotect), release cost per page;
+//!   service, remote read fault, write fault (twin + unprotect), release (barrier) cost
+//!   per page;
 //! * [`diff_encode`], [`diff_apply`]: diff throughput on 4 KiB pages with a given share
 //!   of words changed;
 //! * [`ApplyChoice`]: the two ways a home can apply a diff without changing what its
@@ -360,10 +361,13 @@ impl Pair {
         Ok(out)
     }
 
-    /// Fetches `pages` remote pages, writes one word in each inside a lock, and times the
-    /// release: write-protect, diff and send each page, wait for the home's
-    /// acknowledgements, release the lock. Returns the release time divided by `pages`
-    /// (ns per page).
+    /// Fetches `pages` remote pages, writes one word in each, and times the release
+    /// that flushes them: write-protect, diff and send each page, wait for the home's
+    /// acknowledgements. The release is a barrier of both clusters (a lock released
+    /// here stays cached in the cluster and flushes nothing until another cluster asks
+    /// for it, and its thread never waits for the acknowledgements): the time of a
+    /// barrier with the dirty pages minus that of a clean one, just before, divided by
+    /// `pages` (ns per page).
     ///
     /// # Errors
     /// If the job fails.
@@ -373,13 +377,27 @@ impl Pair {
         for p in first..first + pages {
             black_box(self.read_remote(p));
         }
-        let g = self.a().lock(0)?;
+        // Flush whatever earlier measurements left dirty, then time a clean barrier.
+        self.both_barrier()?;
+        let clean = self.both_barrier()?;
         for p in first..first + pages {
             self.a_words.set(p * WORDS_PER_PAGE + 3, self.round);
         }
-        let t = Instant::now();
-        g.unlock()?;
-        Ok(ns(t.elapsed()) / pages as u64)
+        let dirty = self.both_barrier()?;
+        Ok(dirty.saturating_sub(clean) / pages as u64)
+    }
+
+    /// A barrier of both clusters; returns how long cluster 0's arrival took (ns).
+    fn both_barrier(&self) -> Result<u64, DsmError> {
+        let (a, b) = (self.a(), self.b.as_ref().expect("live"));
+        let (ra, rb) = std::thread::scope(|s| {
+            let hb = s.spawn(|| b.barrier());
+            let t = Instant::now();
+            let r = a.barrier().map(|()| ns(t.elapsed()));
+            (r, hb.join().expect("cluster 1 thread"))
+        });
+        rb?;
+        ra
     }
 
     /// Finishes both clusters and returns the job's statistics.

@@ -41,9 +41,10 @@
 //! and barrier managers) while no other thread polls.
 //!
 //! **Waits.** A waiting thread (page, lock, barrier) polls the protocol queue, yielding
-//! the CPU between polls, for [`DsmOptions::wait_spin`] (1 ms), then sleeps on the queue's
-//! doorbell in slices of 2 ms. A thread that completes another thread's wait while that
-//! one sleeps rings the doorbell (a no-op message to its own queue). Every wait asks the
+//! the CPU between polls, for [`DsmOptions::wait_spin`] (1 ms), then sleeps in the message
+//! layer's blocking receive (on the sockets with INIs, else on the doorbell) in slices of
+//! 2 ms. A thread that completes another thread's wait while that one sleeps sends a
+//! no-op to the sleeper's own wake-up queue ([`WAKE_QUEUES`]). Every wait asks the
 //! [`Liveness`] oracle every few milliseconds and fails — naming the failed cluster —
 //! when a cluster died, aborted or fell silent.
 //!
@@ -55,8 +56,14 @@
 //! **Synchronization.** Barriers are hierarchical: a cluster's threads meet locally and
 //! the last one arrives at the global barrier for the cluster, write notices piggy-backed.
 //! Locks are managed per lock at the lock's home (FIFO between clusters, write notices
-//! with the grant); between threads of one cluster a lock passes directly, up to
-//! [`MAX_LOCAL_HANDOFFS`] times in a row.
+//! with the grant) and cached by the cluster that was granted one (lazy release,
+//! TreadMarks/MGS): its threads acquire and release it without any message until the
+//! manager recalls it for another cluster; a recalled lock still passes between the
+//! cluster's threads up to [`MAX_LOCAL_HANDOFFS`] times before it leaves
+//! ([`multigrain_coherence::sync`]). Under hlrc a home page that no other cluster has
+//! fetched stays writable across releases: its home's writes need no write notice
+//! until another cluster takes a copy (`multigrain_coherence::hlrc`, *private home
+//! pages*).
 //!
 //! **Applying a diff at the home** (measured, `cargo bench -p multigrain-dsm --bench
 //! dsm`, 4 KiB page with 10% of its words changed): storing the diff's words through the
@@ -94,6 +101,6 @@ pub use runtime::{Dsm, DsmOptions, FAULT_EXIT_CODE, LockGuard, MAX_LOCAL_HANDOFF
 pub use stats::{ClusterStats, JobStats, LayerStats, ProtocolStats};
 pub use transport::{
     Liveness, LivenessError, LocalJobError, NeverFails, PROTOCOL_QUEUE, PidLiveness, Transport,
-    local_transports, site_config,
+    WAKE_QUEUES, local_transports, site_config,
 };
 pub use wire::op_name;

@@ -49,6 +49,11 @@ protocol_stats!(
     zero_pages_served,
     /// Twins made.
     twins,
+    /// hlrc: write faults at the home on pages no other cluster holds (kept writable
+    /// across releases, no write notices).
+    private_home_writes,
+    /// hlrc: private writable home pages write-protected for another cluster's fetch.
+    home_pages_shared,
     /// Write faults that waited for the previous diff's acknowledgement.
     twin_waits,
     /// Diffs sent.
@@ -67,10 +72,25 @@ protocol_stats!(
     write_notices_received,
     /// Intervals with writes closed.
     intervals,
-    /// Lock acquires sent to managers.
+    /// Lock acquires by this cluster's threads.
     lock_acquires,
-    /// Lock grants issued as manager.
+    /// Of those, served inside the cluster without a message (cached or pushed lock,
+    /// or local hand-off).
+    lock_local_acquires,
+    /// Lock requests sent to managers (this cluster's own included).
+    lock_requests,
+    /// Lock grants issued as manager (pushes included).
     lock_grants,
+    /// Recalls of cached locks sent as manager.
+    lock_recalls,
+    /// Contended or pushed locks given back at their release without a recall.
+    lock_eager_releases,
+    /// Locks pushed here by their manager without a request.
+    lock_pushes_received,
+    /// Requests dropped as manager because a push had answered them.
+    lock_stale_requests,
+    /// Pushed locks given back unused (recalled before any local use).
+    lock_pushes_returned,
     /// Barriers completed.
     barriers,
     /// hlrc single-writer home migrations to this cluster.
@@ -187,7 +207,9 @@ pub struct ClusterStats {
     pub invalidate_calls: u64,
     /// `lock` calls by this cluster's threads.
     pub lock_acquires: u64,
-    /// Of those, locks passed on between threads of this cluster without messages.
+    /// Of those, acquires served inside the cluster without a message: the cluster
+    /// had the lock cached from an earlier use, or a thread of the cluster passed it
+    /// on (the coherence machine's `lock_local_acquires`).
     pub lock_local_handoffs: u64,
     /// Time threads spent waiting in `lock`.
     pub lock_wait_ns: u64,
@@ -275,7 +297,6 @@ pub(crate) struct Counters {
     pub(crate) invalidations: AtomicU64,
     pub(crate) invalidate_calls: AtomicU64,
     pub(crate) lock_acquires: AtomicU64,
-    pub(crate) lock_local_handoffs: AtomicU64,
     pub(crate) lock_wait_ns: AtomicU64,
     pub(crate) barriers: AtomicU64,
     pub(crate) barrier_wait_ns: AtomicU64,
@@ -297,7 +318,6 @@ impl Default for Counters {
             invalidations: AtomicU64::new(0),
             invalidate_calls: AtomicU64::new(0),
             lock_acquires: AtomicU64::new(0),
-            lock_local_handoffs: AtomicU64::new(0),
             lock_wait_ns: AtomicU64::new(0),
             barriers: AtomicU64::new(0),
             barrier_wait_ns: AtomicU64::new(0),
@@ -348,7 +368,7 @@ impl Counters {
             invalidations: g(&self.invalidations),
             invalidate_calls: g(&self.invalidate_calls),
             lock_acquires: g(&self.lock_acquires),
-            lock_local_handoffs: g(&self.lock_local_handoffs),
+            lock_local_handoffs: protocol.lock_local_acquires,
             lock_wait_ns: g(&self.lock_wait_ns),
             barriers: g(&self.barriers),
             barrier_wait_ns: g(&self.barrier_wait_ns),

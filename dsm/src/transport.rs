@@ -6,8 +6,9 @@
 //! test harness that exchanges shared-memory segment names) creates each cluster's
 //! [`Site`] from [`site_config`], gives it a route to every other cluster, and hands the
 //! runtime a [`Transport`]. The runtime needs nothing else from the bootstrap: it maps
-//! virtual name *c* to cluster *c*'s protocol queue in its own destination tables and
-//! sends whatever the route to that site is (shared memory or network, transparently).
+//! virtual name *c* to cluster *c*'s protocol queue in its own destination tables (and
+//! the names after the clusters to its own [wake-up queues](WAKE_QUEUES)) and sends
+//! whatever the route to that site is (shared memory or network, transparently).
 //!
 //! [`PidLiveness`] is the [`Liveness`] of clusters on one machine: it watches the peers'
 //! segment-owner processes through pidfds.
@@ -27,12 +28,32 @@ pub const PROTOCOL_QUEUE: QueueId = QueueId(0);
 /// once; the queue absorbs bursts so that senders rarely find it full.
 pub const PROTOCOL_QUEUE_CAPACITY: usize = 8192;
 
+/// Private wake-up queues of a site, after the protocol queue (queue ids
+/// `1..=WAKE_QUEUES`). A thread of the runtime that waits (for a page, a lock, a barrier)
+/// sleeps in the message layer's blocking receive on the protocol queue *and* its own
+/// wake-up queue (thread slot `s` uses queue `1 + s mod WAKE_QUEUES`); all of a site's
+/// queues share one doorbell. A thread that completes another's wait while that one
+/// sleeps sends an Express no-op to the sleeper's wake-up queue, which only the sleeper
+/// polls: it wakes that thread and no message meant for it can be taken by another
+/// (a no-op on the shared protocol queue could be, leaving the sleeper asleep until its
+/// time slice ran out).
+pub const WAKE_QUEUES: usize = 32;
+
+/// Express slots of each wake-up queue (no-ops only; a full queue still rings).
+const WAKE_QUEUE_CAPACITY: usize = 16;
+
+/// The wake-up queue of thread slot `slot`.
+pub(crate) fn wake_queue(slot: u32) -> QueueId {
+    QueueId(1 + (slot as usize % WAKE_QUEUES) as u16)
+}
+
 /// Tag-On slots (4 KiB each) of a cluster's buffer pool: page replies, diffs and bulk
 /// fragments in flight from this cluster.
 pub const POOL_SLOTS: usize = 4096;
 
 /// The message-layer configuration of `cluster`'s [`Site`] in the job `cfg`: one
-/// protocol queue ([`PROTOCOL_QUEUE`], doorbell 0), a pool of [`POOL_SLOTS`] page-sized
+/// protocol queue ([`PROTOCOL_QUEUE`]) and [`WAKE_QUEUES`] wake-up queues, all on
+/// doorbell 0, a pool of [`POOL_SLOTS`] page-sized
 /// buffers, bulk messages large enough for a write-notice list naming every page of the
 /// region four times, a segment shared with same-host peers, and room for every
 /// cluster. The network layer creates the site with this and adds its routes.
@@ -56,17 +77,23 @@ pub fn site_config(cfg: &JobConfig, cluster: usize) -> SiteConfig {
         .clamp(1 << 20, pool_bytes);
     SiteConfig {
         site: SiteId(cluster as u16),
-        queues: vec![QueueSpec {
+        queues: std::iter::once(QueueSpec {
             express_capacity: PROTOCOL_QUEUE_CAPACITY,
             basic_capacity: 1,
             doorbell: 0,
-        }],
+        })
+        .chain((0..WAKE_QUEUES).map(|_| QueueSpec {
+            express_capacity: WAKE_QUEUE_CAPACITY,
+            basic_capacity: 1,
+            doorbell: 0,
+        }))
+        .collect(),
         pool_slots: POOL_SLOTS,
         shared: (0..clusters).any(|c| c != cluster && cfg.clusters_on_same_host(cluster, c)),
         max_sites: clusters,
         max_bulk,
         max_reassemblies: defaults.max_reassemblies.max(4 * clusters),
-        table_capacity: clusters.max(1),
+        table_capacity: clusters + WAKE_QUEUES,
         ..defaults
     }
 }
@@ -377,7 +404,11 @@ mod tests {
         assert_eq!(s.site, SiteId(2));
         assert_eq!(s.max_sites, 3);
         assert!(s.shared, "local clusters share a host");
-        assert_eq!(s.queues.len(), 1);
+        assert_eq!(s.queues.len(), 1 + WAKE_QUEUES);
+        assert!(s.queues.iter().all(|q| q.doorbell == 0));
+        assert_eq!(s.table_capacity, 3 + WAKE_QUEUES);
+        assert_eq!(wake_queue(0), QueueId(1));
+        assert_eq!(wake_queue(WAKE_QUEUES as u32 + 1), QueueId(2));
         assert!(s.max_bulk >= cfg.dsm.pages() as usize * 4);
         let single = site_config(&JobConfig::local(1, 1), 0);
         assert!(!single.shared);

@@ -73,6 +73,7 @@ pub fn op_name(handler: u8) -> &'static str {
         0x30 => "LockAcquire",
         0x31 => "LockGrant",
         0x32 => "LockRelease",
+        0x33 => "LockRecall",
         0x38 => "BarrierArrive",
         0x39 => "BarrierDepart",
         0xF0 => "Noop",
@@ -190,10 +191,13 @@ mod tests {
             }
             _ => panic!("PageData with contents is Tag-On"),
         }
+        // the tenure fills the payload's top bits: all 40 must survive the bulk prefix
         let grant = Message::LockGrant {
             lock: LockId::new(9).unwrap(),
             time: VectorTime::from_entries(vec![1, 2]),
             records: vec![],
+            tenure: (1 << 20) - 1,
+            contended: true,
         };
         match outgoing(&grant) {
             Outgoing::Bulk { handler, data } => {
@@ -204,6 +208,20 @@ mod tests {
                 );
             }
             _ => panic!("LockGrant is bulk"),
+        }
+        let recall = Message::LockRecall {
+            lock: LockId::new((1 << 20) - 1).unwrap(),
+            tenure: (1 << 20) - 1,
+        };
+        match outgoing(&recall) {
+            Outgoing::Express { handler, payload } => {
+                assert_eq!(op_name(handler.0), "LockRecall");
+                assert_eq!(
+                    Message::from_parts(handler.0, payload, None).unwrap(),
+                    recall
+                );
+            }
+            _ => panic!("LockRecall is Express"),
         }
         let _ = ClusterId::new(0);
         for op in [

@@ -80,7 +80,7 @@ fn counter(slot: usize, protocol: Protocol) {
     assert_eq!(total.lock_acquires, 4 * per_thread);
     assert!(
         total.lock_local_handoffs > 0,
-        "threads of a cluster pass the lock on"
+        "a cluster's threads reuse the cached lock or pass it on"
     );
     assert_eq!(
         total.barriers, 4,
@@ -92,10 +92,15 @@ fn counter(slot: usize, protocol: Protocol) {
             assert_eq!(total.messages_received.get(kind), Some(n), "{kind}");
         }
     }
+    // Every acquire is served either inside the cluster or by the grant answering its
+    // request; every grant answers a request or is a push.
+    let p = &total.protocol;
+    assert_eq!(total.lock_acquires, p.lock_acquires);
     assert_eq!(
         total.lock_acquires - total.lock_local_handoffs,
-        total.protocol.lock_acquires
+        p.lock_requests
     );
+    assert_eq!(p.lock_grants, p.lock_requests + p.lock_pushes_received);
 }
 
 #[test]

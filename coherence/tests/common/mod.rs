@@ -137,6 +137,21 @@ pub struct Seen {
     pub twin_wait: bool,
     pub sc_recall: bool,
     pub sc_invalidation: bool,
+    /// hlrc: a home wrote a page no other cluster had fetched (kept writable,
+    /// untracked).
+    pub private_home_write: bool,
+    /// hlrc: a private writable home page was fetched by another cluster (its writes
+    /// are tracked from then on).
+    pub home_page_shared: bool,
+    /// An acquire was served inside a cluster without a message (cached lock or
+    /// local hand-off).
+    pub local_lock_acquire: bool,
+    /// A lock manager recalled a cached lock.
+    pub lock_recall: bool,
+    /// A lock manager pushed a lock to the cluster predicted to want it next.
+    pub lock_push: bool,
+    /// A lock manager dropped a request that a push had answered.
+    pub stale_lock_request: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -441,6 +456,12 @@ impl World {
         self.seen.twin_wait |= st.twin_waits > 0;
         self.seen.sc_recall |= st.sc_recalls > 0;
         self.seen.sc_invalidation |= st.sc_invalidations_sent > 0;
+        self.seen.private_home_write |= st.private_home_writes > 0;
+        self.seen.home_page_shared |= st.home_pages_shared > 0;
+        self.seen.local_lock_acquire |= st.lock_local_acquires > 0;
+        self.seen.lock_recall |= st.lock_recalls > 0;
+        self.seen.lock_push |= st.lock_pushes_received > 0;
+        self.seen.stale_lock_request |= st.lock_stale_requests > 0;
         for a in out {
             if let Err(e) = self.execute(spec, c, a, attach.as_deref()) {
                 return self.fail(format!("cluster {c}: {e}"));
@@ -669,8 +690,10 @@ impl World {
         Ok(())
     }
 
-    /// The value of every word as the protocol holds it: hlrc, the home's master
-    /// copy; sc, the writer's copy if any, else the home's.
+    /// The value of every word as the protocol holds it: hlrc, the home's master copy
+    /// with the words a cluster wrote and has not yet flushed overlaid (they differ
+    /// from its twin: a cluster that caches a lock keeps its writes until the lock
+    /// leaves it or a barrier); sc, the writer's copy if any, else the home's.
     pub fn final_memory(&self, spec: &Spec) -> Vec<Vec<u64>> {
         (0..spec.cfg.pages)
             .map(|p| {
@@ -683,12 +706,23 @@ impl World {
                     .iter()
                     .find(|k| k.machine.home_of(pid) == Some(k.machine.me()));
                 let holder = owner.or(home);
-                match holder {
+                let mut data = match holder {
                     Some(k) if k.machine.access(pid) != Some(PageAccess::Untouched) => {
                         k.mem[p as usize].data.clone()
                     }
                     _ => vec![0; spec.words],
+                };
+                for k in &self.clusters {
+                    let pg = &k.mem[p as usize];
+                    if let Some(twin) = &pg.twin {
+                        for (w, (&cur, &old)) in pg.data.iter().zip(twin).enumerate() {
+                            if cur != old {
+                                data[w] = cur;
+                            }
+                        }
+                    }
                 }
+                data
             })
             .collect()
     }
@@ -746,18 +780,61 @@ impl World {
         Ok(())
     }
 
+    /// hlrc invariant of private home pages: while a home holds a page writable and
+    /// its copyset names no other cluster (its writes are not tracked), no other
+    /// cluster holds a valid copy — except a cluster waiting at a barrier, whose
+    /// copy of a page that migrated meanwhile is dropped by the departure before any
+    /// of its threads runs again.
+    pub fn check_private_pages(&self, spec: &Spec) -> Result<(), String> {
+        if spec.cfg.protocol != Protocol::Hlrc {
+            return Ok(());
+        }
+        for p in 0..spec.cfg.pages {
+            let pid = page(p);
+            for (h, k) in self.clusters.iter().enumerate() {
+                let me = k.machine.me();
+                if k.machine.home_of(pid) != Some(me)
+                    || k.mem[p as usize].prot != Prot::Rw
+                    || k.machine.copyset(pid).iter().any(|&c| c != me)
+                {
+                    continue;
+                }
+                for (i, other) in self.clusters.iter().enumerate() {
+                    if i == h || other.mem[p as usize].prot == Prot::None {
+                        continue;
+                    }
+                    let at_barrier = self
+                        .threads
+                        .iter()
+                        .filter(|t| usize::from(t.cluster) == i)
+                        .all(|t| t.block == Block::Barrier);
+                    if !at_barrier {
+                        return Err(format!(
+                            "page {p} is private and writable at its home {h}, but cluster {i} holds a copy"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Runs the job to completion with `choose(n)` picking among `n` enabled steps;
     /// returns an error on a violated check or a deadlock.
     pub fn run(spec: &Spec, mut choose: impl FnMut(usize) -> usize) -> Result<World, String> {
         let mut w = World::new(spec);
         let mut steps = 0u64;
+        let mut trace: Vec<String> = Vec::new();
         loop {
             if let Some(e) = &w.error {
+                let dump: Vec<String> = w.clusters.iter().map(|k| format!("{:?}", k.machine)).collect();
+                std::fs::write("/tmp/gap.txt", format!("{}\n\nTRACE\n{}", dump.join("\n\n"), trace.join("\n"))).unwrap();
                 return Err(e.clone());
             }
             if spec.cfg.protocol == Protocol::Sc {
                 w.check_sc(spec)?;
             }
+            w.check_private_pages(spec)?;
             let threads = w.runnable(spec);
             let packets = w.deliverable();
             let n = threads.len() + packets.len();
@@ -773,8 +850,12 @@ impl World {
             }
             let i = choose(n);
             if i < threads.len() {
-                w.step_thread(spec, threads[i]);
+                let t = threads[i];
+                trace.push(format!("thread {t} (c{}) op {:?}", w.threads[t].cluster, spec.threads[t].1.get(w.threads[t].pc)));
+                w.step_thread(spec, t);
             } else {
+                let pk = &w.net[packets[i - threads.len()]];
+                trace.push(format!("deliver {}->{} op {:#x} payload {:#x}", pk.from, pk.to, pk.opcode, pk.payload));
                 w.deliver(spec, packets[i - threads.len()]);
             }
             steps += 1;

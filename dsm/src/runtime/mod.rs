@@ -7,11 +7,11 @@ pub(crate) mod slots;
 pub(crate) mod sync;
 
 use self::core::{Core, Resolver, Tuning};
-use self::sync::{Acquired, LocalBarrier, LocalLocks};
+use self::sync::LocalBarrier;
 use crate::array::SharedArray;
 use crate::error::DsmError;
 use crate::stats::{ClusterStats, JobStats, bump};
-use crate::transport::{PROTOCOL_QUEUE, Transport};
+use crate::transport::{PROTOCOL_QUEUE, Transport, WAKE_QUEUES};
 use crate::uffd::{Backing, PAGE_SIZE, Region, RegionConfig};
 use crate::wire::RuntimeOp;
 use bytemuck::Pod;
@@ -19,7 +19,9 @@ use multigrain_cluster_config::{HomePolicy, JobConfig, Protocol as CfgProtocol};
 use multigrain_coherence::{
     ClusterId, Config, Event, HomePolicy as Homes, LockId, MAX_LOCKS, Machine, Protocol,
 };
-use multigrain_messaging::{Destination, Express, SiteId, SourceId, VirtualName};
+use multigrain_messaging::{
+    Destination, Express, QueueId, SiteId, SourceId, TableWriter, VirtualName,
+};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +29,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use self::core::FAULT_EXIT_CODE;
-pub use self::sync::MAX_LOCAL_HANDOFFS;
+pub use multigrain_coherence::sync::MAX_LOCAL_HANDOFFS;
 
 /// Tuning of a cluster's runtime beyond the job configuration. `Default` is what a job
 /// should use.
@@ -40,7 +42,12 @@ pub use self::sync::MAX_LOCAL_HANDOFFS;
 /// produce the awaited message runs even when there are more runnable threads than
 /// cores. Measured with the multi-process counter test (4 clusters × 2 threads, 80,000
 /// lock-protected increments, hlrc): polling 50 µs 23 s, 200 µs 11 s, 500 µs 1.4 s,
-/// 1 ms 1.2 s, 2 ms 1.1 s; never polling 44 s.
+/// 1 ms 1.2 s, 2 ms 1.1 s; never polling 44 s. Re-measured after waits got their own
+/// wake-up queues (no lost wake-ups) and locks became cached in clusters, on Water
+/// 512 × 50 over UDP: 2×1 / 2×2 took 4.2 / 6.3 s sleeping at once (the message layer's
+/// blocking receive, on the INI sockets or the doorbell), 4.6 / 4.9 s after 50 µs of
+/// polling, 3.8 / 4.3 s after 200 µs and 3.8 / 3.7 s after 1 ms; 3 ms was within the
+/// noise of 1 ms. A wake-up costs more than a whole exchange here, so polling stays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DsmOptions {
     /// Map this cluster's region at this address instead of `dsm.region_base`. Only for
@@ -49,8 +56,8 @@ pub struct DsmOptions {
     /// `None` (the default) uses the configuration.
     pub region_base: Option<usize>,
     /// How long a thread waiting for a page, a lock or a barrier polls the protocol
-    /// queue (yielding between polls) before it sleeps on the queue's doorbell. Default
-    /// 1 ms.
+    /// queue (yielding between polls) before it sleeps in the message layer's blocking
+    /// receive. Default 1 ms.
     pub wait_spin: Duration,
     /// How long the protocol thread polls after a message before it sleeps. Default
     /// 1 ms.
@@ -82,6 +89,34 @@ fn fingerprint(cfg: &JobConfig) -> u64 {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
     h & ((1 << 40) - 1)
+}
+
+/// Maps the virtual names of a runtime endpoint: name `c < clusters` to cluster `c`'s
+/// protocol queue, name `clusters + i` to this cluster's wake-up queue `1 + i`
+/// ([`crate::WAKE_QUEUES`]); the source id is this cluster's id.
+pub(crate) fn map_destinations(
+    table: &TableWriter,
+    me: usize,
+    clusters: usize,
+) -> Result<(), String> {
+    let source = SourceId::new(me as u16)
+        .ok_or_else(|| format!("cluster id {me} does not fit a source id"))?;
+    let names = (0..clusters)
+        .map(|c| (c, SiteId(c as u16), PROTOCOL_QUEUE))
+        .chain((0..WAKE_QUEUES).map(|i| (clusters + i, SiteId(me as u16), QueueId(1 + i as u16))));
+    for (name, site, queue) in names {
+        table
+            .map(
+                VirtualName(name as u16),
+                Destination {
+                    site,
+                    queue,
+                    source,
+                },
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// The coherence configuration of a job.
@@ -163,7 +198,6 @@ pub struct Dsm {
 struct Inner {
     core: Arc<Core>,
     region: Arc<Region>,
-    locks: LocalLocks,
     running: AtomicBool,
     threads: Vec<usize>,
     options: DsmOptions,
@@ -243,20 +277,7 @@ impl Dsm {
                     cluster: me,
                     source,
                 })?;
-        for c in 0..clusters {
-            table
-                .map(
-                    VirtualName(c as u16),
-                    Destination {
-                        site: SiteId(c as u16),
-                        queue: PROTOCOL_QUEUE,
-                        source: SourceId::new(me as u16).ok_or_else(|| {
-                            config_err(format!("cluster id {me} does not fit a source id"))
-                        })?,
-                    },
-                )
-                .map_err(|e| config_err(e.to_string()))?;
-        }
+        map_destinations(&table, me, clusters).map_err(config_err)?;
         let peer_timeout = cfg.job.peer_timeout();
         let tuning = Tuning {
             spin: options.wait_spin,
@@ -294,7 +315,6 @@ impl Dsm {
             inner: Arc::new(Inner {
                 core,
                 region: Arc::new(region),
-                locks: LocalLocks::default(),
                 running: AtomicBool::new(false),
                 threads: cfg.clusters.iter().map(|c| c.threads).collect(),
                 options,
@@ -770,19 +790,14 @@ impl Inner {
             max: MAX_LOCKS,
         })?;
         let t0 = Instant::now();
-        let how = self.locks.lock(&self.core, id, || {
-            self.core.sync(
-                &self.region,
-                |token| Event::Acquire { lock, token },
-                &|| format!("acquiring lock {id}"),
-            )
-        })?;
+        self.core.sync(
+            &self.region,
+            |token| Event::Acquire { lock, token },
+            &|| format!("acquiring lock {id}"),
+        )?;
         let c = &self.core.counters;
         bump(&c.lock_acquires, 1);
         bump(&c.lock_wait_ns, t0.elapsed().as_nanos() as u64);
-        if matches!(how, Acquired::Local) {
-            bump(&c.lock_local_handoffs, 1);
-        }
         Ok(LockGuard {
             inner: self,
             id,
@@ -792,13 +807,11 @@ impl Inner {
 
     fn unlock(&self, id: u32) -> Result<(), DsmError> {
         let lock = LockId::new(id).expect("checked at lock");
-        self.locks.unlock(id, || {
-            self.core.sync(
-                &self.region,
-                |token| Event::Release { lock, token },
-                &|| format!("releasing lock {id}"),
-            )
-        })
+        self.core.sync(
+            &self.region,
+            |token| Event::Release { lock, token },
+            &|| format!("releasing lock {id}"),
+        )
     }
 }
 

@@ -101,15 +101,16 @@ impl Slots {
         self.free.lock().push(i);
     }
 
-    /// Completes the wait named by `token`. Returns `true` when its owner sleeps on the
-    /// doorbell and must be woken (by a message to the own protocol queue).
-    pub(crate) fn complete(&self, token: u64) -> bool {
-        let Some(slot) = self.slots.get((token >> 32) as usize) else {
+    /// Completes the wait named by `token`. Returns the slot when its owner sleeps and
+    /// must be woken (by a message to the slot's wake-up queue).
+    pub(crate) fn complete(&self, token: u64) -> Option<u32> {
+        let index = (token >> 32) as u32;
+        let Some(slot) = self.slots.get(index as usize) else {
             tracing::error!("completion of unknown token {token:#x}");
-            return false;
+            return None;
         };
         slot.done.store(token as u32, Ordering::SeqCst);
-        slot.sleeping.load(Ordering::SeqCst)
+        slot.sleeping.load(Ordering::SeqCst).then_some(index)
     }
 }
 

@@ -324,13 +324,19 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "remote fetches (pages)", &|c| c.remote_fetches);
     row(&mut s, "pages installed", &|c| c.pages_installed);
     row(&mut s, "twins", &|c| c.twins);
+    row(&mut s, "home writes to private pages", &|c| {
+        c.protocol.private_home_writes
+    });
     row(&mut s, "diffs sent", &|c| c.diffs_sent);
     row(&mut s, "diff bytes sent", &|c| c.diff_bytes_sent);
     row(&mut s, "diffs applied (as home)", &|c| c.diffs_applied);
     row(&mut s, "invalidations", &|c| c.invalidations);
     row(&mut s, "lock acquires", &|c| c.lock_acquires);
-    row(&mut s, "  passed inside the cluster", &|c| {
+    row(&mut s, "  served inside the cluster", &|c| {
         c.lock_local_handoffs
+    });
+    row(&mut s, "  pushed here before asked", &|c| {
+        c.protocol.lock_pushes_received
     });
     row(&mut s, "lock wait (ms, all threads)", &|c| {
         ms(c.lock_wait_ns)
