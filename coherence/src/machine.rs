@@ -1061,8 +1061,11 @@ impl Machine {
             self.hlrc_apply_notices(notices, out)?;
         }
         self.time.merge(&time);
-        self.log.collect_garbage(&self.time);
-        self.locks.collect_garbage(&self.time);
+        // Only what the departure's time covers has been seen by every cluster: this
+        // cluster's own time may already be ahead (a cached lock given back while it
+        // waited at the barrier closes an interval after its arrival).
+        self.log.collect_garbage(&time);
+        self.locks.collect_garbage(&time);
         self.barrier.episode = self.barrier.episode.wrapping_add(1);
         self.stats.barriers += 1;
         if let Some(token) = self.barrier.waiting.take() {

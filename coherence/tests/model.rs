@@ -515,11 +515,11 @@ fn sc_threads_and_locks() {
 // * with private pages disabled the other hlrc counts are 120,850 (transitive, was
 //   74,502), 18,652 (threads, was 16,337), 5,422 (first touch, was 5,546), 406
 //   (across a barrier, was 382) and 1,506 (pushes, new): the lock protocol's share.
-const EXPECTED_HLRC_TRANSITIVE: usize = 189_365;
-const EXPECTED_HLRC_BARRIER: usize = 10_207;
-const EXPECTED_HLRC_THREADS: usize = 33_314;
-const EXPECTED_HLRC_FIRST_TOUCH: usize = 8_401;
-const EXPECTED_HLRC_ACROSS_BARRIER: usize = 768;
-const EXPECTED_HLRC_PUSHES: usize = 1_922;
+const EXPECTED_HLRC_TRANSITIVE: usize = 203_362;
+const EXPECTED_HLRC_BARRIER: usize = 10_563;
+const EXPECTED_HLRC_THREADS: usize = 35_336;
+const EXPECTED_HLRC_FIRST_TOUCH: usize = 9_989;
+const EXPECTED_HLRC_ACROSS_BARRIER: usize = 790;
+const EXPECTED_HLRC_PUSHES: usize = 2_609;
 const EXPECTED_SC_RACING: usize = 125_660;
 const EXPECTED_SC_THREADS: usize = 6_527;
