@@ -15,8 +15,9 @@
 //! * **Write fault** on a read-only non-home page: `MakeTwin`, `Unprotect`; the page
 //!   joins the interval's write set. On a missing page: fetch, then install, twin,
 //!   unprotect. At the home: unprotect only (no twin — the master is updated in
-//!   place) but the page still joins the write set, so the home's own writes produce
-//!   write notices. If this cluster's previous diff of the page is not yet
+//!   place); the page joins the write set, so the home's own writes produce write
+//!   notices, *if another cluster may hold a copy* (see *private home pages* below).
+//!   If this cluster's previous diff of the page is not yet
 //!   acknowledged, the fault waits for the acknowledgement before taking the twin:
 //!   at most one diff per page and cluster is in flight, because the network may
 //!   deliver two diffs of the same words out of order (the random-program tests
@@ -45,6 +46,45 @@
 //! and its next fault fetches from the home after that point. (HLRC, Zhou, Iftode,
 //! Li, OSDI 1996 §2, enforces the same with per-page flush timestamps; MGS, ISCA 1996
 //! §3, also completes a release only after the home has the data.)
+//!
+//! # Private home pages
+//!
+//! The home's own writes need write notices only so that clusters holding a copy
+//! invalidate it. While the copyset of a home page names no other cluster, nobody
+//! else can hold a copy, so the home's write fault makes the page writable *without*
+//! adding it to the write set: it stays writable across releases and produces no
+//! write notice, no write-protection and no further fault. The first `GetPage` from
+//! another cluster ends this: the page joins the write set as it is copied, so the
+//! home's next release write-protects it and records a notice for it, and from then
+//! on its writes fault and are tracked as above (the copyset never shrinks, except
+//! when a migration resets it).
+//!
+//! Why no notice is lost: a notice for a home write `w` is needed only by a cluster
+//! whose copy was taken before `w`. Every copy of a private page is taken by a
+//! `GetPage` that puts the page in the write set; a write after the copy is then
+//! covered by the notice of the home's next release, which every happens-before
+//! chain from that write to another cluster passes through. (Write-protecting the
+//! page before the copy instead would cost a `UFFDIO_WRITEPROTECT` — with its TLB
+//! shootdown — on the fetch's critical path: 16 → 38 µs per remote fault in `bench
+//! dsm`, where both clusters share one process.) A fetch in flight while the page is
+//! still private needs no stale mark either: its reply is copied after every write
+//! that completed before it. Writes to a private page that precede another
+//! cluster's first fetch in the same barrier interval are not in the home's records,
+//! so the barrier manager may migrate the page to that single reported writer —
+//! correctly, since its copy includes them.
+//!
+//! Invariant (checked by the model): a home page that is writable and not in the
+//! write set is private — no other cluster holds a copy.
+//!
+//! This is the private/shared page classification of ArgoDSM's Pyxis directory
+//! (Kaxiras, Klaftenegger, Norgren, Ros, Sagonas, "Turning Centralized Coherence
+//! and Distributed Critical-Section Execution on their Head", HPDC 2015; in
+//! etascale/argodsm `src/backend/mpi/swdsm.cpp` the per-page sharer and writer
+//! bitmaps `globalSharers`: a page with a single sharer is private and needs no
+//! coherence action, and the first remote access turns it shared) applied to the
+//! home's write detection in HLRC (Zhou, Iftode, Li, OSDI 1996 §2: home writes need
+//! no twin or diff; here they need no notice either while the home is the page's
+//! only holder).
 //!
 //! # Single-writer fast path: home migration at barriers
 //!
@@ -120,15 +160,38 @@ impl Machine {
         }
     }
 
+    /// Whether a cluster other than this one may hold a copy of `page`, homed here
+    /// (its copyset names another cluster).
+    pub(crate) fn hlrc_shared(&self, page: PageId) -> bool {
+        self.copysets
+            .get(&page)
+            .is_some_and(|c| c.contains_other_than(self.me))
+    }
+
+    /// A write at the home made `page` writable: tracked (write set, notices) only if
+    /// another cluster may hold a copy (see *Private home pages*).
+    fn hlrc_home_written(&mut self, page: PageId) {
+        if self.hlrc_shared(page) {
+            self.mark_written(page);
+        } else {
+            self.stats.private_home_writes += 1;
+        }
+    }
+
     /// Write fault on a valid read-only page: twin (outside the home), unprotect.
     fn hlrc_make_writable(&mut self, page: PageId, waiters: &[Waiter], out: &mut Vec<Action>) {
-        if self.homes.get(page) != Some(self.me) {
+        let home = self.homes.get(page) == Some(self.me);
+        if !home {
             out.push(Action::MakeTwin { page });
             self.stats.twins += 1;
         }
         out.push(Action::Unprotect { page });
         self.entry(page).access = PageAccess::ReadWrite;
-        self.mark_written(page);
+        if home {
+            self.hlrc_home_written(page);
+        } else {
+            self.mark_written(page);
+        }
         Self::wake(page, waiters, out);
     }
 
@@ -155,7 +218,7 @@ impl Machine {
         });
         if write {
             self.entry(page).access = PageAccess::ReadWrite;
-            self.mark_written(page);
+            self.hlrc_home_written(page);
         } else {
             self.entry(page).access = PageAccess::ReadOnly;
         }
@@ -199,6 +262,14 @@ impl Machine {
     ) -> Result<(), ProtocolError> {
         if !self.require_home(from, page, &Message::GetPage { page })? {
             return Ok(());
+        }
+        let e = self.entry(page);
+        if e.access == PageAccess::ReadWrite && !e.written {
+            // A private home page (writable, untracked) gets its first remote copy: it
+            // joins the write set, so the next release write-protects it and records a
+            // notice covering every write from now on.
+            self.stats.home_pages_shared += 1;
+            self.mark_written(page);
         }
         let zero = match self.entry(page).access {
             PageAccess::Untouched => true,
@@ -530,16 +601,31 @@ impl Machine {
                 continue;
             }
             self.homes.set(p, new);
-            if old == Some(me) {
+            let was_home = old == Some(me);
+            if was_home {
                 self.copysets.remove(&p);
-                if self.entry(p).access == PageAccess::Untouched {
-                    self.entry(p).access = PageAccess::Invalid;
+                let e = self.entry(p);
+                if e.access == PageAccess::Untouched {
+                    e.access = PageAccess::Invalid;
+                }
+                if e.written {
+                    // A private page that another cluster fetched while this cluster
+                    // waited at the barrier: in the write set only to be protected at
+                    // the next release; no thread has written it since the copy.
+                    e.written = false;
+                    self.written.retain(|&q| q != p);
                 }
             }
             if new != me {
                 let e = self.entry(p);
                 match e.access {
                     PageAccess::ReadOnly => {
+                        e.access = PageAccess::Invalid;
+                        invalid.push(p);
+                    }
+                    // The old home's writable copy (see above) is the master the new
+                    // home copied: drop it like a read-only one.
+                    PageAccess::ReadWrite if was_home => {
                         e.access = PageAccess::Invalid;
                         invalid.push(p);
                     }

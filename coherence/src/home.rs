@@ -96,6 +96,15 @@ impl CopySet {
         self.bits.get(w).is_some_and(|x| x & (1 << b) != 0)
     }
 
+    /// Whether the set holds a cluster other than `c`.
+    pub(crate) fn contains_other_than(&self, c: ClusterId) -> bool {
+        let (w, b) = (c.index() / 64, c.index() % 64);
+        self.bits.iter().enumerate().any(|(i, &x)| {
+            let x = if i == w { x & !(1u64 << b) } else { x };
+            x != 0
+        })
+    }
+
     pub(crate) fn clear(&mut self) {
         self.bits.clear();
     }
@@ -121,11 +130,14 @@ mod tests {
         s.insert(c(3));
         s.insert(c(700));
         assert!(s.contains(c(700)) && !s.contains(c(4)));
+        assert!(s.contains_other_than(c(3)) && s.contains_other_than(c(700)));
         assert_eq!(s.iter().collect::<Vec<_>>(), vec![c(3), c(700)]);
         s.remove(c(700));
         assert_eq!(s.bits.len(), 1);
+        assert!(!s.contains_other_than(c(3)) && s.contains_other_than(c(4)));
         s.remove(c(3));
         assert!(s.bits.is_empty() && s.iter().next().is_none());
+        assert!(!s.contains_other_than(c(3)));
     }
 
     #[test]

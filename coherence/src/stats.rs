@@ -30,6 +30,12 @@ pub struct Stats {
     pub zero_pages_served: u64,
     /// Twins made.
     pub twins: u64,
+    /// hlrc: write faults at the home on a page no other cluster has fetched: the
+    /// page stays writable across releases and produces no write notices.
+    pub private_home_writes: u64,
+    /// hlrc: private writable home pages another cluster fetched (from then on the
+    /// home's writes are tracked).
+    pub home_pages_shared: u64,
     /// Write faults that waited for the acknowledgement of this cluster's previous
     /// diff of the page before taking a twin.
     pub twin_waits: u64,
@@ -85,6 +91,8 @@ impl AddAssign for Stats {
             pages_served,
             zero_pages_served,
             twins,
+            private_home_writes,
+            home_pages_shared,
             twin_waits,
             diffs_sent,
             diffs_at_acquire,
@@ -115,6 +123,8 @@ impl AddAssign for Stats {
         self.pages_served += pages_served;
         self.zero_pages_served += zero_pages_served;
         self.twins += twins;
+        self.private_home_writes += private_home_writes;
+        self.home_pages_shared += home_pages_shared;
         self.twin_waits += twin_waits;
         self.diffs_sent += diffs_sent;
         self.diffs_at_acquire += diffs_at_acquire;

@@ -243,88 +243,96 @@ fn release_protects_then_diffs_and_waits_for_acks() {
     assert_eq!(me.vector_time().entries(), &[1]);
 }
 
-/// The home's own writes need no twin and no diff, but still produce write notices.
+/// The home's own writes need no twin and no diff. While no other cluster has
+/// fetched the page they need no write notice either (the page stays writable across
+/// releases); once another cluster holds a copy, they produce write notices.
+/// Source: HLRC (OSDI 1996 §2) home writes; private pages as in ArgoDSM (HPDC 2015).
 #[test]
-fn home_writes_produce_write_notices() {
+fn home_writes_produce_write_notices_once_shared() {
     let cfg = Config::new(Protocol::Hlrc, 2, 4);
     let mut home = Machine::new(c(0), cfg.clone()).unwrap();
     let mut other = Machine::new(c(1), cfg).unwrap();
-    let a = run(
-        &mut home,
-        Event::WriteFault {
-            page: p(0),
-            token: FaultToken(1),
-        },
-    );
+    let write = |t| Event::WriteFault {
+        page: p(0),
+        token: FaultToken(t),
+    };
+    let wake = |t| Action::Wake {
+        page: p(0),
+        tokens: vec![FaultToken(t)],
+    };
+    let acquire = |t| Event::Acquire {
+        lock: l(0),
+        token: SyncToken(t),
+    };
+    let release = |t| Event::Release {
+        lock: l(0),
+        token: SyncToken(t),
+    };
+    let done = |t| Action::ReleaseDone {
+        lock: l(0),
+        token: SyncToken(t),
+    };
+    let one = PageRange {
+        start: p(0),
+        count: 1,
+    };
     assert_eq!(
-        a,
+        run(&mut home, write(1)),
         vec![
             Action::Install {
                 page: p(0),
                 source: Source::Zero,
                 writable: true
             },
-            Action::Wake {
-                page: p(0),
-                tokens: vec![FaultToken(1)]
-            },
+            wake(1),
         ]
     );
-    run(
-        &mut home,
-        Event::Acquire {
-            lock: l(0),
-            token: SyncToken(1),
-        },
-    );
+    assert_eq!(home.stats().private_home_writes, 1);
+    // a release neither protects the private page nor records a notice for it
+    run(&mut home, acquire(1));
+    assert_eq!(run(&mut home, release(1)), vec![done(1)]);
+    assert_eq!(home.access(p(0)), Some(PageAccess::ReadWrite));
+    // cluster 1 fetches the page: it joins the home's write set as it is copied
     let a = run(
-        &mut home,
-        Event::Release {
-            lock: l(0),
-            token: SyncToken(1),
-        },
-    );
-    assert_eq!(
-        a,
-        vec![
-            Action::WriteProtect {
-                pages: PageRange {
-                    start: p(0),
-                    count: 1
-                }
-            },
-            Action::ReleaseDone {
-                lock: l(0),
-                token: SyncToken(1)
-            },
-        ]
-    );
-    // cluster 1 caches page 0, then acquires lock 0 from its manager (cluster 0)
-    run(
         &mut other,
         Event::ReadFault {
             page: p(0),
             token: FaultToken(2),
         },
     );
-    run(
-        &mut other,
-        msg(
-            0,
-            Message::PageData {
-                page: p(0),
-                writable: false,
-                zero: false,
-            },
-        ),
+    let [Action::Send { msg: get, .. }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    let data = Message::PageData {
+        page: p(0),
+        writable: false,
+        zero: false,
+    };
+    assert_eq!(
+        run(&mut home, msg(1, get.clone())),
+        vec![Action::Send {
+            to: c(1),
+            msg: data.clone()
+        }]
     );
-    let a = run(
-        &mut other,
-        Event::Acquire {
-            lock: l(0),
-            token: SyncToken(2),
-        },
+    assert_eq!(home.stats().home_pages_shared, 1);
+    assert_eq!(home.copyset(p(0)), vec![c(0), c(1)]);
+    run(&mut other, msg(0, data));
+    // the home's next release protects the page and records the notice covering its
+    // writes after the copy
+    run(&mut home, acquire(2));
+    assert_eq!(
+        run(&mut home, release(2)),
+        vec![Action::WriteProtect { pages: one }, done(2)]
     );
+    // from now on the home's writes fault and are tracked
+    assert_eq!(
+        run(&mut home, write(3)),
+        vec![Action::Unprotect { page: p(0) }, wake(3)]
+    );
+    // cluster 1 acquires lock 0 from its manager (cluster 0): the grant carries the
+    // notice, and cluster 1 invalidates its copy
+    let a = run(&mut other, acquire(4));
     let [Action::Send { to, msg: req }] = a.as_slice() else {
         panic!("{a:?}")
     };
@@ -342,15 +350,10 @@ fn home_writes_produce_write_notices() {
     assert_eq!(
         a,
         vec![
-            Action::Invalidate {
-                pages: PageRange {
-                    start: p(0),
-                    count: 1
-                }
-            },
+            Action::Invalidate { pages: one },
             Action::AcquireDone {
                 lock: l(0),
-                token: SyncToken(2)
+                token: SyncToken(4)
             },
         ]
     );

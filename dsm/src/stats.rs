@@ -49,6 +49,11 @@ protocol_stats!(
     zero_pages_served,
     /// Twins made.
     twins,
+    /// hlrc: write faults at the home on pages no other cluster holds (kept writable
+    /// across releases, no write notices).
+    private_home_writes,
+    /// hlrc: private writable home pages another cluster fetched (tracked from then on).
+    home_pages_shared,
     /// Write faults that waited for the previous diff's acknowledgement.
     twin_waits,
     /// Diffs sent.

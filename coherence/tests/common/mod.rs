@@ -746,6 +746,45 @@ impl World {
         Ok(())
     }
 
+    /// hlrc invariant of private home pages: while a home holds a page writable and
+    /// its copyset names no other cluster (its writes are not tracked), no other
+    /// cluster holds a valid copy — except a cluster waiting at a barrier, whose
+    /// copy of a page that migrated meanwhile is dropped by the departure before any
+    /// of its threads runs again.
+    pub fn check_private_pages(&self, spec: &Spec) -> Result<(), String> {
+        if spec.cfg.protocol != Protocol::Hlrc {
+            return Ok(());
+        }
+        for p in 0..spec.cfg.pages {
+            let pid = page(p);
+            for (h, k) in self.clusters.iter().enumerate() {
+                let me = k.machine.me();
+                if k.machine.home_of(pid) != Some(me)
+                    || k.mem[p as usize].prot != Prot::Rw
+                    || k.machine.copyset(pid).iter().any(|&c| c != me)
+                {
+                    continue;
+                }
+                for (i, other) in self.clusters.iter().enumerate() {
+                    if i == h || other.mem[p as usize].prot == Prot::None {
+                        continue;
+                    }
+                    let at_barrier = self
+                        .threads
+                        .iter()
+                        .filter(|t| usize::from(t.cluster) == i)
+                        .all(|t| t.block == Block::Barrier);
+                    if !at_barrier {
+                        return Err(format!(
+                            "page {p} is private and writable at its home {h}, but cluster {i} holds a copy"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Runs the job to completion with `choose(n)` picking among `n` enabled steps;
     /// returns an error on a violated check or a deadlock.
     pub fn run(spec: &Spec, mut choose: impl FnMut(usize) -> usize) -> Result<World, String> {
@@ -758,6 +797,7 @@ impl World {
             if spec.cfg.protocol == Protocol::Sc {
                 w.check_sc(spec)?;
             }
+            w.check_private_pages(spec)?;
             let threads = w.runnable(spec);
             let packets = w.deliverable();
             let n = threads.len() + packets.len();

@@ -324,6 +324,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "remote fetches (pages)", &|c| c.remote_fetches);
     row(&mut s, "pages installed", &|c| c.pages_installed);
     row(&mut s, "twins", &|c| c.twins);
+    row(&mut s, "home writes to private pages", &|c| {
+        c.protocol.private_home_writes
+    });
     row(&mut s, "diffs sent", &|c| c.diffs_sent);
     row(&mut s, "diff bytes sent", &|c| c.diff_bytes_sent);
     row(&mut s, "diffs applied (as home)", &|c| c.diffs_applied);
