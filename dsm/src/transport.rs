@@ -336,14 +336,9 @@ pub enum LoopbackNetError {
         /// Why.
         source: multigrain_messaging::SiteError,
     },
-    /// The INIs could not be bound or started.
-    #[error("cluster {cluster}: {source}")]
-    Net {
-        /// The cluster.
-        cluster: usize,
-        /// Why.
-        source: multigrain_messaging::net::NetError,
-    },
+    /// The INIs could not be bound or started (a bind error names the cluster and address).
+    #[error(transparent)]
+    Net(#[from] multigrain_messaging::net::NetError),
 }
 
 /// Like [`local_transports`], but the clusters reach each other through INI threads over
@@ -356,30 +351,15 @@ pub enum LoopbackNetError {
 pub fn loopback_network_transports(
     cfg: &JobConfig,
 ) -> Result<(Vec<Transport>, Vec<multigrain_messaging::net::IniGroup>), LoopbackNetError> {
-    use multigrain_messaging::net::{BoundInis, NetConfig};
+    use multigrain_messaging::net::{NetConfig, connect_loopback};
     let n = cfg.clusters.len();
-    let net = NetConfig::from_job(cfg);
     let mut sites = Vec::with_capacity(n);
-    let mut bound = Vec::with_capacity(n);
     for c in 0..n {
         let mut sc = site_config(cfg, c);
         sc.shared = false;
         sites.push(Site::new(sc).map_err(|source| LoopbackNetError::Site { cluster: c, source })?);
-        bound.push(
-            BoundInis::bind(SiteId(c as u16), "127.0.0.1", 0, cfg.ini.per_cluster)
-                .map_err(|source| LoopbackNetError::Net { cluster: c, source })?,
-        );
     }
-    let addrs: Vec<Vec<std::net::SocketAddr>> = bound.iter().map(|b| b.addrs().to_vec()).collect();
-    let mut groups = Vec::with_capacity(n);
-    for (c, b) in bound.into_iter().enumerate() {
-        let remote: Vec<Option<Vec<_>>> =
-            (0..n).map(|p| (p != c).then(|| addrs[p].clone())).collect();
-        groups.push(
-            b.start(&sites[c], &net, &remote)
-                .map_err(|source| LoopbackNetError::Net { cluster: c, source })?,
-        );
-    }
+    let groups = connect_loopback(&sites, &NetConfig::from_job(cfg), cfg.ini.per_cluster)?;
     let transports = sites
         .into_iter()
         .enumerate()

@@ -25,15 +25,22 @@ const DEADLINE: Duration = Duration::from_secs(120);
 /// so that the two ends of a ping-pong or stream sit on different CPUs run after run
 /// instead of sometimes time-sharing one. Returns a guard restoring the thread's previous
 /// CPU set; best effort (does nothing where affinity cannot be read or set).
+///
+/// The CPUs "this process may use" are the calling thread's CPU set at the first call in
+/// the process, remembered: a thread spawned by a pinned thread inherits its single CPU,
+/// and must still be able to pin itself to another one.
 pub fn pin_to_cpu(i: usize) -> PinGuard {
     use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
     use nix::unistd::Pid;
+    static ALLOWED: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
     let Ok(before) = sched_getaffinity(Pid::from_raw(0)) else {
         return PinGuard(None);
     };
-    let cpus: Vec<usize> = (0..CpuSet::count())
-        .filter(|&c| before.is_set(c).unwrap_or(false))
-        .collect();
+    let cpus = ALLOWED.get_or_init(|| {
+        (0..CpuSet::count())
+            .filter(|&c| before.is_set(c).unwrap_or(false))
+            .collect()
+    });
     if cpus.len() < 2 {
         return PinGuard(None);
     }
@@ -795,5 +802,44 @@ pub mod network {
             }
             t0.elapsed()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pin_to_cpu;
+    use nix::sched::sched_getaffinity;
+    use nix::unistd::Pid;
+
+    fn cpus_of_this_thread() -> Vec<usize> {
+        let set = sched_getaffinity(Pid::from_raw(0)).expect("getaffinity");
+        (0..nix::sched::CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect()
+    }
+
+    #[test]
+    fn a_thread_spawned_by_a_pinned_thread_still_pins_to_another_cpu() {
+        let all = cpus_of_this_thread();
+        let _pin = pin_to_cpu(0);
+        let here = cpus_of_this_thread();
+        if all.len() < 2 {
+            assert_eq!(here, all, "one CPU: pinning must leave the set alone");
+            return;
+        }
+        assert_eq!(here.len(), 1, "pinned to one CPU");
+        let there = std::thread::spawn(|| {
+            let inherited = cpus_of_this_thread();
+            let _pin = pin_to_cpu(1);
+            (inherited, cpus_of_this_thread())
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(
+            there.0, here,
+            "a spawned thread inherits its parent's CPU set"
+        );
+        assert_eq!(there.1.len(), 1);
+        assert_ne!(there.1, here, "the two ends of a ping-pong share a CPU");
     }
 }

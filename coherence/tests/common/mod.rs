@@ -824,11 +824,8 @@ impl World {
     pub fn run(spec: &Spec, mut choose: impl FnMut(usize) -> usize) -> Result<World, String> {
         let mut w = World::new(spec);
         let mut steps = 0u64;
-        let mut trace: Vec<String> = Vec::new();
         loop {
             if let Some(e) = &w.error {
-                let dump: Vec<String> = w.clusters.iter().map(|k| format!("{:?}", k.machine)).collect();
-                std::fs::write("/tmp/gap.txt", format!("{}\n\nTRACE\n{}", dump.join("\n\n"), trace.join("\n"))).unwrap();
                 return Err(e.clone());
             }
             if spec.cfg.protocol == Protocol::Sc {
@@ -851,11 +848,8 @@ impl World {
             let i = choose(n);
             if i < threads.len() {
                 let t = threads[i];
-                trace.push(format!("thread {t} (c{}) op {:?}", w.threads[t].cluster, spec.threads[t].1.get(w.threads[t].pc)));
                 w.step_thread(spec, t);
             } else {
-                let pk = &w.net[packets[i - threads.len()]];
-                trace.push(format!("deliver {}->{} op {:#x} payload {:#x}", pk.from, pk.to, pk.opcode, pk.payload));
                 w.deliver(spec, packets[i - threads.len()]);
             }
             steps += 1;

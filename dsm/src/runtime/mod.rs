@@ -149,8 +149,8 @@ fn coherence_config(cfg: &JobConfig, me: usize) -> Result<Config, DsmError> {
 ///
 /// ```no_run
 /// # use multigrain_dsm::*;
-/// # fn transport() -> Transport { unimplemented!() }
 /// let cfg = multigrain_cluster_config::JobConfig::local(2, 2);
+/// # let transport = || transport::local_transports(&cfg).expect("sites").remove(0);
 /// // 1. Join: every cluster process, with its Transport from the job bootstrap.
 /// let mut dsm = Dsm::join(transport(), &cfg)?;
 /// // 2. Allocate collectively (same calls, same order, in every cluster), before `run`.
