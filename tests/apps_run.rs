@@ -29,25 +29,11 @@ fn one_job_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Launcher variables that would make `multigrain run` a cluster process.
-const LAUNCH_VARS: [&str; 10] = [
-    "MULTIGRAIN_CLUSTER_ID",
-    "MULTIGRAIN_CLUSTERS",
-    "MULTIGRAIN_COORDINATOR",
-    "MULTIGRAIN_CONFIG",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "PMI_RANK",
-    "PMI_SIZE",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-];
-
 /// `multigrain run ARGS…`, started as a user would (no launcher variables).
 fn run_cmd(name: &str, args: &[&str]) -> Proc {
     let mut cmd = Command::new(bin());
     cmd.arg("run").args(args);
-    for var in LAUNCH_VARS {
+    for var in common::LAUNCH_VARS {
         cmd.env_remove(var);
     }
     Proc::spawn(name, cmd)
@@ -428,7 +414,7 @@ fn launch_and_srun_start_cluster_processes_of_the_same_command() {
         "em3d",
     ])
     .args(size);
-    for var in LAUNCH_VARS {
+    for var in common::LAUNCH_VARS {
         cmd.env_remove(var);
     }
     let mut job = Proc::spawn("launch run em3d", cmd);
@@ -465,7 +451,7 @@ fn launch_and_srun_start_cluster_processes_of_the_same_command() {
             let mut cmd = Command::new(bin());
             cmd.args(["run", "em3d", "--config", srun_cfg.to_str().unwrap()])
                 .args(size);
-            for var in LAUNCH_VARS {
+            for var in common::LAUNCH_VARS {
                 cmd.env_remove(var);
             }
             cmd.env("SLURM_PROCID", r.to_string())

@@ -27,18 +27,7 @@ fn config(dir: &TempDir, clusters: usize, port: u16, startup_ms: u64) -> std::pa
 fn rank(vars: (&str, &str), rank: usize, size: usize, config: &std::path::Path) -> Proc {
     let mut cmd = Command::new(bin());
     cmd.arg("hello").arg("--config").arg(config);
-    for var in [
-        "MULTIGRAIN_CLUSTER_ID",
-        "MULTIGRAIN_CLUSTERS",
-        "MULTIGRAIN_COORDINATOR",
-        "MULTIGRAIN_CONFIG",
-        "SLURM_PROCID",
-        "SLURM_NTASKS",
-        "PMI_RANK",
-        "PMI_SIZE",
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-    ] {
+    for var in common::LAUNCH_VARS {
         cmd.env_remove(var);
     }
     cmd.env(vars.0, rank.to_string())

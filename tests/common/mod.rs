@@ -326,3 +326,19 @@ pub fn local_config(
         ),
     )
 }
+
+/// Variables that make a `multigrain` process a cluster of a launched job (set by
+/// `multigrain launch`, Slurm, PMI or Open MPI): tests remove them from child
+/// environments so that each child gets only the identity the test gives it.
+pub const LAUNCH_VARS: [&str; 10] = [
+    "MULTIGRAIN_CLUSTER_ID",
+    "MULTIGRAIN_CLUSTERS",
+    "MULTIGRAIN_COORDINATOR",
+    "MULTIGRAIN_CONFIG",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+];
