@@ -484,6 +484,17 @@ fn exactly_once(slot: usize, delivery: Delivery) {
         for t in threads {
             t.join().unwrap();
         }
+        // An install wakes the faulting threads before the resolver counts it, so a handler
+        // thread preempted between the two may still owe its count: wait for it (bounded).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while counter
+            .installed
+            .iter()
+            .any(|n| n.load(Ordering::SeqCst) < round)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         for (p, n) in counter.installed.iter().enumerate() {
             assert_eq!(n.load(Ordering::SeqCst), round, "{delivery:?}: page {p}");
         }

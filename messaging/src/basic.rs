@@ -252,6 +252,13 @@ impl BasicRing {
         Ok(true)
     }
 
+    /// True if no message is queued: two loads, no lock (the receive loop's fast path).
+    #[inline(always)]
+    pub(crate) fn looks_empty(&self) -> bool {
+        let h = self.header();
+        h.tail.load(Ordering::Acquire) == h.head.load(Ordering::Relaxed)
+    }
+
     /// Removes the oldest message, or `None` if empty. A slot whose recorded length is
     /// corrupt is dropped and reported as `Some(Err(len))`.
     pub(crate) fn pop(&self) -> Option<Result<BasicMsg, u32>> {

@@ -150,6 +150,42 @@ pub fn atomic_pingpong(round_trips: u64) -> Duration {
     elapsed
 }
 
+/// Baseline: like [`atomic_pingpong`], but each direction has its own flag on its own
+/// cache line, as any ping-pong through two queues must (the ping's queue and the pong's
+/// queue are different memory). Each one-way trip then needs the writer to take a line the
+/// reader is spinning on, where the one-flag ping-pong's writer already holds its line:
+/// the floor under a queue-based round trip on this machine.
+pub fn two_flag_pingpong(round_trips: u64) -> Duration {
+    let _pin = pin_to_cpu(0);
+    let flags = Arc::new([
+        CachePadded::new(AtomicU64::new(0)),
+        CachePadded::new(AtomicU64::new(0)),
+    ]);
+    let deadline = Instant::now() + DEADLINE;
+    let echo = {
+        let flags = flags.clone();
+        std::thread::spawn(move || {
+            let _pin = pin_to_cpu(1);
+            for i in 0..round_trips {
+                spin_until(deadline, "two-flag echo", || {
+                    flags[0].load(Ordering::Acquire) == i + 1
+                });
+                flags[1].store(i + 1, Ordering::Release);
+            }
+        })
+    };
+    let t0 = Instant::now();
+    for i in 0..round_trips {
+        flags[0].store(i + 1, Ordering::Release);
+        spin_until(deadline, "two-flag ping", || {
+            flags[1].load(Ordering::Acquire) == i + 1
+        });
+    }
+    let elapsed = t0.elapsed();
+    echo.join().expect("echo thread");
+    elapsed
+}
+
 /// Express messages bounced between two endpoints in two threads (busy polling).
 pub fn express_pingpong(round_trips: u64) -> Duration {
     let _pin = pin_to_cpu(0);
@@ -172,6 +208,37 @@ pub fn express_pingpong(round_trips: u64) -> Duration {
             Express::new(Handler(1), i & crate::word::MAX_PAYLOAD).expect("payload"),
         );
         spin_recv(&a, deadline);
+    }
+    let elapsed = t0.elapsed();
+    echo.join().expect("echo thread");
+    elapsed
+}
+
+/// Baseline: the same ping-pong through two single-producer single-consumer rings (the
+/// `rtrb` crate: cached indices, no read-modify-write, no per-message check of the other
+/// side's line). Not a substitute for Express, which any number of threads may send to and
+/// receive from, but the floor under any ring-based round trip: each message takes a fresh
+/// slot line, where the flag ping-pongs reuse one.
+pub fn spsc_pingpong(round_trips: u64) -> Duration {
+    let _pin = pin_to_cpu(0);
+    let (mut tx_a, mut rx_a) = rtrb::RingBuffer::<u64>::new(1024);
+    let (mut tx_b, mut rx_b) = rtrb::RingBuffer::<u64>::new(1024);
+    let deadline = Instant::now() + DEADLINE;
+    let echo = std::thread::spawn(move || {
+        let _pin = pin_to_cpu(1);
+        for _ in 0..round_trips {
+            let mut v = None;
+            spin_until(deadline, "spsc echo", || {
+                v = rx_a.pop().ok();
+                v.is_some()
+            });
+            tx_b.push(v.expect("value")).expect("room");
+        }
+    });
+    let t0 = Instant::now();
+    for i in 0..round_trips {
+        tx_a.push(i).expect("room");
+        spin_until(deadline, "spsc ping", || rx_b.pop().is_ok());
     }
     let elapsed = t0.elapsed();
     echo.join().expect("echo thread");

@@ -611,8 +611,15 @@ impl Endpoint {
         if let Some(m) = self.poll_local() {
             return Some(m);
         }
-        // Paper 000 §3.4: the receive loop polls the network one time in 8 to 32,
-        // depending on how often recent network polls found something.
+        self.site.net.get()?;
+        self.poll_network()
+    }
+
+    /// The rest of [`Endpoint::try_recv`] on a site with INIs, out of line. Paper 000 §3.4:
+    /// the receive loop polls the network one time in 8 to 32, depending on how often
+    /// recent network polls found something.
+    #[inline(never)]
+    fn poll_network(&self) -> Option<Message> {
         let net = self.site.net.get()?;
         let mut p = self.net.poller.get();
         let poll = p.tick();
@@ -624,7 +631,7 @@ impl Endpoint {
         if poll { self.poll_local() } else { None }
     }
 
-    #[inline]
+    #[inline(always)]
     fn poll_local(&self) -> Option<Message> {
         for q in self.rx.iter() {
             if let Some(m) = self.poll_express(q) {
@@ -737,18 +744,34 @@ impl Endpoint {
 
     /// Takes the next message from one source. Words that are rejected, or bulk fragments
     /// that do not yet complete a message, are consumed and the source is polled again.
-    #[inline]
+    #[inline(always)]
     fn poll_express(&self, q: &RxQueue) -> Option<Message> {
         loop {
             let word = Word(q.express.pop()?);
+            // The common case inline; buffer headers and bad words out of line, so that the
+            // receive loop stays small (paper 000 §4: the poll is on every message's path).
+            if word.is_express() {
+                let received = &self.counters.received;
+                received.express.add(1);
+                received.bytes.add(8);
+                return Some(Message::Express(word.express_msg()));
+            }
             if let Some(m) = self.decode(q.id, word) {
                 return Some(m);
             }
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn poll_basic(&self, q: &RxQueue) -> Option<Message> {
+        if q.basic.looks_empty() {
+            return None;
+        }
+        self.take_basic(q)
+    }
+
+    #[inline(never)]
+    fn take_basic(&self, q: &RxQueue) -> Option<Message> {
         loop {
             match q.basic.pop()? {
                 Ok(m) => {
@@ -762,7 +785,10 @@ impl Endpoint {
         }
     }
 
-    #[inline]
+    /// Turns a received word into a message: Express inline, Tag-On and bulk fragments
+    /// adopt their pool slot. `None` for a rejected word or an incomplete bulk message.
+    #[cold]
+    #[inline(never)]
     fn decode(&self, queue: QueueId, word: Word) -> Option<Message> {
         let received = &self.counters.received;
         let kind = match word.kind() {

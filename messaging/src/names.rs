@@ -78,6 +78,7 @@ impl Destination {
             | u64::from(self.source.get())
     }
 
+    #[inline]
     fn unpack(bits: u64) -> Option<Destination> {
         if bits & VALID == 0 {
             return None;

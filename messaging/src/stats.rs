@@ -125,8 +125,12 @@ pub struct MessageStats {
     pub rejected: RejectCounts,
 }
 
-/// One endpoint's counters (single writer: the endpoint).
+/// One endpoint's counters (single writer: the endpoint). Written on every message, so
+/// aligned to 128 bytes (a pair of cache lines, the unit of x86's adjacent-line prefetch,
+/// as in crossbeam's `CachePadded`): two endpoints' counters allocated back to back must
+/// not share a line, or every send would move it between their threads.
 #[derive(Debug, Default)]
+#[repr(align(128))]
 pub(crate) struct EndpointCounters {
     pub(crate) sent: KindCounters,
     pub(crate) received: KindCounters,

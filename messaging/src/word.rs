@@ -212,6 +212,12 @@ impl Word {
         }
     }
 
+    /// True for an Express word (kind bits 0): the receive loop's common case, one shift.
+    #[inline(always)]
+    pub const fn is_express(self) -> bool {
+        self.0 >> KIND_SHIFT == 0
+    }
+
     /// The handler field.
     #[inline]
     pub const fn handler(self) -> Handler {

@@ -93,6 +93,37 @@ fn full_ring_hands_the_value_back_under_concurrency() {
     });
 }
 
+/// A producer reuses slot 0 for the next lap while two consumers race for the first lap's
+/// values: a consumer must get the value of the position it claimed, never the one written
+/// over it, and nothing may be lost or taken twice.
+#[test]
+fn a_slot_reused_under_a_racing_reader_is_never_misread() {
+    loom::model(|| {
+        let ring = Arc::new(HeapRing::<u64>::new(2));
+        ring.push(1).unwrap();
+        ring.push(2).unwrap();
+        let consumers: Vec<_> = (0..2)
+            .map(|_| {
+                let ring = ring.clone();
+                thread::spawn(move || ring.pop())
+            })
+            .collect();
+        // Reuses slot 0 (position 2) as soon as a consumer has taken position 0.
+        while ring.push(3).is_err() {
+            thread::yield_now();
+        }
+        let mut got: Vec<u64> = consumers
+            .into_iter()
+            .filter_map(|c| c.join().unwrap())
+            .collect();
+        while let Some(v) = ring.pop() {
+            got.push(v);
+        }
+        got.sort_unstable();
+        assert_eq!(got, vec![1, 2, 3], "a value lost, duplicated or misread");
+    });
+}
+
 #[test]
 fn pool_slots_return_exactly_once_after_multicast() {
     loom::model(|| {

@@ -131,9 +131,23 @@ fn every_message_kind_crosses_the_network() {
         2048,
         "the INI released every sent buffer"
     );
+    drain_all(&cs, Duration::from_secs(10));
     for c in cs {
         let reports = c.inis.shutdown(Duration::from_secs(10)).unwrap();
         assert!(reports[0].messages > 0 && reports[0].window.checksum_failures == 0);
+    }
+}
+
+/// Waits until every cluster's INIs have had everything acknowledged, while all of them
+/// still run, as `Job::finish` does before its drained barrier. Shutting clusters down one
+/// by one without this can strand the last frame of a later cluster: its ACK, sent by an
+/// earlier cluster that then stopped, may have been lost, and nobody is left to ACK the
+/// retransmission.
+fn drain_all(cs: &[Cluster], timeout: Duration) {
+    for (i, c) in cs.iter().enumerate() {
+        c.inis
+            .drain(timeout)
+            .unwrap_or_else(|e| panic!("cluster {i}: {e}"));
     }
 }
 
@@ -202,6 +216,7 @@ fn order_per_sender_survives_every_policy_with_two_inis() {
     ] {
         let cs = clusters(3, 2, policy, FaultConfig::default(), |_| {});
         all_to_all(&cs, 2, 5_000);
+        drain_all(&cs, Duration::from_secs(10));
         for c in cs {
             let r = c.inis.shutdown(Duration::from_secs(10)).unwrap();
             if policy == IniPolicy::Static {
@@ -225,6 +240,7 @@ fn injected_faults_lose_nothing() {
         c.window.peer_timeout = multigrain_messaging::window::Micros::from_millis(20_000)
     });
     all_to_all(&cs, 1, 100_000);
+    drain_all(&cs, Duration::from_secs(20));
     let mut retx = 0;
     let mut rejected = 0;
     let mut injected = 0;

@@ -28,7 +28,7 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         "--samples must be at least 3 (median and quartiles), got {}",
         opts.samples
     );
-    let steps = opts.samples as u64 * (3 + 4 * 3 + 2 + if opts.cross_process { 3 } else { 0 });
+    let steps = opts.samples as u64 * (5 + 4 * 3 + 2 + if opts.cross_process { 3 } else { 0 });
     let progress = crate::progress::bar(steps, "bench messaging");
     let mut t = Table { rows: Vec::new() };
     let s = opts.samples;
@@ -41,11 +41,21 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
             &one_way(bench::atomic_pingpong),
             &one_way(bench::express_pingpong),
             &one_way(bench::crossbeam_pingpong),
+            &one_way(bench::two_flag_pingpong),
+            &one_way(bench::spsc_pingpong),
         ],
         &progress,
     );
     let g = "Express one-way latency, thread → thread (ping-pong ÷ 2)";
     t.push(g, "bare atomic ping-pong", "ns", lat[0]);
+    t.compare(
+        g,
+        "two flags, one line per direction",
+        "ns",
+        lat[3],
+        ("atomic", &lat[0]),
+        None,
+    );
     let r = lat[1].ratio_to(&lat[0]);
     t.compare(
         g,
@@ -54,6 +64,22 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         lat[1],
         ("atomic", &lat[0]),
         Some(("≤ 2.0× atomic".into(), r <= 2.0)),
+    );
+    t.compare(
+        g,
+        "SPSC ring (rtrb), one per direction",
+        "ns",
+        lat[4],
+        ("atomic", &lat[0]),
+        None,
+    );
+    t.compare(
+        g,
+        "Express, against the SPSC ring",
+        "ns",
+        lat[1],
+        ("SPSC ring", &lat[4]),
+        None,
     );
     let faster = lat[1].median < lat[2].median;
     t.compare(
