@@ -214,62 +214,81 @@ pub fn express_pingpong(round_trips: u64) -> Duration {
     elapsed
 }
 
-/// Baseline: the same ping-pong through two single-producer single-consumer rings (the
-/// `rtrb` crate: cached indices, no read-modify-write, no per-message check of the other
-/// side's line). Not a substitute for Express, which any number of threads may send to and
-/// receive from, but the floor under any ring-based round trip: each message takes a fresh
-/// slot line, where the flag ping-pongs reuse one.
-pub fn spsc_pingpong(round_trips: u64) -> Duration {
+/// A ping-pong through two queues, each given as the closures that use it: the calling
+/// thread sends pings and polls for pongs, an echo thread polls for pings and sends each
+/// back as a pong. `what` names the queues in a stuck-peer panic.
+fn queue_pingpong(
+    round_trips: u64,
+    what: &str,
+    (mut send_ping, mut pong_arrived): (impl FnMut(u64), impl FnMut() -> bool),
+    (mut poll_ping, mut send_pong): (
+        impl FnMut() -> Option<u64> + Send + 'static,
+        impl FnMut(u64) + Send + 'static,
+    ),
+) -> Duration {
     let _pin = pin_to_cpu(0);
-    let (mut tx_a, mut rx_a) = rtrb::RingBuffer::<u64>::new(1024);
-    let (mut tx_b, mut rx_b) = rtrb::RingBuffer::<u64>::new(1024);
     let deadline = Instant::now() + DEADLINE;
+    let echo_what = format!("{what} echo");
     let echo = std::thread::spawn(move || {
         let _pin = pin_to_cpu(1);
         for _ in 0..round_trips {
             let mut v = None;
-            spin_until(deadline, "spsc echo", || {
-                v = rx_a.pop().ok();
+            spin_until(deadline, &echo_what, || {
+                v = poll_ping();
                 v.is_some()
             });
-            tx_b.push(v.expect("value")).expect("room");
+            send_pong(v.expect("value"));
         }
     });
+    let ping_what = format!("{what} ping");
     let t0 = Instant::now();
     for i in 0..round_trips {
-        tx_a.push(i).expect("room");
-        spin_until(deadline, "spsc ping", || rx_b.pop().is_ok());
+        send_ping(i);
+        spin_until(deadline, &ping_what, &mut pong_arrived);
     }
     let elapsed = t0.elapsed();
     echo.join().expect("echo thread");
     elapsed
 }
 
+/// Baseline: the same ping-pong through two single-producer single-consumer rings (the
+/// `rtrb` crate: cached indices, no read-modify-write, no per-message check of the other
+/// side's line). Not a substitute for Express, which any number of threads may send to and
+/// receive from, but the floor under any ring-based round trip: each message takes a fresh
+/// slot, where the flag ping-pongs reuse one line.
+pub fn spsc_pingpong(round_trips: u64) -> Duration {
+    let (mut tx_a, mut rx_a) = rtrb::RingBuffer::<u64>::new(1024);
+    let (mut tx_b, mut rx_b) = rtrb::RingBuffer::<u64>::new(1024);
+    queue_pingpong(
+        round_trips,
+        "spsc",
+        (
+            move |i| tx_a.push(i).expect("room"),
+            move || rx_b.pop().is_ok(),
+        ),
+        (
+            move || rx_a.pop().ok(),
+            move |v| tx_b.push(v).expect("room"),
+        ),
+    )
+}
+
 /// Baseline: crossbeam-channel bounded channels, `try_recv` polling (its fastest mode).
 pub fn crossbeam_pingpong(round_trips: u64) -> Duration {
-    let _pin = pin_to_cpu(0);
     let (tx_a, rx_a) = crossbeam_channel::bounded::<u64>(1024);
     let (tx_b, rx_b) = crossbeam_channel::bounded::<u64>(1024);
-    let deadline = Instant::now() + DEADLINE;
-    let echo = std::thread::spawn(move || {
-        let _pin = pin_to_cpu(1);
-        for _ in 0..round_trips {
-            let mut v = None;
-            spin_until(deadline, "crossbeam echo", || {
-                v = rx_a.try_recv().ok();
-                v.is_some()
-            });
-            tx_b.send(v.expect("value")).expect("send");
-        }
-    });
-    let t0 = Instant::now();
-    for i in 0..round_trips {
-        tx_a.send(i).expect("send");
-        spin_until(deadline, "crossbeam ping", || rx_b.try_recv().is_ok());
-    }
-    let elapsed = t0.elapsed();
-    echo.join().expect("echo thread");
-    elapsed
+    queue_pingpong(
+        round_trips,
+        "crossbeam",
+        (
+            move |i| tx_a.send(i).expect("send"),
+            move || rx_b.try_recv().is_ok(),
+        ),
+        (
+            move || rx_a.try_recv().ok(),
+            move |v| tx_b.send(v).expect("send"),
+        ),
+    )
 }
 
 /// `senders` threads push `messages` Express messages in total into one queue; the calling

@@ -4,8 +4,31 @@
 #![cfg(loom)]
 
 use loom::sync::Arc;
-use loom::thread;
+use loom::thread::{self, JoinHandle};
 use multigrain_messaging::{HeapRing, Pool};
+
+/// Spawns `n` consumers that each try one pop (bounded, so the model stays finite).
+fn pop_once_in_threads(ring: &Arc<HeapRing<u64>>, n: usize) -> Vec<JoinHandle<Option<u64>>> {
+    (0..n)
+        .map(|_| {
+            let ring = ring.clone();
+            thread::spawn(move || ring.pop())
+        })
+        .collect()
+}
+
+/// What the consumers took plus what they left in the ring, sorted.
+fn joined_then_drained(consumers: Vec<JoinHandle<Option<u64>>>, ring: &HeapRing<u64>) -> Vec<u64> {
+    let mut got: Vec<u64> = consumers
+        .into_iter()
+        .filter_map(|c| c.join().unwrap())
+        .collect();
+    while let Some(v) = ring.pop() {
+        got.push(v);
+    }
+    got.sort_unstable();
+    got
+}
 
 #[test]
 fn two_producers_one_consumer_exactly_once() {
@@ -46,22 +69,10 @@ fn one_producer_two_consumers_across_a_wrap() {
         assert_eq!(ring.pop(), Some(100));
         // Each consumer tries once (bounded, so the model stays finite); whatever they
         // miss is drained afterwards. Nothing may be taken twice or lost.
-        let consumers: Vec<_> = (0..2)
-            .map(|_| {
-                let ring = ring.clone();
-                thread::spawn(move || ring.pop())
-            })
-            .collect();
+        let consumers = pop_once_in_threads(&ring, 2);
         ring.push(1).unwrap();
         ring.push(2).unwrap();
-        let mut got: Vec<u64> = consumers
-            .into_iter()
-            .filter_map(|c| c.join().unwrap())
-            .collect();
-        while let Some(v) = ring.pop() {
-            got.push(v);
-        }
-        got.sort_unstable();
+        let got = joined_then_drained(consumers, &ring);
         assert_eq!(got, vec![1, 2]);
     });
 }
@@ -102,24 +113,12 @@ fn a_slot_reused_under_a_racing_reader_is_never_misread() {
         let ring = Arc::new(HeapRing::<u64>::new(2));
         ring.push(1).unwrap();
         ring.push(2).unwrap();
-        let consumers: Vec<_> = (0..2)
-            .map(|_| {
-                let ring = ring.clone();
-                thread::spawn(move || ring.pop())
-            })
-            .collect();
+        let consumers = pop_once_in_threads(&ring, 2);
         // Reuses slot 0 (position 2) as soon as a consumer has taken position 0.
         while ring.push(3).is_err() {
             thread::yield_now();
         }
-        let mut got: Vec<u64> = consumers
-            .into_iter()
-            .filter_map(|c| c.join().unwrap())
-            .collect();
-        while let Some(v) = ring.pop() {
-            got.push(v);
-        }
-        got.sort_unstable();
+        let got = joined_then_drained(consumers, &ring);
         assert_eq!(got, vec![1, 2, 3], "a value lost, duplicated or misread");
     });
 }
@@ -150,7 +149,7 @@ fn concurrent_allocation_of_the_last_slot() {
     loom::model(|| {
         let pool = Pool::new_private(1, 64).unwrap();
         let p2 = pool.clone();
-        let t = thread::spawn(move || p2.alloc().map(|b| drop(b)).is_ok());
+        let t = thread::spawn(move || p2.alloc().map(drop).is_ok());
         let mine = pool.alloc();
         let mine_ok = mine.is_ok();
         drop(mine);
