@@ -20,6 +20,7 @@ test: deps
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc --workspace --no-deps --locked
 	$(CARGO) test --workspace --locked
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) clippy -p multigrain-messaging --test loom --release --locked -- -D warnings
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test -p multigrain-messaging --test loom --release --locked
 
 ## Criterion benchmarks (long; machine should be idle).
