@@ -857,9 +857,7 @@ impl Machine {
         token: SyncToken,
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
-        let Some(l) = self.cluster_locks.get_mut(&lock) else {
-            return Err(ProtocolError::NotHeld(lock));
-        };
+        let l = held_lock(&mut self.cluster_locks, lock)?;
         if l.owned.is_none() || !l.busy {
             return Err(ProtocolError::NotHeld(lock));
         }
@@ -929,9 +927,7 @@ impl Machine {
     /// and the `LockRelease` leaves when its diffs are acknowledged (see
     /// [`Machine::give_back`]).
     fn give_back_now(&mut self, lock: LockId, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
-        let Some(l) = self.cluster_locks.get_mut(&lock) else {
-            return Err(ProtocolError::NotHeld(lock));
-        };
+        let l = held_lock(&mut self.cluster_locks, lock)?;
         if l.used {
             l.returning = true;
             return self.close_interval(
@@ -969,9 +965,7 @@ impl Machine {
         time: VectorTime,
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
-        let Some(l) = self.cluster_locks.get_mut(&lock) else {
-            return Err(ProtocolError::NotHeld(lock));
-        };
+        let l = held_lock(&mut self.cluster_locks, lock)?;
         let Some(mut after) = l.owned.take() else {
             return Err(ProtocolError::NotHeld(lock));
         };
@@ -1201,4 +1195,14 @@ impl Machine {
             }
         }
     }
+}
+
+/// This cluster's state of `lock`, or [`ProtocolError::NotHeld`] if it never had it. A
+/// free function over the map (not a method) so the caller can still use `self`'s other
+/// fields while it holds the entry.
+fn held_lock(
+    locks: &mut BTreeMap<LockId, ClusterLock>,
+    lock: LockId,
+) -> Result<&mut ClusterLock, ProtocolError> {
+    locks.get_mut(&lock).ok_or(ProtocolError::NotHeld(lock))
 }
