@@ -10,6 +10,7 @@
 //! HLRC OSDI 1996 §2).
 
 use crate::ids::{ClusterId, FaultToken, LockId, PageId, PageRange, SyncToken};
+use crate::interval::DiffBytes;
 use crate::message::Message;
 
 /// An input to [`crate::Machine::handle`].
@@ -81,6 +82,26 @@ pub enum Event {
         /// Length of the attached buffer.
         attached_len: usize,
     },
+    /// The result of the [`Action::Flush`] that ended the previous call: one diff per
+    /// page, in the order of the flush's pages (empty when the page did not change).
+    /// The runtime passes it right after executing the flush, before any other event.
+    /// Source: diff creation at release (Munin SOSP 1991 §3; HLRC OSDI 1996 §2).
+    Flushed {
+        /// The diffs, one per flushed page.
+        diffs: Vec<DiffBytes>,
+    },
+}
+
+/// One page of an [`Action::Flush`].
+///
+/// Source: see [`Action::Flush`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FlushPage {
+    /// The page (installed, with a twin).
+    pub page: PageId,
+    /// Keep the page writable and its twin, refreshed to the contents diffed; else
+    /// the page was write-protected by an earlier action and its twin is discarded.
+    pub keep_open: bool,
 }
 
 /// Where the contents of an installed page come from.
@@ -125,7 +146,8 @@ pub enum Action {
     },
     /// Copy the page's current contents (it is installed and write-protected) into
     /// twin storage for this page. Always followed by [`Action::Unprotect`] of the
-    /// same page; the twin lives until [`Action::SendDiff`] of that page.
+    /// same page; the twin lives until a [`Action::Flush`] discards it (or
+    /// [`Action::DropTwin`]).
     /// Source: twin creation on the first write in an interval (Munin SOSP 1991 §3;
     /// HLRC OSDI 1996 §2).
     MakeTwin {
@@ -140,9 +162,9 @@ pub enum Action {
         page: PageId,
     },
     /// Write-protect the installed pages (`UFFDIO_WRITEPROTECT` setting WP); later
-    /// writes fault. hlrc emits this before [`Action::SendDiff`] of the same pages,
-    /// so that a thread writing concurrently re-faults and takes a fresh twin after
-    /// the diff was computed.
+    /// writes fault. hlrc emits this before a [`Action::Flush`] that closes the same
+    /// pages, so that a thread writing concurrently re-faults and takes a fresh twin
+    /// after the diff was computed.
     /// Source: HLRC (OSDI 1996 §2), write detection per interval; issue 4 ordering.
     WriteProtect {
         /// The pages.
@@ -156,32 +178,54 @@ pub enum Action {
         /// The pages.
         pages: PageRange,
     },
-    /// hlrc: encode the diff of the page (installed, write-protected by an earlier
-    /// action) against its twin with [`crate::diff::encode_into`] into a pool buffer,
-    /// discard the twin, and send to `to` either [`Message::Diff`]`{page, tag}` with
-    /// the encoded diff or, when the encoder answers
-    /// [`crate::diff::Encoded::WholePage`], [`Message::DiffWholePage`]`{page, tag}`
-    /// with a copy of the page.
-    /// Source: diff creation at release (HLRC OSDI 1996 §2; MGS ISCA 1996 §3).
-    SendDiff {
-        /// The page's home.
-        to: ClusterId,
-        /// The page.
-        page: PageId,
-        /// Release-epoch tag to put in the message.
-        tag: u16,
+    /// hlrc: for each page, in order, read its contents, encode the diff against its
+    /// twin ([`crate::diff::encode`]) and either refresh the twin to exactly the
+    /// contents read (`keep_open`: the page stays writable, so that later writes of
+    /// local threads show up in the next flush) or discard the twin (the page was
+    /// write-protected by an earlier action). Always the last action of its call; the
+    /// runtime then passes the diffs as [`Event::Flushed`] before any other event.
+    /// Words written concurrently by local threads are read as old or new value; a
+    /// new value read lands in both diff and twin, an old one shows up in the next
+    /// flush.
+    /// Source: diffs at release (Munin SOSP 1991 §3; HLRC OSDI 1996 §2); twins kept
+    /// across releases instead of write-protecting at every release (this project).
+    Flush {
+        /// The pages.
+        pages: Vec<FlushPage>,
     },
-    /// hlrc, at the home: apply the attached diff of the message being handled to
-    /// the installed master copy of the page ([`crate::diff::apply`], or
-    /// [`crate::diff::apply_whole_page`] when `whole_page`), without changing the
-    /// page's protection as application threads see it (for example through a
-    /// second, always-writable mapping of the same memory).
-    /// Source: the home applies diffs to the master copy (HLRC OSDI 1996 §2).
+    /// hlrc: apply the encoded diff to the installed page through a view that never
+    /// faults, leaving its protection as application threads see it (their concurrent
+    /// writes to other words survive), and — when `twin` — to the page's twin too, so
+    /// that the next flush does not report the diff's words as this cluster's writes.
+    /// Source: the home applies diffs to its master copy (HLRC OSDI 1996 §2); diffs
+    /// applied at acquires (TreadMarks, USENIX Winter 1994 §3.3).
     ApplyDiff {
         /// The page.
         page: PageId,
-        /// The attachment is a whole page ([`Message::DiffWholePage`]).
-        whole_page: bool,
+        /// The encoded diff.
+        data: DiffBytes,
+        /// Apply it to the page's twin as well.
+        twin: bool,
+    },
+    /// hlrc, at the home: copy the page (installed, writable, no twin: a *private*
+    /// home page) once into a buffer, send that copy to `to` as
+    /// [`Message::PageData`]` { page, writable: false, zero: false }` and make the same
+    /// copy the page's twin. Local threads may write the page meanwhile: each word
+    /// is in the copy as old or new value, and later writes show up in the next flush.
+    /// Source: the private → shared transition of ArgoDSM's classification (see
+    /// [`crate::hlrc`]).
+    ShareHomePage {
+        /// The requester.
+        to: ClusterId,
+        /// The page.
+        page: PageId,
+    },
+    /// hlrc: discard the page's twin without diffing (no local thread wrote the page
+    /// since the twin was made).
+    /// Source: see [`crate::hlrc`] (migration of a home page).
+    DropTwin {
+        /// The page.
+        page: PageId,
     },
     /// Wake the threads blocked in faults on the page (`UFFDIO_WAKE` on the page);
     /// they retry their access.

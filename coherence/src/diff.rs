@@ -1,10 +1,11 @@
 //! Word-granular run-length diffs of a page against its twin.
 //!
-//! A *twin* is a copy of a page taken when a cluster first writes it in an interval;
-//! at the release the *diff* (the words that differ from the twin) goes to the home,
-//! which applies it to the master copy. Several clusters may diff the same page in
-//! the same interval; their diffs touch disjoint words in a data-race-free program,
-//! so the home can apply them in any order.
+//! A *twin* is a copy of a page taken when a cluster first writes it; at a flush (a
+//! release, a barrier arrival) the *diff* (the words that differ from the twin) goes
+//! to the page's home, which applies it to the master copy, and rides on the lock
+//! that is handed over, whose next holder applies it to its own copy
+//! ([`crate::interval::IntervalDiff`]). Several clusters may diff the same page in
+//! the same interval; their diffs touch disjoint words in a data-race-free program.
 //!
 //! Source: Munin's multiple-writer protocol (Carter, Bennett, Zwaenepoel, SOSP 1991
 //! §3), reused by MGS (ISCA 1996 §3) and HLRC (OSDI 1996 §2).
@@ -19,13 +20,8 @@
 //! empty diff.
 //!
 //! Size bound: with `W` words per page, `m` changed words in `k` runs, the encoding
-//! has `4k + 8m` bytes and `k <= W - m + 1`, so it is at most `8W` bytes (the page
-//! size) whenever `m < W`. Only when *every* word changed would it exceed the page,
-//! and then [`encode_into`] answers [`Encoded::WholePage`]: the current page is
-//! itself an exact diff (it contains only words this cluster changed), so the home
-//! may copy it over the master without overwriting another writer's words. Hence an
-//! encoded diff always fits one [`crate::PAGE_SIZE`] Tag-On buffer, and the
-//! "alternating words" worst case (256 one-word runs, 3072 bytes) fits easily.
+//! has `4k + 8m` bytes and `k <= W - m + 1`, so it is at most `8W + 4` bytes (one run
+//! covering the whole page, [`MAX_ENCODED`] for a 4096-byte page).
 //!
 //! Decoding ([`apply`], [`validate`]) treats the diff as untrusted input: every
 //! malformed diff is reported as a [`DiffError`], never a panic, and the page is
@@ -36,29 +32,10 @@ use crate::ids::WORD_SIZE;
 const HEADER: usize = 4;
 const MAX_WORDS: usize = u16::MAX as usize;
 
-/// Result of [`encode_into`].
+/// Largest encoded diff of a [`crate::PAGE_SIZE`]-byte page: one run of every word.
 ///
-/// Source: see the module documentation (encoding and size bound).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Encoded {
-    /// The diff is the first `n` bytes of the output buffer (`n` may be 0: no word
-    /// changed).
-    Runs(usize),
-    /// Every word changed: send the whole current page instead (the runtime sends
-    /// [`crate::Message::DiffWholePage`]); the output buffer is unspecified.
-    WholePage,
-}
-
-/// An owned diff, as returned by [`create`].
-///
-/// Source: see the module documentation.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Diff {
-    /// Encoded runs (see the module documentation).
-    Runs(Vec<u8>),
-    /// Every word changed; the diff is the whole current page.
-    WholePage(Vec<u8>),
-}
+/// Source: see the module documentation (size bound).
+pub const MAX_ENCODED: usize = crate::ids::PAGE_SIZE + HEADER;
 
 /// Why a diff could not be made or applied.
 ///
@@ -71,9 +48,6 @@ pub enum DiffError {
     /// The page length is not a multiple of [`WORD_SIZE`] or exceeds 65535 words.
     #[error("page length {0} is not a multiple of 8 bytes up to 65535 words")]
     BadPageLength(usize),
-    /// The output buffer is shorter than the page.
-    #[error("output buffer of {0} bytes is shorter than the page ({1} bytes)")]
-    OutputTooSmall(usize, usize),
     /// The diff ends inside a run header or inside a run's data.
     #[error("diff truncated at byte {0}")]
     Truncated(usize),
@@ -130,69 +104,42 @@ fn next_changed(twin: &[u8], cur: &[u8], mut i: usize, words: usize) -> usize {
     i
 }
 
-/// Encodes the diff of `current` against `twin` into `out`.
+/// Appends the diff of `current` against `twin` to `out` and returns the number of
+/// bytes appended (0: no word changed).
 ///
 /// `twin` and `current` must have the same length, a multiple of 8 bytes and at most
-/// 65535 words (a 4096-byte page has 512); `out` must be at least that long (the
-/// encoded diff never exceeds the page, see the module documentation). Word
-/// comparison is 8-byte granular; runs are maximal.
+/// 65535 words (a 4096-byte page has 512). Word comparison is 8-byte granular; runs
+/// are maximal; the result is at most `8W + 4` bytes for `W` words.
 ///
 /// Source: twin/diff creation at release (Munin SOSP 1991 §3; HLRC OSDI 1996 §2).
-pub fn encode_into(twin: &[u8], current: &[u8], out: &mut [u8]) -> Result<Encoded, DiffError> {
+pub fn encode(twin: &[u8], current: &[u8], out: &mut Vec<u8>) -> Result<usize, DiffError> {
     if twin.len() != current.len() {
         return Err(DiffError::LengthMismatch(twin.len(), current.len()));
     }
     let words = check_page_len(twin.len())?;
-    if out.len() < twin.len() {
-        return Err(DiffError::OutputTooSmall(out.len(), twin.len()));
-    }
-    let mut n = 0usize;
+    let start_len = out.len();
     let mut i = next_changed(twin, current, 0, words);
-    if i == 0 && words > 0 {
-        // Quick check for the all-changed case: no equal word anywhere.
-        let mut j = 0;
-        while j < words && word(twin, j) != word(current, j) {
-            j += 1;
-        }
-        if j == words {
-            return Ok(Encoded::WholePage);
-        }
-    }
     while i < words {
         let start = i;
         while i < words && word(twin, i) != word(current, i) {
             i += 1;
         }
         let len = i - start;
-        let bytes = len * WORD_SIZE;
-        // Cannot overflow `out`: the size bound of the module documentation holds
-        // because not every word changed (checked above).
-        if n + HEADER + bytes > out.len() {
-            return Ok(Encoded::WholePage);
-        }
         let header = (start as u32) | ((len as u32) << 16);
-        out[n..n + HEADER].copy_from_slice(&header.to_le_bytes());
-        n += HEADER;
-        out[n..n + bytes].copy_from_slice(&current[start * WORD_SIZE..i * WORD_SIZE]);
-        n += bytes;
+        out.extend_from_slice(&header.to_le_bytes());
+        out.extend_from_slice(&current[start * WORD_SIZE..i * WORD_SIZE]);
         i = next_changed(twin, current, i, words);
     }
-    Ok(Encoded::Runs(n))
+    Ok(out.len() - start_len)
 }
 
-/// Creates an owned diff of `current` against `twin` (convenience over
-/// [`encode_into`]).
+/// The diff of `current` against `twin` as a new vector (see [`encode`]).
 ///
-/// Source: see [`encode_into`].
-pub fn create(twin: &[u8], current: &[u8]) -> Result<Diff, DiffError> {
-    let mut out = vec![0u8; twin.len()];
-    match encode_into(twin, current, &mut out)? {
-        Encoded::Runs(n) => {
-            out.truncate(n);
-            Ok(Diff::Runs(out))
-        }
-        Encoded::WholePage => Ok(Diff::WholePage(current.to_vec())),
-    }
+/// Source: see [`encode`].
+pub fn create(twin: &[u8], current: &[u8]) -> Result<Vec<u8>, DiffError> {
+    let mut out = Vec::new();
+    encode(twin, current, &mut out)?;
+    Ok(out)
 }
 
 /// Checks that `diff` is a well-formed encoding for a page of `page_len` bytes.
@@ -248,19 +195,6 @@ pub fn apply(page: &mut [u8], diff: &[u8]) -> Result<DiffSummary, DiffError> {
     Ok(s)
 }
 
-/// Applies a whole-page diff ([`Encoded::WholePage`]): copies `whole` over `page`.
-///
-/// Source: see the module documentation (a page where every word changed is its own
-/// exact diff).
-pub fn apply_whole_page(page: &mut [u8], whole: &[u8]) -> Result<(), DiffError> {
-    if page.len() != whole.len() {
-        return Err(DiffError::LengthMismatch(page.len(), whole.len()));
-    }
-    check_page_len(page.len())?;
-    page.copy_from_slice(whole);
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,16 +211,14 @@ mod tests {
     #[test]
     fn unchanged_page_gives_empty_diff() {
         let t = page_with(&[(3, 9)]);
-        assert_eq!(create(&t, &t).unwrap(), Diff::Runs(vec![]));
+        assert_eq!(create(&t, &t).unwrap(), Vec::<u8>::new());
     }
 
     #[test]
     fn alternating_words_fit_in_a_page() {
         let twin = vec![0u8; PAGE_SIZE];
         let cur = page_with(&(0..512).step_by(2).map(|i| (i, 1)).collect::<Vec<_>>());
-        let Diff::Runs(d) = create(&twin, &cur).unwrap() else {
-            panic!("expected runs");
-        };
+        let d = create(&twin, &cur).unwrap();
         assert_eq!(d.len(), 256 * 12);
         let mut p = twin.clone();
         assert_eq!(
@@ -300,31 +232,18 @@ mod tests {
     }
 
     #[test]
-    fn all_but_one_word_fits_exactly() {
+    fn every_word_changed_is_one_run() {
         let twin = vec![0u8; PAGE_SIZE];
-        let cur = page_with(
-            &(0..512)
-                .filter(|&i| i != 200)
-                .map(|i| (i, 7))
-                .collect::<Vec<_>>(),
-        );
-        let Diff::Runs(d) = create(&twin, &cur).unwrap() else {
-            panic!("expected runs");
-        };
-        assert_eq!(d.len(), PAGE_SIZE);
+        let cur = vec![1u8; PAGE_SIZE];
+        let d = create(&twin, &cur).unwrap();
+        assert_eq!(d.len(), MAX_ENCODED);
         let mut p = twin.clone();
         apply(&mut p, &d).unwrap();
         assert_eq!(p, cur);
-    }
-
-    #[test]
-    fn every_word_changed_is_whole_page() {
-        let twin = vec![0u8; PAGE_SIZE];
-        let cur = vec![1u8; PAGE_SIZE];
-        assert_eq!(create(&twin, &cur).unwrap(), Diff::WholePage(cur.clone()));
-        let mut p = twin.clone();
-        apply_whole_page(&mut p, &cur).unwrap();
-        assert_eq!(p, cur);
+        // appending keeps what the buffer held
+        let mut out = vec![9u8];
+        assert_eq!(encode(&twin, &cur, &mut out).unwrap(), MAX_ENCODED);
+        assert_eq!(out[0], 9);
     }
 
     #[test]
@@ -360,10 +279,5 @@ mod tests {
             Err(DiffError::LengthMismatch(8, 16))
         );
         assert_eq!(create(&[0; 9], &[0; 9]), Err(DiffError::BadPageLength(9)));
-        let mut out = [0u8; 8];
-        assert_eq!(
-            encode_into(&[0; 16], &[1; 16], &mut out),
-            Err(DiffError::OutputTooSmall(8, 16))
-        );
     }
 }

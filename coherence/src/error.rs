@@ -51,10 +51,14 @@ pub enum ProtocolError {
         /// The page concerned, if any.
         page: Option<PageId>,
     },
-    /// More than 65534 releases of this cluster are waiting for diff
-    /// acknowledgements (the 16-bit diff tag would wrap).
-    #[error("too many releases in flight")]
-    TooManyReleases,
+    /// An event other than [`crate::Event::Flushed`] while a flush is pending (the
+    /// runtime must pass the flush's result first).
+    #[error("an event arrived while a flush waits for its result")]
+    FlushPending,
+    /// [`crate::Event::Flushed`] without a pending flush, or with the wrong number of
+    /// diffs.
+    #[error("flush result without a matching flush")]
+    UnexpectedFlush,
     /// Interval records with a gap (a write notice would be lost).
     #[error(transparent)]
     Gap(#[from] GapError),

@@ -4,77 +4,75 @@
 //! # Rules
 //!
 //! Per page and cluster the state is missing (*untouched* at the home: all zeros,
-//! never installed; *invalid* elsewhere), *read-only*, or *read-write* (outside the
-//! home with a twin). The home's copy is the master copy; the home keeps the
-//! copyset.
+//! never installed; *invalid* elsewhere), *read-only*, or *writable*; a writable page
+//! either has a *twin* (it is *open*: every flush diffs it) or is a *private* home
+//! page (below). The home's copy is the master copy; the home keeps the copyset.
+//! Every copy carries its *versions* (per cluster, the last interval whose writes to
+//! the page it reflects; see [`crate::interval::IntervalDiff`]).
 //!
-//! * **Read fault** on a missing non-home page: send `GetPage` to the home; the home
-//!   replies with the page (Tag-On) or a zero-page notice; install read-only.
-//!   Concurrent faults on the page wait for the same fetch. A fetch is not sent while
-//!   this cluster's own diffs of the page are unacknowledged (it must see them).
-//! * **Write fault** on a read-only non-home page: `MakeTwin`, `Unprotect`; the page
-//!   joins the interval's write set. On a missing page: fetch, then install, twin,
-//!   unprotect. At the home: unprotect only (no twin — the master is updated in
-//!   place); the page joins the write set, so the home's own writes produce write
-//!   notices, *if another cluster may hold a copy* (see *private home pages* below).
-//!   If this cluster's previous diff of the page is not yet
-//!   acknowledged, the fault waits for the acknowledgement before taking the twin:
-//!   at most one diff per page and cluster is in flight, because the network may
-//!   deliver two diffs of the same words out of order (the random-program tests
-//!   found this; HLRC relies on FIFO channels instead).
-//! * **Release** (lock release, barrier arrival): `WriteProtect` every page of the
-//!   write set first, then `SendDiff` each non-home one to its home (a thread that
-//!   writes concurrently re-faults and makes a fresh twin after the diff); record
-//!   the write notices in an interval record ([`crate::interval`]). The home applies
-//!   each diff and acknowledges it. The release completes — the lock release or
-//!   barrier arrival is sent and the thread resumes — when all diffs of this release
-//!   *and of every earlier release of the cluster* are acknowledged (releases
-//!   complete in order, because a later release's vector time covers the earlier
-//!   intervals). Diffs carry a 16-bit tag naming the release epoch.
-//! * **Acquire** (lock grant, barrier departure): for each write notice not yet seen,
-//!   invalidate the page unless this cluster is its home (the master is current). A
-//!   dirty page (with a twin) is first write-protected and diffed to its home, then
-//!   invalidated, so no local write is lost (ArgoDSM writes its dirty data back
-//!   before self-invalidation: `swdsm.cpp`, `self_invalidation`); its notice goes
-//!   out with the next release, which also waits for that diff's acknowledgement. A
-//!   fetch in flight when the notice arrives may return the old contents: its reply
+//! * **Read fault** on a missing non-home page: send `GetPage` with the versions the
+//!   copy must reflect (every write notice of the page seen so far, and this
+//!   cluster's own last diff of it) to the home; the home answers with the page
+//!   (Tag-On) or a zero-page notice as soon as its master reflects them — it holds
+//!   the request until the diffs have arrived — and the copy is installed
+//!   read-only. Concurrent faults on the page wait for the same fetch.
+//! * **Write fault** on a read-only page: `MakeTwin`, `Unprotect`; the page is open.
+//!   On a missing page: fetch, then install, twin, unprotect. At the home the same
+//!   (a twin lets the home's writes travel as diffs with locks), unless the page is
+//!   private (below).
+//! * **Flush** (at a release that hands a lock to another cluster, and at a barrier
+//!   arrival): every open page is diffed against its twin and the twin refreshed; a
+//!   page whose diff is not empty gets a write notice in the interval record that
+//!   the flush closes, and its diff goes to the home (unless it is homed here) and
+//!   into this cluster's recent diffs, which the lock carries. Open pages stay
+//!   writable, so a lock handed back and forth costs no fault and no
+//!   `UFFDIO_WRITEPROTECT`; a page unchanged at one flush is closed at the next one
+//!   (write-protected first, so that a concurrent write re-faults, then diffed a last
+//!   time), and a barrier arrival closes every open page. The release does not wait
+//!   for the home: the versions in the fetches make that unnecessary. Only a barrier
+//!   arrival waits until every diff of the cluster is acknowledged, so that at the
+//!   departure every master copy is current.
+//! * **Home**: a received diff is applied to the master (and its twin, when open) as
+//!   soon as the master reflects the diff's base — diffs that overtook an earlier
+//!   one wait — then acknowledged; a diff the master already reflects (it came with a
+//!   lock first) is only acknowledged.
+//! * **Acquire** (lock grant): for each write notice `(j, k)` of a page not yet
+//!   reflected: if the grant carries the diff and the copy reflects its base, apply
+//!   it (page and twin; nothing is invalidated and the copy stays valid); otherwise
+//!   invalidate a copy held here — an open page is first write-protected and flushed
+//!   — and remember that the next fetch must reflect `(j, k)`. A page homed here
+//!   cannot be invalidated: the acquire completes once the master has the diffs.
+//!   A fetch in flight when a notice arrives may return the old contents: its reply
 //!   is discarded and the page fetched again.
+//! * **Barrier departure**: every notice the cluster has not seen invalidates its
+//!   copy (homes hold every diff by then).
 //!
-//! Why a read after an acquire sees the last release before it: the writer's diff
-//! was applied at the home before its release completed, hence before the lock or
-//! barrier passed the notice on; the acquirer invalidated the page on the notice,
-//! and its next fault fetches from the home after that point. (HLRC, Zhou, Iftode,
-//! Li, OSDI 1996 §2, enforces the same with per-page flush timestamps; MGS, ISCA 1996
-//! §3, also completes a release only after the home has the data.)
+//! Why a read after an acquire sees the last write before it: every write notice
+//! `(j, k)` that happens-before the acquire reaches it (see [`crate::interval`]), and
+//! after it the copy reflects `(j, k)`: either the diff was applied to a copy that
+//! reflected everything the diff's words depend on (its base), or the copy was
+//! dropped and the next fetch returns a master that reflects `(j, k)`. Diffs of one
+//! page by different clusters touch disjoint words unless one happens-before the
+//! other, and then the later diff's base names the earlier one, so every copy
+//! applies them in that order. (HLRC, Zhou, Iftode, Li, OSDI 1996 §2, keeps the same
+//! per-page flush timestamps at the home; MGS, ISCA 1996 §3, instead completes a
+//! release only after the home has the data.)
 //!
 //! # Private home pages
 //!
-//! The home's own writes need write notices only so that clusters holding a copy
-//! invalidate it. While the copyset of a home page names no other cluster, nobody
-//! else can hold a copy, so the home's write fault makes the page writable *without*
-//! adding it to the write set: it stays writable across releases and produces no
-//! write notice, no write-protection and no further fault. The first `GetPage` from
-//! another cluster ends this: the page joins the write set as it is copied, so the
-//! home's next release write-protects it and records a notice for it, and from then
-//! on its writes fault and are tracked as above (the copyset never shrinks, except
-//! when a migration resets it).
+//! The home's own writes need tracking only so that clusters holding a copy learn of
+//! them. While the copyset of a home page names no other cluster, nobody else can
+//! hold a copy, so the home's write fault makes the page writable *without* a twin:
+//! it stays writable across releases and produces no write notice, no flush and no
+//! further fault. The first `GetPage` from another cluster ends this: the home copies
+//! the page once, sends the copy and keeps the same copy as the twin
+//! ([`crate::Action::ShareHomePage`]), so every write the requester did not get shows
+//! up in the home's next flush, without a `UFFDIO_WRITEPROTECT` on the fetch's
+//! critical path. From then on the page is open and tracked like any other (the
+//! copyset never shrinks, except when a migration resets it).
 //!
-//! Why no notice is lost: a notice for a home write `w` is needed only by a cluster
-//! whose copy was taken before `w`. Every copy of a private page is taken by a
-//! `GetPage` that puts the page in the write set; a write after the copy is then
-//! covered by the notice of the home's next release, which every happens-before
-//! chain from that write to another cluster passes through. (Write-protecting the
-//! page before the copy instead would cost a `UFFDIO_WRITEPROTECT` — with its TLB
-//! shootdown — on the fetch's critical path: 16 → 38 µs per remote fault in `bench
-//! dsm`, where both clusters share one process.) A fetch in flight while the page is
-//! still private needs no stale mark either: its reply is copied after every write
-//! that completed before it. Writes to a private page that precede another
-//! cluster's first fetch in the same barrier interval are not in the home's records,
-//! so the barrier manager may migrate the page to that single reported writer —
-//! correctly, since its copy includes them.
-//!
-//! Invariant (checked by the model): a home page that is writable and not in the
-//! write set is private — no other cluster holds a copy.
+//! Invariant (checked by the model): a home page that is writable without a twin is
+//! private — no other cluster holds a copy.
 //!
 //! This is the private/shared page classification of ArgoDSM's Pyxis directory
 //! (Kaxiras, Klaftenegger, Norgren, Ros, Sagonas, "Turning Centralized Coherence
@@ -82,9 +80,7 @@
 //! etascale/argodsm `src/backend/mpi/swdsm.cpp` the per-page sharer and writer
 //! bitmaps `globalSharers`: a page with a single sharer is private and needs no
 //! coherence action, and the first remote access turns it shared) applied to the
-//! home's write detection in HLRC (Zhou, Iftode, Li, OSDI 1996 §2: home writes need
-//! no twin or diff; here they need no notice either while the home is the page's
-//! only holder).
+//! home's write detection in HLRC.
 //!
 //! # Single-writer fast path: home migration at barriers
 //!
@@ -93,33 +89,50 @@
 //! still holds valid. If the barrier manager sees that exactly one cluster wrote such
 //! a page in that barrier interval, the page's home moves to that writer; every
 //! cluster applies the move from the departure. From then on the writer's writes are
-//! home writes — no twin, no diff, no acknowledgement, only write notices — while the
-//! page keeps a single writer. The new home's copy is the master: it was flushed at
-//! the arrival and nobody else wrote the page in the interval. Every other cluster
-//! drops its copy of a migrated page, so its next access fetches from the new home;
-//! requests that reach the new home before it has processed the departure are held
-//! until it has. This is the home
-//! migration of JIAJIA (Hu, Shi, Tang, "Home Migration in Home-based Software DSMs",
-//! WSDSM 1999), chosen over MGS-style exclusive single-writer pages (which need a
-//! revocation path) because barriers already gather every write notice.
+//! home writes while the page keeps a single writer. The new home's copy is the
+//! master: it reflects every write notice up to the departure (every diff was
+//! acknowledged before the arrivals, and nobody else wrote the page in the
+//! interval). Every other cluster drops its copy of a migrated page, so its next
+//! access fetches from the new home; requests that reach the new home before it has
+//! processed the departure are held until it has. This is the home migration of
+//! JIAJIA (Hu, Shi, Tang, "Home Migration in Home-based Software DSMs", WSDSM 1999).
+
+use std::collections::BTreeMap;
 
 use crate::action::{Action, Source};
 use crate::error::ProtocolError;
 use crate::home::CopySet;
 use crate::ids::{ClusterId, PageId, PageRange};
-use crate::interval::IntervalRecord;
+use crate::interval::{IntervalDiff, IntervalRecord, VectorTime};
 use crate::machine::{Fetch, Machine, PageAccess, Phase, Waiter};
 use crate::message::Message;
 
-impl Machine {
-    fn mark_written(&mut self, page: PageId) {
-        let e = self.entry(page);
-        if !e.written {
-            e.written = true;
-            self.written.push(page);
-        }
-    }
+/// What an acquire's write notices do to each page (see [`Machine::hlrc_plan_notices`]).
+#[derive(Debug, Default)]
+pub(crate) struct NoticePlan {
+    /// Open pages to flush and close before the rest can be done.
+    pub(crate) flush: Vec<crate::ids::PageId>,
+    /// Diffs to apply, in order, with whether the page has a twin.
+    apply: Vec<(IntervalDiff, bool)>,
+    /// Valid read-only copies to invalidate.
+    invalidate: Vec<PageId>,
+    /// `(page, owner, index)`: versions the page's copy must reflect from now on.
+    need: Vec<(PageId, ClusterId, u32)>,
+    /// Missing pages being fetched whose reply may predate a notice.
+    stale: Vec<PageId>,
+    /// `(page, owner, index)` of pages homed here still lacking a diff.
+    wait: Vec<(PageId, ClusterId, u32)>,
+}
 
+/// Whether `known` (at cluster `me`) reflects every entry of `need` except `me`'s.
+fn reflects(known: &VectorTime, need: &VectorTime, me: ClusterId) -> bool {
+    need.entries()
+        .iter()
+        .enumerate()
+        .all(|(j, &v)| j == me.index() || known.entries().get(j).copied().unwrap_or(0) >= v)
+}
+
+impl Machine {
     fn wake(page: PageId, waiters: &[Waiter], out: &mut Vec<Action>) {
         out.push(Action::Wake {
             page,
@@ -133,7 +146,6 @@ impl Machine {
         w: Waiter,
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
-        let me = self.me;
         let home = self.homes.get(page);
         match (self.entry(page).access, w.write) {
             (PageAccess::ReadOnly | PageAccess::ReadWrite, false)
@@ -143,13 +155,8 @@ impl Machine {
                 Ok(())
             }
             (PageAccess::ReadOnly, true) => {
-                if home != Some(me) && self.entry(page).unacked > 0 {
-                    self.stats.twin_waits += 1;
-                    self.fetches
-                        .insert(page, Fetch::new(vec![w], Phase::AwaitTwin));
-                    return Ok(());
-                }
-                self.hlrc_make_writable(page, &[w], out);
+                self.hlrc_make_writable(page, home == Some(self.me), out);
+                Self::wake(page, &[w], out);
                 Ok(())
             }
             (PageAccess::Untouched, _) => self.hlrc_install_home(page, vec![w], out),
@@ -168,31 +175,26 @@ impl Machine {
             .is_some_and(|c| c.contains_other_than(self.me))
     }
 
-    /// A write at the home made `page` writable: tracked (write set, notices) only if
-    /// another cluster may hold a copy (see *Private home pages*).
-    fn hlrc_home_written(&mut self, page: PageId) {
-        if self.hlrc_shared(page) {
-            self.mark_written(page);
-        } else {
+    /// Makes the installed read-only `page` writable: with a twin (open), unless it is
+    /// a private home page.
+    fn hlrc_make_writable(&mut self, page: PageId, home: bool, out: &mut Vec<Action>) {
+        if home && !self.hlrc_shared(page) {
             self.stats.private_home_writes += 1;
-        }
-    }
-
-    /// Write fault on a valid read-only page: twin (outside the home), unprotect.
-    fn hlrc_make_writable(&mut self, page: PageId, waiters: &[Waiter], out: &mut Vec<Action>) {
-        let home = self.homes.get(page) == Some(self.me);
-        if !home {
+        } else {
             out.push(Action::MakeTwin { page });
             self.stats.twins += 1;
+            self.open_page(page);
         }
         out.push(Action::Unprotect { page });
         self.entry(page).access = PageAccess::ReadWrite;
-        if home {
-            self.hlrc_home_written(page);
-        } else {
-            self.mark_written(page);
-        }
-        Self::wake(page, waiters, out);
+    }
+
+    /// Lists `page` (now with a twin) among the open pages.
+    fn open_page(&mut self, page: PageId) {
+        let e = self.entry(page);
+        e.twin = true;
+        e.idle = false;
+        self.open.push(page);
     }
 
     /// Installs an untouched home page for the waiting faults.
@@ -211,16 +213,20 @@ impl Machine {
             ));
         }
         let write = waiters.iter().any(|w| w.write);
+        let private = !self.hlrc_shared(page);
         out.push(Action::Install {
             page,
             source: Source::Zero,
-            writable: write,
+            writable: write && private,
         });
+        self.entry(page).access = PageAccess::ReadOnly;
         if write {
-            self.entry(page).access = PageAccess::ReadWrite;
-            self.hlrc_home_written(page);
-        } else {
-            self.entry(page).access = PageAccess::ReadOnly;
+            if private {
+                self.entry(page).access = PageAccess::ReadWrite;
+                self.stats.private_home_writes += 1;
+            } else {
+                self.hlrc_make_writable(page, true, out);
+            }
         }
         Self::wake(page, &waiters, out);
         Ok(())
@@ -239,71 +245,94 @@ impl Machine {
         if home == self.me {
             return self.hlrc_install_home(page, waiters, out);
         }
-        let phase = self.hlrc_request(page, home, out);
-        self.fetches.insert(page, Fetch::new(waiters, phase));
+        self.hlrc_request(page, home, out);
+        self.fetches
+            .insert(page, Fetch::new(waiters, Phase::AwaitPage { stale: false }));
         Ok(())
     }
 
-    /// Sends `GetPage` unless this cluster's diffs of the page are unacknowledged.
-    fn hlrc_request(&mut self, page: PageId, home: ClusterId, out: &mut Vec<Action>) -> Phase {
-        if self.entry(page).unacked > 0 {
-            return Phase::AwaitAcks;
-        }
+    /// Sends `GetPage` with the versions the copy must reflect.
+    fn hlrc_request(&mut self, page: PageId, home: ClusterId, out: &mut Vec<Action>) {
         self.stats.remote_fetches += 1;
-        self.send(home, Message::GetPage { page }, out);
-        Phase::AwaitPage { stale: false }
+        let need = self.entry(page).known.clone();
+        self.send(home, Message::GetPage { page, need }, out);
     }
 
     pub(crate) fn on_get_page(
         &mut self,
         from: ClusterId,
         page: PageId,
+        need: VectorTime,
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
-        if !self.require_home(from, page, &Message::GetPage { page })? {
+        let msg = Message::GetPage {
+            page,
+            need: need.clone(),
+        };
+        if !self.require_home(from, page, &msg)? {
             return Ok(());
         }
-        let e = self.entry(page);
-        if e.access == PageAccess::ReadWrite && !e.written {
-            // A private home page (writable, untracked) gets its first remote copy: it
-            // joins the write set, so the next release write-protects it and records a
-            // notice covering every write from now on.
-            self.stats.home_pages_shared += 1;
-            self.mark_written(page);
-        }
-        let zero = match self.entry(page).access {
-            PageAccess::Untouched => true,
-            PageAccess::ReadOnly | PageAccess::ReadWrite => false,
-            PageAccess::Invalid => {
-                return Err(Self::unexpected(
-                    "fetch of an invalid home page",
-                    from,
-                    page,
-                ));
-            }
-        };
-        if zero {
-            self.stats.zero_pages_served += 1;
-        } else {
-            self.stats.pages_served += 1;
-        }
-        let me = self.me;
-        let set = self.copysets.entry(page).or_insert_with(|| {
-            let mut s = CopySet::default();
-            s.insert(me);
-            s
-        });
-        set.insert(from);
-        self.send(
-            from,
-            Message::PageData {
+        if self.entry(page).access == PageAccess::Invalid {
+            return Err(Self::unexpected(
+                "fetch of an invalid home page",
+                from,
                 page,
-                writable: false,
-                zero,
-            },
-            out,
-        );
+            ));
+        }
+        if !reflects(&self.pages[page.index()].known, &need, self.me) {
+            self.stats.fetches_deferred += 1;
+            self.deferred_fetches
+                .entry(page)
+                .or_default()
+                .push((from, need));
+            return Ok(());
+        }
+        self.serve_page(from, page, out);
         Ok(())
+    }
+
+    /// Sends the master copy of `page` to `from` and adds it to the copyset.
+    fn serve_page(&mut self, from: ClusterId, page: PageId, out: &mut Vec<Action>) {
+        let me = self.me;
+        let e = &self.pages[page.index()];
+        let (access, twin) = (e.access, e.twin);
+        self.copysets
+            .entry(page)
+            .or_insert_with(|| {
+                let mut s = CopySet::default();
+                s.insert(me);
+                s
+            })
+            .insert(from);
+        match access {
+            PageAccess::ReadWrite if !twin => {
+                // A private home page gets its first remote copy: the copy sent is
+                // the twin, so every later write shows up in the next flush.
+                self.stats.messages_sent += 1;
+                self.stats.home_pages_shared += 1;
+                self.stats.pages_served += 1;
+                self.stats.twins += 1;
+                self.open_page(page);
+                out.push(Action::ShareHomePage { to: from, page });
+            }
+            _ => {
+                let zero = access == PageAccess::Untouched;
+                if zero {
+                    self.stats.zero_pages_served += 1;
+                } else {
+                    self.stats.pages_served += 1;
+                }
+                self.send(
+                    from,
+                    Message::PageData {
+                        page,
+                        writable: false,
+                        zero,
+                    },
+                    out,
+                );
+            }
+        }
     }
 
     pub(crate) fn on_page_data_hlrc(
@@ -325,12 +354,12 @@ impl Machine {
             _ => return Err(Self::unexpected("page without a fetch", from, page)),
         };
         if stale {
-            // A write notice arrived after the request: the reply may predate the
-            // diff it announces. Fetch again (after our own diffs are acknowledged).
+            // A write notice arrived after the request: the reply may predate it.
+            // Fetch again, asking for the versions known now.
             self.stats.stale_refetches += 1;
-            let phase = self.hlrc_request(page, from, out);
+            self.hlrc_request(page, from, out);
             if let Some(f) = self.fetches.get_mut(&page) {
-                f.phase = phase;
+                f.phase = Phase::AwaitPage { stale: false };
             }
             return Ok(());
         }
@@ -340,38 +369,52 @@ impl Machine {
         if self.entry(page).access != PageAccess::Invalid {
             return Err(Self::unexpected("page for a valid copy", from, page));
         }
-        let write = f.waiters.iter().any(|w| w.write);
         out.push(Action::Install {
             page,
             source: if zero { Source::Zero } else { Source::Attached },
             writable: false,
         });
-        if write {
-            out.push(Action::MakeTwin { page });
-            out.push(Action::Unprotect { page });
-            self.stats.twins += 1;
-            self.entry(page).access = PageAccess::ReadWrite;
-            self.mark_written(page);
-        } else {
-            self.entry(page).access = PageAccess::ReadOnly;
+        self.entry(page).access = PageAccess::ReadOnly;
+        if f.waiters.iter().any(|w| w.write) {
+            self.hlrc_make_writable(page, false, out);
         }
         Self::wake(page, &f.waiters, out);
         self.inbox.extend(f.deferred);
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// A diff from its writer, at the page's home: applied when the master reflects
+    /// its base (see [`Machine::hlrc_home_drain`]).
     pub(crate) fn on_diff(
         &mut self,
         from: ClusterId,
-        page: PageId,
-        tag: u16,
-        whole_page: bool,
-        attached_len: usize,
-        msg: Message,
+        diff: IntervalDiff,
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
-        if !self.require_home(from, page, &msg)? {
+        let page = diff.page;
+        if diff.owner != from {
+            return Err(Self::unexpected("diff of another cluster", from, page));
+        }
+        match self.require_home(from, page, &Message::Diff { diff: diff.clone() }) {
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
+            Err(ProtocolError::NotHome { .. }) if self.homes.get(page).is_some() => {
+                // Sent before its writer learned that the page's home moved away at a
+                // barrier: the new home's copy has these words. A later fetch of the
+                // page here must still reflect them.
+                self.stats.stale_diffs_dropped += 1;
+                let k = &mut self.entry(page).known;
+                if k.get(diff.owner) < diff.index {
+                    k.set(diff.owner, diff.index);
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+        if self.pages[page.index()].known.get(from) >= diff.index {
+            // Already reflected: it came with a lock first, or it is from before the
+            // page's home moved here at a barrier (the copy that moved had its words).
+            self.stats.stale_diffs_dropped += 1;
             return Ok(());
         }
         if !self.copysets.get(&page).is_some_and(|c| c.contains(from)) {
@@ -381,190 +424,275 @@ impl Machine {
                 page,
             ));
         }
-        match self.entry(page).access {
-            PageAccess::Untouched => {
-                out.push(Action::Install {
-                    page,
-                    source: Source::Zero,
-                    writable: false,
-                });
-                self.entry(page).access = PageAccess::ReadOnly;
-            }
-            PageAccess::Invalid => {
-                return Err(Self::unexpected(
-                    "diff for an invalid home page",
-                    from,
-                    page,
-                ));
-            }
-            PageAccess::ReadOnly | PageAccess::ReadWrite => {}
-        }
-        out.push(Action::ApplyDiff { page, whole_page });
-        self.stats.diffs_applied += 1;
-        if whole_page {
-            self.stats.whole_page_diffs_applied += 1;
-        }
-        self.stats.diff_bytes_applied += attached_len as u64;
-        self.send(from, Message::DiffAck { page, tag }, out);
-        Ok(())
-    }
-
-    pub(crate) fn on_diff_ack(
-        &mut self,
-        from: ClusterId,
-        page: PageId,
-        tag: u16,
-        out: &mut Vec<Action>,
-    ) -> Result<(), ProtocolError> {
-        if self.homes.get(page) != Some(from)
-            || self.entry(page).unacked == 0
-            || !self.epochs.ack(tag)
-        {
-            return Err(Self::unexpected("diff acknowledgement", from, page));
-        }
-        let e = self.entry(page);
-        e.unacked -= 1;
-        if e.unacked == 0 {
-            match self.fetches.get(&page).map(|f| f.phase) {
-                Some(Phase::AwaitAcks) => {
-                    let phase = self.hlrc_request(page, from, out);
-                    if let Some(f) = self.fetches.get_mut(&page) {
-                        f.phase = phase;
-                    }
-                }
-                Some(Phase::AwaitTwin) => {
-                    if let Some(f) = self.fetches.remove(&page) {
-                        self.hlrc_make_writable(page, &f.waiters, out);
-                        self.inbox.extend(f.deferred);
-                    }
-                }
-                _ => {}
-            }
-        }
-        self.complete_ready(out)
-    }
-
-    /// `SendDiff` of a dirty non-home page in the open epoch.
-    fn send_diff(&mut self, page: PageId, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
-        let Some(to) = self.homes.get(page) else {
+        if self.entry(page).access == PageAccess::Invalid {
             return Err(Self::unexpected(
-                "diff of a page without a home",
-                self.me,
+                "diff for an invalid home page",
+                from,
                 page,
             ));
-        };
-        out.push(Action::SendDiff {
-            to,
-            page,
-            tag: self.epochs.open.tag,
-        });
-        self.epochs.open.pending += 1;
-        self.entry(page).unacked += 1;
-        self.stats.diffs_sent += 1;
-        Ok(())
-    }
-
-    /// Release: write-protect the write set, diff the non-home pages, record the
-    /// interval's write notices.
-    pub(crate) fn hlrc_flush_written(
-        &mut self,
-        out: &mut Vec<Action>,
-    ) -> Result<(), ProtocolError> {
-        let mut written = std::mem::take(&mut self.written);
-        if written.is_empty() {
+        }
+        let pending = self.home_pending.entry(page).or_default();
+        if pending
+            .iter()
+            .any(|d| d.owner == from && d.index == diff.index)
+        {
+            // The same diff by two paths (a message and a lock release): one is enough.
             return Ok(());
         }
-        let me = self.me;
-        let mut protect = Vec::new();
-        let mut diffs = Vec::new();
-        for &p in &written {
-            let home = self.homes.get(p);
-            let e = self.entry(p);
-            e.written = false;
-            if e.access == PageAccess::ReadWrite {
-                e.access = PageAccess::ReadOnly;
-                protect.push(p);
-                if home != Some(me) {
-                    diffs.push(p);
-                }
-            }
+        let known = &self.pages[page.index()].known;
+        if known.get(from) < diff.index && !diff.applies_to(known, self.me) {
+            self.stats.diffs_buffered += 1;
         }
-        for pages in PageRange::coalesce(&mut protect) {
-            out.push(Action::WriteProtect { pages });
-        }
-        for p in diffs {
-            self.send_diff(p, out)?;
-        }
-        written.sort_unstable();
-        written.dedup();
-        let index = self.time.get(me) + 1;
-        self.log.insert(IntervalRecord {
-            owner: me,
-            index,
-            pages: written,
-        })?;
-        self.time.set(me, index);
-        self.stats.intervals += 1;
+        pending.push(diff);
+        self.hlrc_home_drain(page, out);
         Ok(())
     }
 
-    /// Acquire: apply write notices (invalidate, flushing dirty pages first).
-    pub(crate) fn hlrc_apply_notices(
-        &mut self,
-        mut pages: Vec<PageId>,
-        out: &mut Vec<Action>,
-    ) -> Result<(), ProtocolError> {
-        pages.sort_unstable();
-        pages.dedup();
+    /// At the home: applies every pending diff of `page` whose base the master
+    /// reflects, drops those already reflected, then serves the fetches and completes
+    /// the acquires and barrier departures that waited for them.
+    fn hlrc_home_drain(&mut self, page: PageId, out: &mut Vec<Action>) {
         let me = self.me;
-        let mut protect = Vec::new();
-        let mut diffs = Vec::new();
-        let mut invalid = Vec::new();
-        for p in pages {
-            self.check_page(p)?;
-            if self.homes.get(p) == Some(me) {
+        while let Some(pending) = self.home_pending.get_mut(&page) {
+            let known = &self.pages[page.index()].known;
+            let Some(i) = pending
+                .iter()
+                .position(|d| known.get(d.owner) >= d.index || d.applies_to(known, me))
+            else {
+                break;
+            };
+            let d = pending.remove(i);
+            if pending.is_empty() {
+                self.home_pending.remove(&page);
+            }
+            if self.pages[page.index()].known.get(d.owner) < d.index {
+                self.apply_at_home(&d, out);
+                self.stats.diffs_applied += 1;
+            }
+        }
+        self.home_release_waiters(page, out);
+    }
+
+    /// Applies `d` to the master copy of a page homed here (installing an untouched
+    /// page as zeros first).
+    fn apply_at_home(&mut self, d: &IntervalDiff, out: &mut Vec<Action>) {
+        let page = d.page;
+        if self.entry(page).access == PageAccess::Untouched {
+            out.push(Action::Install {
+                page,
+                source: Source::Zero,
+                writable: false,
+            });
+            self.entry(page).access = PageAccess::ReadOnly;
+        }
+        let e = self.entry(page);
+        e.known.set(d.owner, d.index);
+        let twin = e.twin;
+        self.stats.diff_bytes_applied += d.data.len() as u64;
+        out.push(Action::ApplyDiff {
+            page,
+            data: d.data.clone(),
+            twin,
+        });
+    }
+
+    /// Serves the fetches and completes the acquires waiting for versions of `page`
+    /// that its master now reflects.
+    fn home_release_waiters(&mut self, page: PageId, out: &mut Vec<Action>) {
+        let me = self.me;
+        if let Some(waiting) = self.deferred_fetches.remove(&page) {
+            let (ready, still): (Vec<_>, Vec<_>) = waiting
+                .into_iter()
+                .partition(|(_, need)| reflects(&self.pages[page.index()].known, need, me));
+            if !still.is_empty() {
+                self.deferred_fetches.insert(page, still);
+            }
+            for (from, _) in ready {
+                self.serve_page(from, page, out);
+            }
+        }
+        let (pages, homes, me) = (&self.pages, &self.homes, self.me);
+        let mut done = Vec::new();
+        self.held.retain_mut(|h| {
+            h.waits.retain(|&(p, owner, index)| {
+                homes.get(p) == Some(me) && pages[p.index()].known.get(owner) < index
+            });
+            if h.waits.is_empty() {
+                done.push(h.done.clone());
+                false
+            } else {
+                true
+            }
+        });
+        out.extend(done);
+    }
+
+    /// Decides what the write notices of `records` (those not seen yet) do to each
+    /// page, given the diffs carried with them (see the module documentation). Pure:
+    /// changes nothing.
+    pub(crate) fn hlrc_plan_notices(
+        &self,
+        records: &[IntervalRecord],
+        diffs: &[IntervalDiff],
+    ) -> Result<NoticePlan, ProtocolError> {
+        let me = self.me;
+        let mut notices: BTreeMap<PageId, Vec<(ClusterId, u32)>> = BTreeMap::new();
+        for r in records {
+            // A record seen before may still be unreflected: a page homed here whose
+            // diff has not arrived (an earlier acquire waits for it too).
+            if r.owner == me {
                 continue;
             }
-            match self.entry(p).access {
-                PageAccess::ReadOnly => {
-                    invalid.push(p);
-                    // A write fault waiting to take a twin now needs a fetch.
-                    if let Some(f) = self.fetches.get_mut(&p)
-                        && f.phase == Phase::AwaitTwin
-                    {
-                        f.phase = Phase::AwaitAcks;
-                    }
+            for &p in r.pages.iter() {
+                self.check_page(p)?;
+                if self.pages[p.index()].known.get(r.owner) < r.index {
+                    notices.entry(p).or_default().push((r.owner, r.index));
                 }
-                PageAccess::ReadWrite => {
-                    protect.push(p);
-                    diffs.push(p);
-                    invalid.push(p);
-                }
-                PageAccess::Invalid => {
-                    if let Some(f) = self.fetches.get_mut(&p)
-                        && let Phase::AwaitPage { stale } = &mut f.phase
-                    {
-                        *stale = true;
-                    }
-                }
-                PageAccess::Untouched => {}
             }
         }
-        for &p in &invalid {
-            self.entry(p).access = PageAccess::Invalid;
+        let mut plan = NoticePlan::default();
+        for (page, list) in notices {
+            let e = &self.pages[page.index()];
+            let home = self.homes.get(page) == Some(me);
+            // Apply the carried diffs of these notices whose base the copy reflects,
+            // repeatedly, in the order carried (oldest tenure first).
+            let mut known = e.known.clone();
+            let mut seq = Vec::new();
+            let copy = matches!(e.access, PageAccess::ReadOnly | PageAccess::ReadWrite);
+            if copy {
+                let mut left: Vec<&IntervalDiff> = diffs
+                    .iter()
+                    .filter(|d| d.page == page && list.contains(&(d.owner, d.index)))
+                    .collect();
+                while let Some(i) = left.iter().position(|d| d.applies_to(&known, me)) {
+                    let d = left.remove(i);
+                    known.set(d.owner, d.index);
+                    seq.push(d.clone());
+                }
+            }
+            let missing: Vec<(ClusterId, u32)> = list
+                .iter()
+                .copied()
+                .filter(|&(o, i)| known.get(o) < i)
+                .collect();
+            if home {
+                // The master cannot be dropped: apply what can be, wait for the rest.
+                if e.access != PageAccess::Untouched {
+                    plan.apply.extend(seq.into_iter().map(|d| (d, e.twin)));
+                }
+                plan.wait.extend(missing.iter().map(|&(o, i)| (page, o, i)));
+                continue;
+            }
+            plan.need.extend(list.iter().map(|&(o, i)| (page, o, i)));
+            match e.access {
+                PageAccess::ReadOnly | PageAccess::ReadWrite if missing.is_empty() => {
+                    plan.apply.extend(seq.into_iter().map(|d| (d, e.twin)));
+                }
+                PageAccess::ReadWrite if e.twin => plan.flush.push(page),
+                PageAccess::ReadOnly => plan.invalidate.push(page),
+                PageAccess::ReadWrite => {
+                    return Err(Self::unexpected(
+                        "write notice for a writable page without a twin",
+                        me,
+                        page,
+                    ));
+                }
+                PageAccess::Invalid => {
+                    if let Some(f) = self.fetches.get(&page)
+                        && matches!(f.phase, Phase::AwaitPage { .. })
+                    {
+                        plan.stale.push(page);
+                    }
+                }
+                PageAccess::Untouched => {
+                    return Err(Self::unexpected(
+                        "untouched page that is not homed here",
+                        me,
+                        page,
+                    ));
+                }
+            }
         }
-        for pages in PageRange::coalesce(&mut protect) {
-            out.push(Action::WriteProtect { pages });
+        Ok(plan)
+    }
+
+    /// Carries out a plan without flushes (see [`Machine::hlrc_plan_notices`]);
+    /// returns what the acquire must still wait for at this home.
+    pub(crate) fn hlrc_apply_plan(
+        &mut self,
+        plan: NoticePlan,
+        out: &mut Vec<Action>,
+    ) -> Result<Vec<(PageId, ClusterId, u32)>, ProtocolError> {
+        let NoticePlan {
+            flush,
+            apply,
+            mut invalidate,
+            need,
+            stale,
+            wait,
+        } = plan;
+        if !flush.is_empty() {
+            return Err(Self::unexpected(
+                "write notice for an open page at a barrier",
+                self.me,
+                flush[0],
+            ));
         }
-        self.stats.diffs_at_acquire += diffs.len() as u64;
-        for p in diffs {
-            self.send_diff(p, out)?;
+        let mut applied_home = Vec::new();
+        for (d, twin) in apply {
+            let page = d.page;
+            self.entry(page).known.set(d.owner, d.index);
+            self.stats.carried_diffs_applied += 1;
+            self.stats.diff_bytes_applied += d.data.len() as u64;
+            if self.homes.get(page) == Some(self.me) {
+                applied_home.push(page);
+            }
+            out.push(Action::ApplyDiff {
+                page,
+                data: d.data,
+                twin,
+            });
         }
-        self.stats.invalidations += invalid.len() as u64;
-        for pages in PageRange::coalesce(&mut invalid) {
+        self.stats.write_notices_received += need.len() as u64 + wait.len() as u64;
+        for (page, owner, index) in need {
+            let k = &mut self.entry(page).known;
+            if k.get(owner) < index {
+                k.set(owner, index);
+            }
+        }
+        for page in stale {
+            if let Some(f) = self.fetches.get_mut(&page)
+                && let Phase::AwaitPage { stale } = &mut f.phase
+            {
+                *stale = true;
+            }
+        }
+        for &page in &invalidate {
+            self.entry(page).access = PageAccess::Invalid;
+        }
+        self.stats.invalidations += invalidate.len() as u64;
+        for pages in PageRange::coalesce(&mut invalidate) {
             out.push(Action::Invalidate { pages });
         }
-        Ok(())
+        applied_home.dedup();
+        for page in applied_home {
+            // Diffs that waited for what was just applied, and the fetches and
+            // acquires waiting for it.
+            self.hlrc_home_drain(page, out);
+        }
+        Ok(wait)
+    }
+
+    /// The write notices of a barrier departure (no diffs are carried, and no page of
+    /// this cluster is open but home pages); returns what pages homed here still wait
+    /// for.
+    pub(crate) fn hlrc_depart_notices(
+        &mut self,
+        records: &[IntervalRecord],
+        out: &mut Vec<Action>,
+    ) -> Result<Vec<(PageId, ClusterId, u32)>, ProtocolError> {
+        let plan = self.hlrc_plan_notices(records, &[])?;
+        self.hlrc_apply_plan(plan, out)
     }
 
     /// Pages of `records` (this cluster's own since the last barrier) that it wrote
@@ -583,14 +711,16 @@ impl Machine {
         v
     }
 
-    /// Applies single-writer home migrations from a barrier departure. Every other
-    /// cluster drops its copy of a migrated page (even a valid one), so that its next
-    /// access fetches from the new home: the new home's copyset is then exact, and no
-    /// diff can reach the new home before it has processed the same departure.
+    /// Applies single-writer home migrations from a barrier departure at `time`.
+    /// Every other cluster drops its copy of a migrated page (even a valid one), so
+    /// that its next access fetches from the new home: the new home's copyset is then
+    /// exact, and no diff can reach the new home before it has processed the same
+    /// departure. The new home's copy reflects everything up to the departure.
     pub(crate) fn hlrc_migrate(
         &mut self,
         from: ClusterId,
         migrations: &[(PageId, ClusterId)],
+        time: &VectorTime,
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
         let me = self.me;
@@ -604,16 +734,29 @@ impl Machine {
             let was_home = old == Some(me);
             if was_home {
                 self.copysets.remove(&p);
+                if self.deferred_fetches.contains_key(&p) {
+                    return Err(Self::unexpected("migration of a busy home page", from, p));
+                }
+                // Diffs still waiting here are dropped (the new home's copy has their
+                // words); a later fetch here must reflect them.
+                for d in self.home_pending.remove(&p).unwrap_or_default() {
+                    self.stats.stale_diffs_dropped += 1;
+                    let k = &mut self.entry(p).known;
+                    if k.get(d.owner) < d.index {
+                        k.set(d.owner, d.index);
+                    }
+                }
                 let e = self.entry(p);
                 if e.access == PageAccess::Untouched {
                     e.access = PageAccess::Invalid;
                 }
-                if e.written {
-                    // A private page that another cluster fetched while this cluster
-                    // waited at the barrier: in the write set only to be protected at
-                    // the next release; no thread has written it since the copy.
-                    e.written = false;
-                    self.written.retain(|&q| q != p);
+                if e.twin {
+                    // Shared while this cluster waited at the barrier: nothing wrote
+                    // it since (its threads are at the barrier).
+                    e.twin = false;
+                    e.idle = false;
+                    self.open.retain(|&q| q != p);
+                    out.push(Action::DropTwin { page: p });
                 }
             }
             if new != me {
@@ -623,8 +766,8 @@ impl Machine {
                         e.access = PageAccess::Invalid;
                         invalid.push(p);
                     }
-                    // The old home's writable copy (see above) is the master the new
-                    // home copied: drop it like a read-only one.
+                    // The old home's writable copy is the master the new home copied:
+                    // drop it like a read-only one.
                     PageAccess::ReadWrite if was_home => {
                         e.access = PageAccess::Invalid;
                         invalid.push(p);
@@ -645,6 +788,7 @@ impl Machine {
                 let mut set = CopySet::default();
                 set.insert(me);
                 self.copysets.insert(p, set);
+                self.entry(p).known.merge(time);
                 self.stats.home_migrations += 1;
             }
         }

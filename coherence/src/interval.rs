@@ -46,12 +46,16 @@
 //!   managers discard records up to that time (garbage collection at barriers, as in
 //!   TreadMarks/HLRC). This requires barriers to include every thread of the job.
 //!
-//! Data availability: a release completes only after the homes have acknowledged its
-//! diffs (see [`crate::hlrc`]), so when a write notice reaches an acquirer the home
-//! already holds the data, and a fetch after invalidation returns it (HLRC's
-//! home-flush rule without per-page versions).
+//! Data availability: every write notice `(j, k)` of a page has a diff of that page
+//! for interval `k` of cluster `j` ([`IntervalDiff`]), sent to the page's home and
+//! carried by the lock handed over. A release does not wait for the home: each
+//! cluster keeps per page the *versions* its copy reflects (per owner, the last
+//! interval whose writes to the page it holds) and asks the home for at least those
+//! versions when it fetches; the home answers once it has applied the diffs (HLRC's
+//! per-page flush timestamps, Zhou, Iftode, Li, OSDI 1996 §2). See [`crate::hlrc`].
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::ids::{ClusterId, PageId};
 
@@ -146,8 +150,92 @@ pub struct IntervalRecord {
     pub owner: ClusterId,
     /// The interval's index among `owner`'s records (1, 2, …).
     pub index: u32,
-    /// The pages written in the interval, sorted, without duplicates.
-    pub pages: Vec<PageId>,
+    /// The pages written in the interval, sorted, without duplicates (shared: records
+    /// are copied between logs, stores and messages without copying their pages).
+    pub pages: Arc<[PageId]>,
+}
+
+/// The bytes of an encoded diff ([`crate::diff`]), shared without copying between the
+/// messages and stores that carry it. The machine never interprets them.
+///
+/// Source: diffs of the multiple-writer protocol (Munin SOSP 1991 §3).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DiffBytes(Arc<[u8]>);
+
+impl DiffBytes {
+    /// Wraps encoded diff bytes.
+    ///
+    /// Source: see [`DiffBytes`].
+    pub fn new(bytes: impl Into<Arc<[u8]>>) -> Self {
+        Self(bytes.into())
+    }
+
+    /// The encoded runs.
+    ///
+    /// Source: see [`DiffBytes`].
+    pub fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// Whether the diff changes nothing.
+    ///
+    /// Source: see [`DiffBytes`].
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Length in bytes.
+    ///
+    /// Source: see [`DiffBytes`].
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The diff of one page made by one cluster for one of its intervals: what an
+/// acquirer (or the page's home) applies to bring its copy up to that interval
+/// instead of invalidating the page.
+///
+/// `base` is the page's versions the writer's copy reflected when the diff was taken
+/// (per cluster, the last interval whose writes to the page it held; the writer's own
+/// entry is its previous diff of the page). A copy may apply the diff only once it
+/// reflects at least `base` (ignoring its own entry) and not yet `index` of `owner`:
+/// then every write the diff's words depend on is already in the copy, and the diff
+/// is applied once. Diffs of one page by different clusters in one interval touch
+/// disjoint words (data-race-freedom), so any order that respects `base` is correct.
+///
+/// Source: lazy diffing and diff application at acquires (TreadMarks, Keleher et al.,
+/// USENIX Winter 1994 §3.3); versions of a home's copy (HLRC, Zhou, Iftode, Li, OSDI
+/// 1996 §2, per-page flush timestamps); data shipped with the lock that protects it
+/// (Midway's entry consistency, Bershad, Zekauskas, Sawdon, COMPCON 1993).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct IntervalDiff {
+    /// The page.
+    pub page: PageId,
+    /// The cluster that wrote.
+    pub owner: ClusterId,
+    /// The interval (`owner`'s record index) the writes belong to.
+    pub index: u32,
+    /// The versions the diff was taken against (see above).
+    pub base: VectorTime,
+    /// The encoded runs.
+    pub data: DiffBytes,
+}
+
+impl IntervalDiff {
+    /// Whether a copy of the page that reflects `known` (at cluster `me`) can apply
+    /// this diff now.
+    ///
+    /// Source: see [`IntervalDiff`].
+    pub fn applies_to(&self, known: &VectorTime, me: ClusterId) -> bool {
+        known.get(self.owner) < self.index
+            && self
+                .base
+                .entries()
+                .iter()
+                .enumerate()
+                .all(|(j, &v)| j == me.index() || known.entries().get(j).copied().unwrap_or(0) >= v)
+    }
 }
 
 /// Why records could not be merged into a log.
@@ -251,6 +339,11 @@ impl IntervalLog {
         Ok(out)
     }
 
+    /// The highest index held (or discarded) per owner.
+    pub(crate) fn tops(&self) -> VectorTime {
+        VectorTime::from_entries(self.owners.iter().map(OwnerLog::top).collect())
+    }
+
     /// The time up to which records were discarded, per owner.
     pub(crate) fn base(&self) -> VectorTime {
         VectorTime::from_entries(self.owners.iter().map(|o| o.base).collect())
@@ -306,7 +399,7 @@ mod tests {
         IntervalRecord {
             owner: c(o),
             index: i,
-            pages: vec![PageId::new(i).unwrap()],
+            pages: vec![PageId::new(i).unwrap()].into(),
         }
     }
 

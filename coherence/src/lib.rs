@@ -12,13 +12,16 @@
 //!
 //! * [`hlrc`] (default): home-based lazy release consistency with multiple writers,
 //!   twins and diffs, write notices carried by locks and barriers with vector
-//!   timestamps ([`interval`]), single-writer home migration at barriers, and
-//!   private home pages (no write tracking while no other cluster holds a copy).
+//!   timestamps ([`interval`]), per-page versions so that releases never wait for
+//!   homes, diffs carried by the lock to its next holder, single-writer home
+//!   migration at barriers, and private home pages (no write tracking while no
+//!   other cluster holds a copy).
 //! * [`sc`]: sequential consistency, single writer / multiple readers,
 //!   write-invalidate, the home as directory (Ivy).
 //!
 //! Locks are cached by the cluster that was granted them, given back eagerly when
-//! contended, and pushed to the cluster predicted to want them next ([`sync`]).
+//! contended, and pushed, with the diffs of the intervals they protected, to the
+//! cluster predicted to want them next ([`sync`]).
 //!
 //! The calling contract is in the [`Machine`] documentation; each [`Action`] says
 //! what the runtime must do. Messages encode to one 64-bit Express word (8-bit
@@ -59,20 +62,21 @@ pub mod hlrc;
 pub mod home;
 mod ids;
 pub mod interval;
+mod locks;
 mod machine;
 pub mod message;
 pub mod sc;
 mod stats;
 pub mod sync;
 
-pub use action::{Action, Event, Source};
+pub use action::{Action, Event, FlushPage, Source};
 pub use config::{Config, ConfigError, HomePolicy, Protocol};
 pub use error::ProtocolError;
 pub use ids::{
     ClusterId, FaultToken, LockId, MAX_CLUSTERS, MAX_LOCKS, MAX_PAGES, PAGE_SIZE, PageId,
     PageRange, SyncToken, WORD_SIZE, WORDS_PER_PAGE,
 };
-pub use interval::{GapError, IntervalRecord, VectorTime};
+pub use interval::{DiffBytes, GapError, IntervalDiff, IntervalRecord, VectorTime};
 pub use machine::{Machine, PageAccess};
 pub use message::{Attachment, Body, DecodeError, Message, Parts};
 pub use stats::Stats;

@@ -1,19 +1,21 @@
-//! The per-cluster coherence machine: page protocol (hlrc or sc), interval and
-//! vector-time bookkeeping, and the manager roles (locks, barrier, first-touch
-//! directory) this cluster plays.
+//! The per-cluster coherence machine: event dispatch, intervals and flushes, barrier
+//! arrival and departure, first-touch home lookup, and the state the protocols
+//! ([`crate::hlrc`], [`crate::sc`]) and the cluster side of the locks
+//! ([`crate::locks`]) share.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::mem;
 
-use crate::action::{Action, Event};
+use crate::action::{Action, Event, FlushPage};
 use crate::config::{Config, ConfigError, Protocol};
 use crate::error::ProtocolError;
 use crate::home::{CopySet, HomeMap};
-use crate::ids::{ClusterId, FaultToken, LockId, PageId, SyncToken};
-use crate::interval::{IntervalLog, IntervalRecord, VectorTime};
+use crate::ids::{ClusterId, FaultToken, LockId, PageId, PageRange, SyncToken};
+use crate::interval::{DiffBytes, IntervalDiff, IntervalLog, IntervalRecord, VectorTime};
+use crate::locks::{ClusterLock, Grant};
 use crate::message::Message;
 use crate::stats::Stats;
-use crate::sync::{BarrierManager, LockManager, MAX_LOCAL_HANDOFFS, Request};
+use crate::sync::{BarrierManager, LockManager, Request};
 
 /// Local access to a page at one cluster, as the machine has arranged it with the
 /// runtime.
@@ -28,17 +30,24 @@ pub enum PageAccess {
     Invalid,
     /// Installed and write-protected.
     ReadOnly,
-    /// Installed and writable (hlrc non-home: with a twin).
+    /// Installed and writable (hlrc: with a twin, or a private home page).
     ReadWrite,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct PageEntry {
     pub(crate) access: PageAccess,
-    /// hlrc: written in the open interval (listed in `Machine::written`).
-    pub(crate) written: bool,
-    /// hlrc: diffs of this page sent and not yet acknowledged.
-    pub(crate) unacked: u32,
+    /// hlrc: the page has a twin: it is writable and *open* (listed in
+    /// `Machine::open`), and every flush diffs it.
+    pub(crate) twin: bool,
+    /// hlrc: open and unchanged at the last flush: the next flush closes it.
+    pub(crate) idle: bool,
+    /// hlrc: the versions of the page this cluster's copy reflects (per cluster, the
+    /// last interval whose writes to the page it holds; this cluster's own entry is
+    /// its last diff of the page). For a missing copy, what the next fetch must
+    /// reflect. At the home, the diffs applied to the master copy. See
+    /// [`crate::interval::IntervalDiff`].
+    pub(crate) known: VectorTime,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -51,14 +60,6 @@ pub(crate) struct Waiter {
 pub(crate) enum Phase {
     /// First-touch: waiting for `HomeIs`.
     AwaitHome,
-    /// hlrc: waiting for this cluster's diffs of the page to be acknowledged before
-    /// fetching (a fetch must see them).
-    AwaitAcks,
-    /// hlrc: a write fault on a valid read-only page waits for this cluster's
-    /// previous diff of the page to be acknowledged before taking a new twin, so
-    /// that at most one diff per page and cluster is in flight (the network may
-    /// reorder two diffs of the same words).
-    AwaitTwin,
     /// hlrc: `GetPage` sent; `stale` when a write notice arrived meanwhile.
     AwaitPage { stale: bool },
     /// sc: a read or write request is outstanding at the home.
@@ -84,73 +85,40 @@ impl Fetch {
     }
 }
 
-/// What to do when a release epoch's diffs are all acknowledged.
+/// What closes an interval, run once its flush is done.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Completion {
     /// The lock leaves this cluster: send `LockRelease` to its manager.
-    Release {
-        lock: LockId,
-        time: VectorTime,
-    },
+    Release { lock: LockId },
+    /// The barrier arrival (sent once this cluster's diffs are acknowledged).
     Barrier,
 }
 
+/// What a flush was started for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Epoch {
-    pub(crate) tag: u16,
-    pub(crate) pending: u32,
-    pub(crate) completion: Option<Completion>,
+pub(crate) enum Resume {
+    /// An interval closes (a lock leaves, a barrier).
+    Close(Completion),
+    /// A grant (or push) whose write notices hit open pages without a diff to apply:
+    /// the pages were flushed and closed first; the grant is taken now.
+    Grant(Grant),
 }
 
-/// Release epochs: the open one (collecting diffs sent before the next release,
-/// e.g. at an acquire) and the closed ones, completed strictly in order.
+/// A flush in progress: the pages of the [`Action::Flush`] and what comes next.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Epochs {
-    pub(crate) open: Epoch,
-    pub(crate) closed: VecDeque<Epoch>,
+pub(crate) struct Flushing {
+    pub(crate) pages: Vec<FlushPage>,
+    pub(crate) then: Resume,
 }
 
-impl Epochs {
-    fn new() -> Self {
-        Self {
-            open: Epoch {
-                tag: 0,
-                pending: 0,
-                completion: None,
-            },
-            closed: VecDeque::new(),
-        }
-    }
-
-    fn close(&mut self, c: Completion) -> Result<(), ProtocolError> {
-        if self.closed.len() >= usize::from(u16::MAX) - 1 {
-            return Err(ProtocolError::TooManyReleases);
-        }
-        let next = Epoch {
-            tag: self.open.tag.wrapping_add(1),
-            pending: 0,
-            completion: None,
-        };
-        let mut e = mem::replace(&mut self.open, next);
-        e.completion = Some(c);
-        self.closed.push_back(e);
-        Ok(())
-    }
-
-    pub(crate) fn ack(&mut self, tag: u16) -> bool {
-        let e = if self.open.tag == tag {
-            Some(&mut self.open)
-        } else {
-            self.closed.iter_mut().find(|e| e.tag == tag)
-        };
-        match e {
-            Some(e) if e.pending > 0 => {
-                e.pending -= 1;
-                true
-            }
-            _ => false,
-        }
-    }
+/// An acquire (or a barrier departure) whose write notices name pages homed here
+/// whose diffs have not arrived yet: it completes when the master copy has them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Held {
+    /// `(page, owner, index)`: the home must have applied that interval's diff.
+    pub(crate) waits: Vec<(PageId, ClusterId, u32)>,
+    /// The completion to emit.
+    pub(crate) done: Action,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -158,47 +126,6 @@ pub(crate) struct BarrierState {
     pub(crate) episode: u32,
     pub(crate) waiting: Option<SyncToken>,
     pub(crate) deferred: Vec<(ClusterId, Message)>,
-}
-
-/// A lock as seen by this cluster (not as its manager): owned or not, held by a
-/// local thread or cached, requested, recalled. See [`crate::sync`] (lock caching,
-/// tenures, pushes).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub(crate) struct ClusterLock {
-    /// While this cluster owns the lock (granted by the manager and not yet given
-    /// back): the lock's vector time at the grant.
-    pub(crate) owned: Option<VectorTime>,
-    /// The tenure owned, or the last one granted to this cluster (0: none).
-    pub(crate) tenure: u32,
-    /// A thread of this cluster holds the lock.
-    pub(crate) busy: bool,
-    /// A `LockAcquire` is outstanding.
-    pub(crate) requested: bool,
-    /// The manager asked for the lock back: it goes as soon as no local thread holds
-    /// it (after at most [`MAX_LOCAL_HANDOFFS`] hand-offs).
-    pub(crate) recalled: bool,
-    /// Give the lock back soon after a release, without waiting for a recall: the
-    /// grant said it is contended, or it was pushed here.
-    pub(crate) eager: bool,
-    /// The lock is being given back: the interval is closed and the `LockRelease`
-    /// waits for the diffs' acknowledgements.
-    pub(crate) returning: bool,
-    /// A thread of this cluster took the lock in the current tenure.
-    pub(crate) used: bool,
-    /// The records of a pushed grant, applied (with its time) when a local thread
-    /// first takes the lock: an acquire is where write notices take effect, and
-    /// applying them earlier would invalidate pages the cluster's threads are
-    /// writing under other locks.
-    pub(crate) pending: Option<Vec<IntervalRecord>>,
-    /// Recalls of tenures other than the one owned or last owned: those that overtook
-    /// the grant of their tenure (the network reorders), and stale ones of tenures
-    /// given back earlier. The next grant keeps its own and drops the rest: no recall
-    /// of a later tenure can exist before that grant arrives.
-    pub(crate) early_recalls: Vec<u32>,
-    /// Hand-offs between local threads since the lock had to go back.
-    pub(crate) handoffs: u32,
-    /// Local threads waiting for the lock, in arrival order.
-    pub(crate) waiters: VecDeque<SyncToken>,
 }
 
 /// sc directory entry at the home.
@@ -220,6 +147,11 @@ pub(crate) struct Txn {
     pub(crate) writeback_from: Option<ClusterId>,
 }
 
+/// Own diffs kept for carrying with locks (newest last); older ones are dropped.
+///
+/// Source: this project's bound (see [`crate::sync`], carried diffs).
+pub(crate) const MAX_RECENT_DIFFS: usize = 64;
+
 /// The coherence machine of one cluster: a pure state machine, driven by
 /// [`Event`]s, producing [`Action`]s. One machine per cluster is shared by all of the
 /// cluster's compute threads (they share the cluster's single copy of each page).
@@ -229,33 +161,34 @@ pub(crate) struct Txn {
 /// 1. **One event at a time.** Call [`Machine::handle`] with one [`Event`]; it
 ///    appends actions to `out`. Execute *all* of them, *in order*, before passing
 ///    the machine another event — the simplest way is to hold the machine's lock
-///    while executing them. (A runtime may relax this only per page: no event may
-///    be handled while an action of an earlier call on the same page is
-///    outstanding; `Send`/`*Done` actions carry no page memory operation.) In
-///    particular `WriteProtect` must take effect before the following `SendDiff`
-///    computes the diff, `MakeTwin` before `Unprotect`, `Send` (which copies the
-///    page) before the `Invalidate` that follows it, and `Install` before `Wake`.
-/// 2. **Faults.** Pass every userfaultfd fault on the region as
+///    while executing them. In particular `WriteProtect` must take effect before the
+///    `Flush` that diffs the same pages, `MakeTwin` before `Unprotect`, `Send`
+///    (which copies the page) before the `Invalidate` that follows it, and `Install`
+///    before `Wake`.
+/// 2. **Flushes.** When the actions end with [`Action::Flush`], execute it and pass
+///    its result as [`Event::Flushed`] right away, before any other event (the
+///    machine refuses other events meanwhile); that call's actions may end with
+///    another flush.
+/// 3. **Faults.** Pass every userfaultfd fault on the region as
 ///    [`Event::ReadFault`] (MISSING) or [`Event::WriteFault`] (WP, or MISSING caused
 ///    by a write) with a token; the thread stays blocked until an
 ///    [`Action::Wake`] names its token, then retries its access (which may fault
 ///    again). Concurrent faults on a page produce one fetch; a fault on an
 ///    accessible page is answered with an immediate wake.
-/// 3. **Synchronization.** [`Event::Acquire`], [`Event::Release`] and
+/// 4. **Synchronization.** [`Event::Acquire`], [`Event::Release`] and
 ///    [`Event::Barrier`] (once per cluster, after the runtime gathered the cluster's
 ///    threads) block the caller until the matching `AcquireDone`, `ReleaseDone` or
 ///    `BarrierDone`. A thread must not touch DSM memory between issuing an acquire
 ///    and its completion. Barriers must include every compute thread of the job.
-/// 4. **Messages.** Deliver every received protocol message as [`Event::Message`]
+/// 5. **Messages.** Deliver every received protocol message as [`Event::Message`]
 ///    with the sender's id, keeping a Tag-On buffer alive during the call; actions
-///    emitted during that call may read it ([`crate::Source::Attached`],
-///    [`Action::ApplyDiff`]). The machine never refers to it later. The network
-///    may reorder messages but must not lose or duplicate them (the message layer's
-///    reliable protocol).
-/// 5. **Actions.** See each [`Action`] variant. Memory actions only target pages in
+///    emitted during that call may read it ([`crate::Source::Attached`]). The machine
+///    never refers to it later. The network may reorder messages but must not lose
+///    or duplicate them (the message layer's reliable protocol).
+/// 6. **Actions.** See each [`Action`] variant. Memory actions only target pages in
 ///    the state the machine believes (e.g. `Install` only on missing pages), so a
 ///    runtime error from `UFFDIO_*` indicates a bug.
-/// 6. **Errors.** A [`ProtocolError`] is fatal: report it and stop the job.
+/// 7. **Errors.** A [`ProtocolError`] is fatal: report it and stop the job.
 ///
 /// Source: sans-I/O protocol engines (style.md practice 7, quinn-proto); protocol
 /// rules in [`crate::hlrc`], [`crate::sc`], [`crate::interval`], [`crate::sync`].
@@ -266,17 +199,32 @@ pub struct Machine {
     pub(crate) homes: HomeMap,
     pub(crate) pages: Vec<PageEntry>,
     pub(crate) fetches: BTreeMap<PageId, Fetch>,
-    /// hlrc: pages written in the open interval.
-    pub(crate) written: Vec<PageId>,
+    /// hlrc: pages with a twin (writable, diffed at every flush), in opening order.
+    pub(crate) open: Vec<PageId>,
+    /// hlrc: this cluster's recent diffs, newest last, carried by the locks it gives
+    /// back (at most [`MAX_RECENT_DIFFS`]; dropped at barriers).
+    pub(crate) recent: VecDeque<IntervalDiff>,
+    /// hlrc, at the home: received diffs that cannot be applied yet (their base is
+    /// not reflected), by page.
+    pub(crate) home_pending: BTreeMap<PageId, Vec<IntervalDiff>>,
+    /// hlrc, at the home: fetches waiting for diffs, by page: `(requester, need)`.
+    pub(crate) deferred_fetches: BTreeMap<PageId, Vec<(ClusterId, VectorTime)>>,
+    /// hlrc: acquires waiting for diffs of pages homed here.
+    pub(crate) held: Vec<Held>,
+    /// hlrc: the flush in progress (between [`Action::Flush`] and
+    /// [`Event::Flushed`]).
+    pub(crate) flushing: Option<Flushing>,
     /// hlrc: copysets of home pages.
     pub(crate) copysets: BTreeMap<PageId, CopySet>,
-    pub(crate) epochs: Epochs,
     /// sc: directory entries of home pages.
     pub(crate) dirs: BTreeMap<PageId, Directory>,
     pub(crate) time: VectorTime,
     pub(crate) log: IntervalLog,
     /// Locks this cluster owns, requests or waits for, or was granted before.
     pub(crate) cluster_locks: BTreeMap<LockId, ClusterLock>,
+    /// Per lock manager, the merge of the lock times of the grants it sent here: its
+    /// record store holds every record up to it, so releases need not resend those.
+    pub(crate) manager_seen: BTreeMap<ClusterId, VectorTime>,
     pub(crate) barrier: BarrierState,
     pub(crate) locks: LockManager,
     pub(crate) barrier_mgr: Option<BarrierManager>,
@@ -303,8 +251,9 @@ impl Machine {
                     Some(h) if h == me => PageAccess::Untouched,
                     _ => PageAccess::Invalid,
                 },
-                written: false,
-                unacked: 0,
+                twin: false,
+                idle: false,
+                known: VectorTime::new(),
             })
             .collect();
         Ok(Self {
@@ -314,13 +263,18 @@ impl Machine {
             pages,
             cfg,
             fetches: BTreeMap::new(),
-            written: Vec::new(),
+            open: Vec::new(),
+            recent: VecDeque::new(),
+            home_pending: BTreeMap::new(),
+            deferred_fetches: BTreeMap::new(),
+            held: Vec::new(),
+            flushing: None,
             copysets: BTreeMap::new(),
-            epochs: Epochs::new(),
             dirs: BTreeMap::new(),
             time: VectorTime::new(),
             log: IntervalLog::default(),
             cluster_locks: BTreeMap::new(),
+            manager_seen: BTreeMap::new(),
             barrier: BarrierState::default(),
             locks: LockManager::default(),
             stats: Stats::default(),
@@ -371,6 +325,22 @@ impl Machine {
         self.pages.get(page.index()).map(|e| e.access)
     }
 
+    /// hlrc: whether `page` has a twin here (it is writable and diffed at every
+    /// flush). Always `false` under sc.
+    ///
+    /// Source: see [`crate::hlrc`].
+    pub fn has_twin(&self, page: PageId) -> bool {
+        self.pages.get(page.index()).is_some_and(|e| e.twin)
+    }
+
+    /// hlrc: the versions of `page` this cluster's copy reflects (see
+    /// [`crate::interval::IntervalDiff`]); empty under sc.
+    ///
+    /// Source: see [`crate::hlrc`].
+    pub fn versions(&self, page: PageId) -> Option<&VectorTime> {
+        self.pages.get(page.index()).map(|e| &e.known)
+    }
+
     /// The copyset of a page homed here: hlrc, the clusters that fetched it since it
     /// was homed here (plus this one); sc, the remote read-only holders. Empty for
     /// pages homed elsewhere.
@@ -406,14 +376,24 @@ impl Machine {
         &self.time
     }
 
-    /// Whether nothing is in progress here: no fault pending, no release waiting for
-    /// acknowledgements, no acquire or barrier pending, no manager transaction open.
+    /// Whether an [`Action::Flush`] waits for its [`Event::Flushed`].
+    ///
+    /// Source: see the calling contract of [`Machine`].
+    pub fn is_flushing(&self) -> bool {
+        self.flushing.is_some()
+    }
+
+    /// Whether nothing is in progress here: no fault pending, no diff waiting at this
+    /// home for an earlier one, no fetch or acquire waiting for diffs, no acquire or
+    /// barrier pending, no manager transaction open. Open pages (twins) may remain.
     ///
     /// Source: quiescence of the protocol (used by tests and shutdown).
     pub fn is_quiescent(&self) -> bool {
         self.fetches.is_empty()
-            && self.epochs.closed.is_empty()
-            && self.epochs.open.pending == 0
+            && self.home_pending.is_empty()
+            && self.deferred_fetches.is_empty()
+            && self.held.is_empty()
+            && self.flushing.is_none()
             && self
                 .cluster_locks
                 .values()
@@ -441,12 +421,16 @@ impl Machine {
         let r = self.dispatch(event, out).and_then(|()| self.drain(out));
         if r.is_err() {
             self.inbox.clear();
+            self.flushing = None;
         }
         r
     }
 
+    /// Handles the messages queued to self, until a flush interrupts.
     fn drain(&mut self, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
-        while let Some((from, msg)) = self.inbox.pop_front() {
+        while self.flushing.is_none()
+            && let Some((from, msg)) = self.inbox.pop_front()
+        {
             if msg.attachment().is_some() {
                 return Err(ProtocolError::Unexpected {
                     what: "replayed or local message with an attachment",
@@ -492,6 +476,12 @@ impl Machine {
     }
 
     fn dispatch(&mut self, event: Event, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
+        if let Event::Flushed { diffs } = event {
+            return self.on_flushed(diffs, out);
+        }
+        if self.flushing.is_some() {
+            return Err(ProtocolError::FlushPending);
+        }
         match event {
             Event::ReadFault { page, token } | Event::WriteFault { page, token } => {
                 self.check_page(page)?;
@@ -532,61 +522,175 @@ impl Machine {
                 self.stats.messages_received += 1;
                 self.on_message(from, msg, attached_len, out)
             }
+            Event::Flushed { .. } => unreachable!("handled above"),
         }
     }
 
-    /// Closes the open interval (hlrc: write-protect and diff dirty pages, record
-    /// write notices) and queues `c` to run when its diffs are acknowledged.
-    fn close_interval(
+    // ----- intervals and flushes ----------------------------------------------------
+
+    /// Closes the open interval (hlrc: flush the open pages — all of them closed at a
+    /// barrier, else the idle ones closed and the others kept open — recording the
+    /// write notices of those that changed) and then runs `c`.
+    pub(crate) fn close_interval(
         &mut self,
-        mut c: Completion,
+        c: Completion,
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
-        if self.cfg.protocol == Protocol::Hlrc {
-            self.hlrc_flush_written(out)?;
+        let all = c == Completion::Barrier;
+        if self.open.is_empty() {
+            return self.resume(Resume::Close(c), out);
         }
-        if let Completion::Release { time, .. } = &mut c {
-            *time = self.time.clone();
-        }
-        self.epochs.close(c)?;
-        self.complete_ready(out)
-    }
-
-    /// Runs the completions of closed epochs whose diffs are all acknowledged, in
-    /// order (a release never completes before an earlier one of this cluster).
-    pub(crate) fn complete_ready(&mut self, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
-        while self.epochs.closed.front().is_some_and(|e| e.pending == 0) {
-            let Some(Epoch {
-                completion: Some(c),
-                ..
-            }) = self.epochs.closed.pop_front()
-            else {
-                continue;
-            };
-            match c {
-                Completion::Release { lock, time } => {
-                    self.give_back(lock, time, out)?;
-                }
-                Completion::Barrier => {
-                    let records = self.log.owned_after(self.me, 0);
-                    let migratable =
-                        if self.cfg.protocol == Protocol::Hlrc && self.cfg.migrate_single_writer {
-                            self.hlrc_migratable(&records)
-                        } else {
-                            Vec::new()
-                        };
-                    let msg = Message::BarrierArrive {
-                        episode: self.barrier.episode,
-                        time: self.time.clone(),
-                        records,
-                        migratable,
-                    };
-                    self.send(self.cfg.barrier_manager, msg, out);
-                }
+        let mut pages = Vec::with_capacity(self.open.len());
+        let mut protect = Vec::new();
+        for &page in &self.open {
+            let keep_open = !all && !self.pages[page.index()].idle;
+            if !keep_open {
+                protect.push(page);
             }
+            pages.push(FlushPage { page, keep_open });
         }
+        self.start_flush(pages, protect, Resume::Close(c), out);
         Ok(())
     }
+
+    /// Write-protects `protect` (the pages of `pages` that close), then asks the
+    /// runtime to flush `pages`; `then` runs when the diffs come back.
+    pub(crate) fn start_flush(
+        &mut self,
+        pages: Vec<FlushPage>,
+        mut protect: Vec<PageId>,
+        then: Resume,
+        out: &mut Vec<Action>,
+    ) {
+        for r in PageRange::coalesce(&mut protect) {
+            out.push(Action::WriteProtect { pages: r });
+        }
+        self.stats.flushes += 1;
+        self.flushing = Some(Flushing {
+            pages: pages.clone(),
+            then,
+        });
+        out.push(Action::Flush { pages });
+    }
+
+    /// The diffs of a flush: pages that changed get a write notice in a new
+    /// interval record, their diff goes to the home (unless homed here, or the lock
+    /// this flush releases carries it to its manager, which is the home) and is kept
+    /// for carrying with locks; closed pages lose their twin; unchanged open pages
+    /// turn idle.
+    fn on_flushed(
+        &mut self,
+        diffs: Vec<DiffBytes>,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        let Some(f) = self.flushing.take() else {
+            return Err(ProtocolError::UnexpectedFlush);
+        };
+        if diffs.len() != f.pages.len() {
+            return Err(ProtocolError::UnexpectedFlush);
+        }
+        let me = self.me;
+        let index = self.time.get(me) + 1;
+        // A released lock goes to its manager with this flush's diffs.
+        let carrier = match f.then {
+            Resume::Close(Completion::Release { lock }) => Some(self.cfg.lock_manager(lock)),
+            _ => None,
+        };
+        let mut written = Vec::new();
+        for (fp, data) in f.pages.iter().zip(diffs) {
+            let home = self.homes.get(fp.page);
+            let e = self.entry(fp.page);
+            if !fp.keep_open {
+                e.access = PageAccess::ReadOnly;
+                e.twin = false;
+                e.idle = false;
+                self.stats.pages_closed += 1;
+            } else {
+                self.stats.pages_kept_open += 1;
+            }
+            let e = self.entry(fp.page);
+            if data.is_empty() {
+                e.idle = fp.keep_open;
+                continue;
+            }
+            e.idle = false;
+            let base = e.known.clone();
+            e.known.set(me, index);
+            let diff = IntervalDiff {
+                page: fp.page,
+                owner: me,
+                index,
+                base,
+                data,
+            };
+            match home {
+                Some(h) if h == me => {}
+                Some(h) if Some(h) == carrier => self.stats.diffs_via_release += 1,
+                Some(h) => {
+                    self.stats.diffs_sent += 1;
+                    self.stats.diff_bytes_sent += diff.data.len() as u64;
+                    self.send(h, Message::Diff { diff: diff.clone() }, out);
+                }
+                None => {
+                    return Err(Self::unexpected(
+                        "flush of a page without a home",
+                        me,
+                        fp.page,
+                    ));
+                }
+            }
+            if self.recent.len() >= MAX_RECENT_DIFFS {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(diff);
+            written.push(fp.page);
+        }
+        self.open.retain(|p| self.pages[p.index()].twin);
+        if !written.is_empty() {
+            written.sort_unstable();
+            written.dedup();
+            self.log.insert(IntervalRecord {
+                owner: me,
+                index,
+                pages: written.into(),
+            })?;
+            self.time.set(me, index);
+            self.stats.intervals += 1;
+        }
+        self.resume(f.then, out)
+    }
+
+    fn resume(&mut self, r: Resume, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
+        match r {
+            Resume::Close(Completion::Release { lock }) => self.give_back(lock, out),
+            Resume::Close(Completion::Barrier) => {
+                self.arrive(out);
+                Ok(())
+            }
+            Resume::Grant(g) => self.take_grant(g, out),
+        }
+    }
+
+    /// Sends the barrier arrival (the flush is done; the diffs need not have reached
+    /// their homes: the departure waits for those a home needs, see
+    /// [`Machine::on_barrier_depart`]).
+    fn arrive(&mut self, out: &mut Vec<Action>) {
+        let records = self.log.owned_after(self.me, 0);
+        let migratable = if self.cfg.protocol == Protocol::Hlrc && self.cfg.migrate_single_writer {
+            self.hlrc_migratable(&records)
+        } else {
+            Vec::new()
+        };
+        let msg = Message::BarrierArrive {
+            episode: self.barrier.episode,
+            time: self.time.clone(),
+            records,
+            migratable,
+        };
+        self.send(self.cfg.barrier_manager, msg, out);
+    }
+
+    // ----- messages -----------------------------------------------------------------
 
     fn on_message(
         &mut self,
@@ -610,26 +714,20 @@ impl Machine {
         match msg {
             Message::HomeQuery { page } => self.on_home_query(from, page, out),
             Message::HomeIs { page, home } => self.on_home_is(from, page, home, out),
-            Message::GetPage { page } if hlrc => self.on_get_page(from, page, out),
+            Message::GetPage { page, need } if hlrc => self.on_get_page(from, page, need, out),
             Message::PageData { page, zero, .. } if hlrc => {
                 self.on_page_data_hlrc(from, page, zero, out)
             }
-            Message::Diff { page, tag } if hlrc => {
-                self.on_diff(from, page, tag, false, attached_len, msg, out)
-            }
-            Message::DiffWholePage { page, tag } if hlrc => {
-                self.on_diff(from, page, tag, true, attached_len, msg, out)
-            }
-            Message::DiffAck { page, tag } if hlrc => self.on_diff_ack(from, page, tag, out),
-            Message::GetPage { .. }
-            | Message::Diff { .. }
-            | Message::DiffWholePage { .. }
-            | Message::DiffAck { .. } => wrong("hlrc message in an sc job"),
+            Message::Diff { diff } if hlrc => self.on_diff(from, diff, out),
+            Message::GetPage { .. } | Message::Diff { .. } => wrong("hlrc message in an sc job"),
             Message::PageData {
                 page,
                 writable,
                 zero,
-            } => self.on_page_data_sc(from, page, writable, zero, out),
+            } => {
+                let _ = attached_len;
+                self.on_page_data_sc(from, page, writable, zero, out)
+            }
             Message::ScRead { page } | Message::ScWrite { page } if !hlrc => {
                 let write = matches!(msg, Message::ScWrite { .. });
                 self.on_sc_request(from, page, write, msg, out)
@@ -664,15 +762,29 @@ impl Machine {
                 time,
                 gc,
                 records,
+                diffs,
                 unused,
             } => {
                 if self.cfg.lock_manager(lock) != self.me {
                     return wrong("lock release to a cluster that does not manage the lock");
                 }
+                if diffs.iter().any(|d| d.owner != from) {
+                    return wrong("lock release carrying another cluster's diffs");
+                }
+                // The release brings this home the diffs of its pages (the releaser
+                // sent them no other way).
+                let home: Vec<IntervalDiff> = diffs
+                    .iter()
+                    .filter(|d| hlrc && self.homes.get(d.page) == Some(self.me))
+                    .cloned()
+                    .collect();
                 let msgs = self
                     .locks
-                    .release(lock, from, tenure, &time, &gc, records, unused)?;
+                    .release(lock, from, tenure, &time, &gc, records, diffs, unused)?;
                 self.send_manager_messages(msgs, out);
+                for d in home {
+                    self.on_diff(from, d, out)?;
+                }
                 Ok(())
             }
             Message::LockRecall { lock, tenure } => self.on_lock_recall(from, lock, tenure, out),
@@ -680,9 +792,13 @@ impl Machine {
                 lock,
                 time,
                 records,
+                diffs,
+                stored,
                 tenure,
                 contended,
-            } => self.on_lock_grant(from, lock, time, records, tenure, contended, out),
+            } => self.on_lock_grant(
+                from, lock, time, records, diffs, stored, tenure, contended, out,
+            ),
             Message::BarrierArrive {
                 episode,
                 time,
@@ -705,304 +821,15 @@ impl Machine {
             Message::BarrierDepart {
                 episode,
                 time,
-                notices,
-                migrations,
-            } => self.on_barrier_depart(from, episode, time, notices, migrations, out),
-        }
-    }
-
-    /// Applies newly learned interval records: remembers them for forwarding and
-    /// (hlrc) invalidates their pages.
-    fn apply_records(
-        &mut self,
-        records: Vec<IntervalRecord>,
-        out: &mut Vec<Action>,
-    ) -> Result<(), ProtocolError> {
-        let mut pages = Vec::new();
-        for r in records {
-            let new = r.index > self.log.top(r.owner);
-            if new {
-                pages.extend_from_slice(&r.pages);
-            }
-            self.log.insert(r)?;
-        }
-        self.stats.write_notices_received += pages.len() as u64;
-        if self.cfg.protocol == Protocol::Hlrc {
-            self.hlrc_apply_notices(pages, out)?;
-        }
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn on_lock_grant(
-        &mut self,
-        from: ClusterId,
-        lock: LockId,
-        time: VectorTime,
-        records: Vec<IntervalRecord>,
-        tenure: u32,
-        contended: bool,
-        out: &mut Vec<Action>,
-    ) -> Result<(), ProtocolError> {
-        let unexpected = |what| ProtocolError::Unexpected {
-            what,
-            from,
-            page: None,
-        };
-        if self.cfg.lock_manager(lock) != from {
-            return Err(unexpected(
-                "lock grant from a cluster that does not manage it",
-            ));
-        }
-        let l = self.cluster_locks.entry(lock).or_default();
-        if l.owned.is_some() {
-            return Err(unexpected("lock grant for a lock this cluster owns"));
-        }
-        l.owned = Some(time.clone());
-        l.tenure = tenure;
-        l.handoffs = 0;
-        l.used = l.requested;
-        let Some(token) = l.requested.then(|| l.waiters.pop_front()) else {
-            // Pushed: cached here for the next local acquire, given back after it. Its
-            // records wait for that acquire.
-            l.busy = false;
-            l.recalled = false;
-            l.eager = true;
-            l.pending = Some(records);
-            self.stats.lock_pushes_received += 1;
-            if l.early_recalls.contains(&tenure) {
-                l.recalled = true;
-                l.early_recalls.clear();
-                return self.give_back_now(lock, out);
-            }
-            l.early_recalls.clear();
-            return Ok(());
-        };
-        let Some(token) = token else {
-            return Err(unexpected("lock grant without a waiting acquire"));
-        };
-        l.requested = false;
-        l.busy = true;
-        l.recalled = l.early_recalls.contains(&tenure);
-        l.eager = contended;
-        l.early_recalls.clear();
-        self.apply_records(records, out)?;
-        self.time.merge(&time);
-        self.check_log_covers_time()?;
-        out.push(Action::AcquireDone { lock, token });
-        Ok(())
-    }
-
-    /// Sends what the lock manager decided (grants, pushes and recalls).
-    fn send_manager_messages(&mut self, msgs: Vec<(ClusterId, Message)>, out: &mut Vec<Action>) {
-        for (to, m) in msgs {
-            match m {
-                Message::LockGrant { .. } => self.stats.lock_grants += 1,
-                Message::LockRecall { .. } => self.stats.lock_recalls += 1,
-                _ => {}
-            }
-            self.send(to, m, out);
-        }
-    }
-
-    /// Sends this cluster's request for `lock` to its manager.
-    fn request_lock(&mut self, lock: LockId, out: &mut Vec<Action>) {
-        self.stats.lock_requests += 1;
-        let mgr = self.cfg.lock_manager(lock);
-        let time = self.time.clone();
-        let seen = self.cluster_locks.get(&lock).map_or(0, |l| l.tenure);
-        self.send(mgr, Message::LockAcquire { lock, time, seen }, out);
-    }
-
-    /// A thread of this cluster acquires `lock`: at once if the cluster owns it and
-    /// no local thread holds it (a cached or pushed lock), else it waits behind the
-    /// local holder or for the manager's grant.
-    fn on_acquire(
-        &mut self,
-        lock: LockId,
-        token: SyncToken,
-        out: &mut Vec<Action>,
-    ) -> Result<(), ProtocolError> {
-        self.stats.lock_acquires += 1;
-        let l = self.cluster_locks.entry(lock).or_default();
-        if l.owned.is_some() && !l.busy && !l.returning {
-            l.busy = true;
-            l.used = true;
-            self.stats.lock_local_acquires += 1;
-            if let Some(records) = l.pending.take() {
-                // The first use of a pushed lock: its grant takes effect now.
-                let time = l.owned.clone().unwrap_or_default();
-                self.apply_records(records, out)?;
-                self.time.merge(&time);
-                self.check_log_covers_time()?;
-            }
-            out.push(Action::AcquireDone { lock, token });
-            return Ok(());
-        }
-        l.waiters.push_back(token);
-        if l.owned.is_none() && !l.requested {
-            l.requested = true;
-            self.request_lock(lock, out);
-        }
-        Ok(())
-    }
-
-    /// A thread of this cluster releases `lock`: to a waiting local thread, into the
-    /// cluster's cache, or — when it was recalled, is contended or was pushed here —
-    /// back to the manager. The thread never waits: the lock leaves when the diffs of
-    /// the interval closed for it are acknowledged.
-    fn on_release(
-        &mut self,
-        lock: LockId,
-        token: SyncToken,
-        out: &mut Vec<Action>,
-    ) -> Result<(), ProtocolError> {
-        let l = held_lock(&mut self.cluster_locks, lock)?;
-        if l.owned.is_none() || !l.busy {
-            return Err(ProtocolError::NotHeld(lock));
-        }
-        let must_go = l.recalled || l.eager;
-        if !l.waiters.is_empty() && (!must_go || l.handoffs < MAX_LOCAL_HANDOFFS) {
-            let next = l.waiters.pop_front().expect("checked non-empty");
-            if must_go {
-                l.handoffs += 1;
-            }
-            self.stats.lock_local_acquires += 1;
-            out.push(Action::ReleaseDone { lock, token });
-            out.push(Action::AcquireDone { lock, token: next });
-            return Ok(());
-        }
-        l.busy = false;
-        if must_go {
-            if !l.recalled {
-                self.stats.lock_eager_releases += 1;
-            }
-            self.give_back_now(lock, out)?;
-        }
-        out.push(Action::ReleaseDone { lock, token });
-        Ok(())
-    }
-
-    /// The manager wants `lock` back for `tenure`: give it back now if this cluster
-    /// owns that tenure and no local thread holds it, when the local holders are done
-    /// otherwise; keep a recall that overtook its grant; ignore one of a tenure this
-    /// cluster has already given back.
-    fn on_lock_recall(
-        &mut self,
-        from: ClusterId,
-        lock: LockId,
-        tenure: u32,
-        out: &mut Vec<Action>,
-    ) -> Result<(), ProtocolError> {
-        if self.cfg.lock_manager(lock) != from {
-            return Err(ProtocolError::Unexpected {
-                what: "lock recall from a cluster that does not manage it",
-                from,
-                page: None,
-            });
-        }
-        let l = self.cluster_locks.entry(lock).or_default();
-        if l.tenure != tenure {
-            // Not granted yet, or a stale recall of an older tenure (which the next
-            // grant drops).
-            if !l.early_recalls.contains(&tenure) {
-                l.early_recalls.push(tenure);
-            }
-            return Ok(());
-        }
-        if l.owned.is_none() || l.returning {
-            // Given back already (a pushed lock returns after its first use without
-            // waiting for the recall the manager may have sent meanwhile).
-            return Ok(());
-        }
-        l.recalled = true;
-        if l.busy {
-            return Ok(());
-        }
-        self.give_back_now(lock, out)
-    }
-
-    /// Gives `lock` back: a pushed lock no thread took goes at once, untouched (its
-    /// grant never took effect: same time, no records); otherwise the interval closes
-    /// and the `LockRelease` leaves when its diffs are acknowledged (see
-    /// [`Machine::give_back`]).
-    fn give_back_now(&mut self, lock: LockId, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
-        let l = held_lock(&mut self.cluster_locks, lock)?;
-        if l.used {
-            l.returning = true;
-            return self.close_interval(
-                Completion::Release {
-                    lock,
-                    time: VectorTime::new(),
-                },
-                out,
-            );
-        }
-        let Some(time) = l.owned.take() else {
-            return Err(ProtocolError::NotHeld(lock));
-        };
-        l.pending = None;
-        l.recalled = false;
-        l.eager = false;
-        self.stats.lock_pushes_returned += 1;
-        let msg = Message::LockRelease {
-            lock,
-            tenure: l.tenure,
-            time,
-            gc: self.log.base(),
-            records: Vec::new(),
-            unused: true,
-        };
-        self.send(self.cfg.lock_manager(lock), msg, out);
-        Ok(())
-    }
-
-    /// The interval closed for `lock`'s return has its diffs acknowledged: send the
-    /// release to the manager and ask again for the local threads still waiting.
-    fn give_back(
-        &mut self,
-        lock: LockId,
-        time: VectorTime,
-        out: &mut Vec<Action>,
-    ) -> Result<(), ProtocolError> {
-        let l = held_lock(&mut self.cluster_locks, lock)?;
-        let Some(mut after) = l.owned.take() else {
-            return Err(ProtocolError::NotHeld(lock));
-        };
-        l.returning = false;
-        l.recalled = false;
-        l.eager = false;
-        l.handoffs = 0;
-        let tenure = l.tenure;
-        let again = !l.waiters.is_empty();
-        if again {
-            l.requested = true;
-        }
-        let gc = self.log.base();
-        after.merge(&gc);
-        let records = self.log.between(&after, &time)?;
-        let mgr = self.cfg.lock_manager(lock);
-        self.send(
-            mgr,
-            Message::LockRelease {
-                lock,
-                tenure,
-                time,
-                gc,
                 records,
-                unused: false,
-            },
-            out,
-        );
-        if again {
-            self.request_lock(lock, out);
+                migrations,
+            } => self.on_barrier_depart(from, episode, time, records, migrations, out),
         }
-        Ok(())
     }
 
     /// Invariant: every record counted in the vector time is held (or was discarded
     /// at a barrier), so releases can forward them.
-    fn check_log_covers_time(&self) -> Result<(), ProtocolError> {
+    pub(crate) fn check_log_covers_time(&self) -> Result<(), ProtocolError> {
         for (j, &t) in self.time.entries().iter().enumerate() {
             let Some(c) = ClusterId::new(j as u16) else {
                 continue;
@@ -1024,7 +851,7 @@ impl Machine {
         from: ClusterId,
         episode: u32,
         time: VectorTime,
-        notices: Vec<PageId>,
+        records: Vec<IntervalRecord>,
         migrations: Vec<(PageId, ClusterId)>,
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
@@ -1041,7 +868,11 @@ impl Machine {
                 got: episode,
             });
         }
-        for &p in notices.iter().chain(migrations.iter().map(|(p, _)| p)) {
+        for &p in records
+            .iter()
+            .flat_map(|r| r.pages.iter())
+            .chain(migrations.iter().map(|(p, _)| p))
+        {
             self.check_page(p)?;
         }
         for &(_, c) in &migrations {
@@ -1049,21 +880,41 @@ impl Machine {
                 return Err(ProtocolError::NoSuchCluster(c));
             }
         }
+        if records.iter().any(|r| r.owner == self.me) {
+            return Err(ProtocolError::Unexpected {
+                what: "barrier departure with this cluster's own records",
+                from,
+                page: None,
+            });
+        }
+        let mut waits = Vec::new();
         if self.cfg.protocol == Protocol::Hlrc {
-            self.hlrc_migrate(from, &migrations, out)?;
-            self.stats.write_notices_received += notices.len() as u64;
-            self.hlrc_apply_notices(notices, out)?;
+            self.hlrc_migrate(from, &migrations, &time, out)?;
+            waits = self.hlrc_depart_notices(&records, out)?;
+        }
+        for r in records {
+            self.log.insert(r)?;
         }
         self.time.merge(&time);
+        self.check_log_covers_time()?;
         // Only what the departure's time covers has been seen by every cluster: this
         // cluster's own time may already be ahead (a cached lock given back while it
         // waited at the barrier closes an interval after its arrival).
         self.log.collect_garbage(&time);
         self.locks.collect_garbage(&time);
+        self.recent.retain(|d| d.index > time.get(d.owner));
         self.barrier.episode = self.barrier.episode.wrapping_add(1);
         self.stats.barriers += 1;
         if let Some(token) = self.barrier.waiting.take() {
-            out.push(Action::BarrierDone { token });
+            // Pages homed here whose diffs are still on their way: the local threads
+            // resume once the master copies have them.
+            let done = Action::BarrierDone { token };
+            if waits.is_empty() {
+                out.push(done);
+            } else {
+                self.stats.barriers_held += 1;
+                self.held.push(Held { waits, done });
+            }
         }
         let deferred = mem::take(&mut self.barrier.deferred);
         self.inbox.extend(deferred);
@@ -1195,14 +1046,20 @@ impl Machine {
             }
         }
     }
-}
 
-/// This cluster's state of `lock`, or [`ProtocolError::NotHeld`] if it never had it. A
-/// free function over the map (not a method) so the caller can still use `self`'s other
-/// fields while it holds the entry.
-fn held_lock(
-    locks: &mut BTreeMap<LockId, ClusterLock>,
-    lock: LockId,
-) -> Result<&mut ClusterLock, ProtocolError> {
-    locks.get_mut(&lock).ok_or(ProtocolError::NotHeld(lock))
+    /// Sends what the lock manager decided (grants, pushes and recalls).
+    pub(crate) fn send_manager_messages(
+        &mut self,
+        msgs: Vec<(ClusterId, Message)>,
+        out: &mut Vec<Action>,
+    ) {
+        for (to, m) in msgs {
+            match m {
+                Message::LockGrant { .. } => self.stats.lock_grants += 1,
+                Message::LockRecall { .. } => self.stats.lock_recalls += 1,
+                _ => {}
+            }
+            self.send(to, m, out);
+        }
+    }
 }

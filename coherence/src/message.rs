@@ -6,10 +6,10 @@
 //! by the message layer, not by this crate) and a 40-bit payload — optionally with
 //! either
 //!
-//! * one attached buffer of at most [`PAGE_SIZE`] bytes (a Tag-On message), whose
+//! * one attached buffer of [`PAGE_SIZE`] bytes (a Tag-On message: a page), whose
 //!   contents never pass through this crate: see [`Attachment`], or
 //! * a byte body of any length (a bulk message) for variable-length data: vector
-//!   timestamps, write-notice lists.
+//!   timestamps, write-notice lists, diffs ([`IntervalDiff`], opaque bytes).
 //!
 //! [`Message::to_parts`] gives `(opcode, payload, body)`; [`Message::from_parts`]
 //! decodes them and rejects malformed input with a [`DecodeError`] (it never
@@ -23,19 +23,17 @@
 //! §3) and Ivy (Li & Hudak, TOCS 1989 §4.1).
 
 use crate::ids::{ClusterId, LockId, MAX_CLUSTERS, MAX_PAGES, PAGE_SIZE, PageId};
-use crate::interval::{IntervalRecord, VectorTime};
+use crate::interval::{DiffBytes, IntervalDiff, IntervalRecord, VectorTime};
 
 /// What a Tag-On message carries in its attached buffer. The data is out of band:
 /// the machine never sees page contents.
 ///
 /// * On **send**, for [`Attachment::Page`] the runtime copies its local copy of the
-///   page into a pool buffer; for [`Attachment::EncodedDiff`] (only produced while
-///   executing [`crate::Action::SendDiff`]) the buffer holds the encoded diff.
+///   page into a pool buffer.
 /// * On **receive**, the runtime keeps the buffer with the
-///   [`crate::Event::Message`] and checks its length ([`Attachment::Page`]: exactly
-///   one page; [`Attachment::EncodedDiff`]: at most one page). Actions emitted while
-///   handling that event may refer to it ([`crate::Source::Attached`],
-///   [`crate::Action::ApplyDiff`]); the buffer can be released when the call returns.
+///   [`crate::Event::Message`] and checks its length (exactly one page). Actions
+///   emitted while handling that event may refer to it ([`crate::Source::Attached`]);
+///   the buffer can be released when the call returns.
 ///
 /// Source: Tag-On messages (paper 004 §5.2); zero-copy page transfer (design.md,
 /// *messaging*).
@@ -43,8 +41,6 @@ use crate::interval::{IntervalRecord, VectorTime};
 pub enum Attachment {
     /// A whole page: the sender's current contents of `page`.
     Page(PageId),
-    /// An encoded diff ([`crate::diff`]) of the page named in the message.
-    EncodedDiff,
 }
 
 /// The body of a message in wire form.
@@ -101,11 +97,16 @@ pub enum Message {
         /// Its home.
         home: ClusterId,
     },
-    /// hlrc: fetch a copy of `page` from its home. Opcode 0x10, Express.
-    /// Source: HLRC (OSDI 1996 §2), page fetch from the home on a fault.
+    /// hlrc: fetch a copy of `page` from its home, reflecting at least the versions
+    /// `need` (per cluster, the last interval whose writes to the page the copy must
+    /// hold; see [`IntervalDiff`]): the home answers once it has applied those diffs.
+    /// Opcode 0x10, bulk (the time `need`). Source: HLRC (OSDI 1996 §2), page fetch
+    /// from the home on a fault, with per-page flush timestamps.
     GetPage {
         /// The page.
         page: PageId,
+        /// Versions the copy must reflect (entries of the home itself are ignored).
+        need: VectorTime,
     },
     /// A copy of `page` from its home, in reply to [`Message::GetPage`],
     /// [`Message::ScRead`] or [`Message::ScWrite`]. Opcode 0x11; bit 24 `writable`
@@ -121,31 +122,12 @@ pub enum Message {
         /// The page is all zeros; no buffer attached.
         zero: bool,
     },
-    /// hlrc: an encoded diff of `page`, to its home. Opcode 0x12, bits 24..40 `tag`,
-    /// Tag-On with the encoded diff. Source: HLRC (OSDI 1996 §2), diffs sent to the
-    /// home at release.
+    /// hlrc: a diff of one of the sender's intervals, to the page's home (the sender
+    /// is `diff.owner`). Opcode 0x12, bits 0..24 the page, bulk (index, base, bytes).
+    /// Source: HLRC (OSDI 1996 §2), diffs sent to the home at release.
     Diff {
-        /// The page.
-        page: PageId,
-        /// The sender's release epoch, echoed in [`Message::DiffAck`].
-        tag: u16,
-    },
-    /// hlrc: a diff in which every word changed, sent as the whole page. Opcode
-    /// 0x13, bits 24..40 `tag`, Tag-On with the page. Source: [`crate::diff`].
-    DiffWholePage {
-        /// The page.
-        page: PageId,
-        /// As in [`Message::Diff`].
-        tag: u16,
-    },
-    /// hlrc: the home has applied a diff. Opcode 0x14, bits 24..40 `tag`, Express.
-    /// Source: MGS (ISCA 1996 §3): a release completes only when its diffs are
-    /// acknowledged.
-    DiffAck {
-        /// The page.
-        page: PageId,
-        /// The tag of the acknowledged diff.
-        tag: u16,
+        /// The diff.
+        diff: IntervalDiff,
     },
     /// sc: read fault, to the home. Opcode 0x20, Express. Source: Ivy (TOCS 1989
     /// §4.1), read fault handler.
@@ -206,11 +188,12 @@ pub enum Message {
         seen: u32,
     },
     /// Lock grant, from the manager, starting a *tenure* of the receiver; carries the
-    /// lock's vector time, the interval records the acquirer has not seen, and whether
-    /// the lock is *contended*. Sent in reply to a request, or unrequested to the
-    /// cluster predicted to want the lock next (a push). Opcode 0x31, bits 0..20 the
-    /// lock, bits 20..40 the tenure, bulk (time, records, then one byte: 1 if
-    /// contended). Source: [`crate::interval`]; contention, tenures and pushes in
+    /// lock's vector time, the interval records the acquirer has not seen, the diffs
+    /// of those intervals the manager holds, and whether the lock is *contended*. Sent
+    /// in reply to a request, or unrequested to the cluster predicted to want the lock
+    /// next (a push). Opcode 0x31, bits 0..20 the lock, bits 20..40 the tenure, bulk
+    /// (time, records, diffs, `u32` stored, then one byte: 1 if contended). Source:
+    /// [`crate::interval`]; contention, tenures, pushes and carried diffs in
     /// [`crate::sync`].
     LockGrant {
         /// The lock.
@@ -219,6 +202,11 @@ pub enum Message {
         time: VectorTime,
         /// Records the acquirer must apply.
         records: Vec<IntervalRecord>,
+        /// Diffs of (some of) those records' pages, oldest tenure first.
+        diffs: Vec<IntervalDiff>,
+        /// The newest of the receiver's own records the manager holds: the receiver's
+        /// releases to this manager need not carry those again.
+        stored: u32,
         /// The tenure this grant starts (`1..2^20`, wrapping).
         tenure: u32,
         /// Another cluster held the lock in one of its last two tenures: the
@@ -228,9 +216,11 @@ pub enum Message {
     },
     /// Lock release, to the manager, ending the sender's tenure; carries the releaser's
     /// vector time, the time up to which it discarded records at barriers, the
-    /// records the manager may lack, and whether the tenure went unused. Opcode 0x32,
-    /// bits 0..20 the lock, bits 20..40 the tenure, bulk (time, gc, records, then one
-    /// byte: 1 if unused). Source: [`crate::interval`]; pushes in [`crate::sync`].
+    /// records the manager may lack, the diffs of the releaser's intervals of the
+    /// tenure, and whether the tenure went unused. Opcode 0x32, bits 0..20 the lock,
+    /// bits 20..40 the tenure, bulk (time, gc, records, diffs, then one byte: 1 if
+    /// unused). Source: [`crate::interval`]; pushes and carried diffs in
+    /// [`crate::sync`].
     LockRelease {
         /// The lock.
         lock: LockId,
@@ -242,6 +232,8 @@ pub enum Message {
         gc: VectorTime,
         /// Records after the lock's time at grant, up to `time`.
         records: Vec<IntervalRecord>,
+        /// The releaser's diffs of its intervals in this tenure.
+        diffs: Vec<IntervalDiff>,
         /// No thread of the releaser took the lock in this tenure (a push returned
         /// unused): the manager neither learns from it nor pushes on it.
         unused: bool,
@@ -283,8 +275,8 @@ pub enum Message {
         episode: u32,
         /// The maximum vector time of all arrivals.
         time: VectorTime,
-        /// Pages written by other clusters that the receiver has not seen notices of.
-        notices: Vec<PageId>,
+        /// The records of other clusters that the receiver has not seen.
+        records: Vec<IntervalRecord>,
         /// Home migrations, applied by every cluster.
         migrations: Vec<(PageId, ClusterId)>,
     },
@@ -324,9 +316,12 @@ pub enum DecodeError {
     /// A page id is out of range.
     #[error("page id {0} out of range")]
     BadPage(u32),
-    /// An interval record has index 0.
-    #[error("interval record with index 0")]
+    /// An interval record or diff has index 0.
+    #[error("interval record or diff with index 0")]
     BadIndex,
+    /// A diff is longer than an encoded page can be.
+    #[error("diff of {0} bytes is longer than a page's")]
+    LongDiff(usize),
     /// A flag byte is neither 0 nor 1.
     #[error("flag byte is neither 0 nor 1")]
     BadFlag,
@@ -338,8 +333,6 @@ mod op {
     pub const GET_PAGE: u8 = 0x10;
     pub const PAGE_DATA: u8 = 0x11;
     pub const DIFF: u8 = 0x12;
-    pub const DIFF_WHOLE: u8 = 0x13;
-    pub const DIFF_ACK: u8 = 0x14;
     pub const SC_READ: u8 = 0x20;
     pub const SC_WRITE: u8 = 0x21;
     pub const SC_UPGRADE: u8 = 0x22;
@@ -377,11 +370,8 @@ impl Message {
         match *self {
             HomeQuery { page }
             | HomeIs { page, .. }
-            | GetPage { page }
+            | GetPage { page, .. }
             | PageData { page, .. }
-            | Diff { page, .. }
-            | DiffWholePage { page, .. }
-            | DiffAck { page, .. }
             | ScRead { page }
             | ScWrite { page }
             | ScUpgrade { page }
@@ -389,6 +379,7 @@ impl Message {
             | ScInvAck { page }
             | ScRecall { page, .. }
             | ScWriteBack { page } => Some(page),
+            Diff { ref diff } => Some(diff.page),
             LockAcquire { .. }
             | LockGrant { .. }
             | LockRelease { .. }
@@ -406,9 +397,7 @@ impl Message {
             Message::PageData {
                 page, zero: false, ..
             }
-            | Message::ScWriteBack { page }
-            | Message::DiffWholePage { page, .. } => Some(Attachment::Page(page)),
-            Message::Diff { .. } => Some(Attachment::EncodedDiff),
+            | Message::ScWriteBack { page } => Some(Attachment::Page(page)),
             _ => None,
         }
     }
@@ -433,9 +422,13 @@ impl Message {
     /// Bulk bodies (little-endian): a vector time is `u16 n` then `n × u32`; a record
     /// list is `u32 count` then per record `u16 owner, u32 index, u32 n, n × u32
     /// page`; a page list is `u32 count, count × u32`; a migration list is `u32 count`
-    /// then `count × (u32 page, u16 home)`. `LockAcquire` = time; `LockGrant` = time,
-    /// records, one flag byte; `LockRelease` = time, gc, records, one flag byte; `BarrierArrive` = time, records,
-    /// page list; `BarrierDepart` = time, page list, migration list.
+    /// then `count × (u32 page, u16 home)`; a diff is `u32 page, u16 owner, u32 index`,
+    /// the time `base`, `u32 len` and `len` bytes; a diff list is `u32 count` then the
+    /// diffs. `GetPage` = time; `Diff` = the diff without its page (in the payload);
+    /// `LockAcquire` = time; `LockGrant` = time, records, diffs, `u32` stored, one flag
+    /// byte;
+    /// `LockRelease` = time, gc, records, diffs, one flag byte; `BarrierArrive` =
+    /// time, records, page list; `BarrierDepart` = time, records, migration list.
     ///
     /// Source: see the module documentation.
     pub fn to_parts(&self) -> Parts {
@@ -455,7 +448,11 @@ impl Message {
             &HomeIs { page, home } => {
                 express(op::HOME_IS, page_payload(page, u64::from(home.get())))
             }
-            &GetPage { page } => express(op::GET_PAGE, page_payload(page, 0)),
+            GetPage { page, need } => {
+                let mut w = Writer::default();
+                w.time(need);
+                bulk(op::GET_PAGE, page_payload(*page, 0), w)
+            }
             &PageData {
                 page,
                 writable,
@@ -471,17 +468,11 @@ impl Message {
                     },
                 }
             }
-            &Diff { page, tag } => Parts {
-                opcode: op::DIFF,
-                payload: page_payload(page, u64::from(tag)),
-                body: Body::Attached(Attachment::EncodedDiff),
-            },
-            &DiffWholePage { page, tag } => Parts {
-                opcode: op::DIFF_WHOLE,
-                payload: page_payload(page, u64::from(tag)),
-                body: Body::Attached(Attachment::Page(page)),
-            },
-            &DiffAck { page, tag } => express(op::DIFF_ACK, page_payload(page, u64::from(tag))),
+            Diff { diff } => {
+                let mut w = Writer::default();
+                w.diff_body(diff);
+                bulk(op::DIFF, page_payload(diff.page, 0), w)
+            }
             &ScRead { page } => express(op::SC_READ, page_payload(page, 0)),
             &ScWrite { page } => express(op::SC_WRITE, page_payload(page, 0)),
             &ScUpgrade { page } => express(op::SC_UPGRADE, page_payload(page, 0)),
@@ -504,12 +495,16 @@ impl Message {
                 lock,
                 time,
                 records,
+                diffs,
+                stored,
                 tenure,
                 contended,
             } => {
                 let mut w = Writer::default();
                 w.time(time);
                 w.records(records);
+                w.diffs(diffs);
+                w.u32(*stored);
                 w.0.push(u8::from(*contended));
                 bulk(op::LOCK_GRANT, lock_payload(*lock, *tenure), w)
             }
@@ -519,12 +514,14 @@ impl Message {
                 time,
                 gc,
                 records,
+                diffs,
                 unused,
             } => {
                 let mut w = Writer::default();
                 w.time(time);
                 w.time(gc);
                 w.records(records);
+                w.diffs(diffs);
                 w.0.push(u8::from(*unused));
                 bulk(op::LOCK_RELEASE, lock_payload(*lock, *tenure), w)
             }
@@ -544,12 +541,12 @@ impl Message {
             BarrierDepart {
                 episode,
                 time,
-                notices,
+                records,
                 migrations,
             } => {
                 let mut w = Writer::default();
                 w.time(time);
-                w.pages(notices);
+                w.records(records);
                 w.u32(migrations.len() as u32);
                 for &(p, c) in migrations {
                     w.u32(p.get());
@@ -572,7 +569,9 @@ impl Message {
         }
         let is_bulk = matches!(
             opcode,
-            op::LOCK_ACQUIRE
+            op::GET_PAGE
+                | op::DIFF
+                | op::LOCK_ACQUIRE
                 | op::LOCK_GRANT
                 | op::LOCK_RELEASE
                 | op::BARRIER_ARRIVE
@@ -608,7 +607,10 @@ impl Message {
             }
             op::GET_PAGE => {
                 field(0)?;
-                GetPage { page }
+                let mut r = Reader(bulk.unwrap_or(&[]));
+                let need = r.time()?;
+                r.finish()?;
+                GetPage { page, need }
             }
             op::PAGE_DATA => {
                 let f = field(2)?;
@@ -618,18 +620,13 @@ impl Message {
                     zero: f & 2 != 0,
                 }
             }
-            op::DIFF => Diff {
-                page,
-                tag: field(16)? as u16,
-            },
-            op::DIFF_WHOLE => DiffWholePage {
-                page,
-                tag: field(16)? as u16,
-            },
-            op::DIFF_ACK => DiffAck {
-                page,
-                tag: field(16)? as u16,
-            },
+            op::DIFF => {
+                field(0)?;
+                let mut r = Reader(bulk.unwrap_or(&[]));
+                let diff = r.diff_body(page)?;
+                r.finish()?;
+                Diff { diff }
+            }
             op::SC_READ => {
                 field(0)?;
                 ScRead { page }
@@ -676,6 +673,8 @@ impl Message {
                         lock,
                         time: r.time()?,
                         records: r.records()?,
+                        diffs: r.diffs()?,
+                        stored: r.u32()?,
                         tenure,
                         contended: r.flag()?,
                     },
@@ -685,6 +684,7 @@ impl Message {
                         time: r.time()?,
                         gc: r.time()?,
                         records: r.records()?,
+                        diffs: r.diffs()?,
                         unused: r.flag()?,
                     },
                 };
@@ -706,7 +706,7 @@ impl Message {
                     }
                 } else {
                     let time = r.time()?;
-                    let notices = r.pages()?;
+                    let records = r.records()?;
                     let n = r.count(6)?;
                     let mut migrations = Vec::with_capacity(n);
                     for _ in 0..n {
@@ -715,7 +715,7 @@ impl Message {
                     BarrierDepart {
                         episode,
                         time,
-                        notices,
+                        records,
                         migrations,
                     }
                 };
@@ -758,6 +758,21 @@ impl Writer {
             self.u16(r.owner.get());
             self.u32(r.index);
             self.pages(&r.pages);
+        }
+    }
+    /// A diff without its page (`Diff` carries the page in the payload).
+    fn diff_body(&mut self, d: &IntervalDiff) {
+        self.u16(d.owner.get());
+        self.u32(d.index);
+        self.time(&d.base);
+        self.u32(d.data.len() as u32);
+        self.0.extend_from_slice(d.data.as_slice());
+    }
+    fn diffs(&mut self, diffs: &[IntervalDiff]) {
+        self.u32(diffs.len() as u32);
+        for d in diffs {
+            self.u32(d.page.get());
+            self.diff_body(d);
         }
     }
 }
@@ -837,12 +852,43 @@ impl Reader<'_> {
             if index == 0 {
                 return Err(DecodeError::BadIndex);
             }
-            let pages = self.pages()?;
+            let pages = self.pages()?.into();
             v.push(IntervalRecord {
                 owner,
                 index,
                 pages,
             });
+        }
+        Ok(v)
+    }
+    fn diff_body(&mut self, page: PageId) -> Result<IntervalDiff, DecodeError> {
+        let owner = self.cluster()?;
+        let index = self.u32()?;
+        if index == 0 {
+            return Err(DecodeError::BadIndex);
+        }
+        let base = self.time()?;
+        let len = self.u32()? as usize;
+        if len > crate::diff::MAX_ENCODED {
+            return Err(DecodeError::LongDiff(len));
+        }
+        let (data, rest) = self.0.split_at_checked(len).ok_or(DecodeError::Truncated)?;
+        self.0 = rest;
+        Ok(IntervalDiff {
+            page,
+            owner,
+            index,
+            base,
+            data: DiffBytes::new(data),
+        })
+    }
+    fn diffs(&mut self) -> Result<Vec<IntervalDiff>, DecodeError> {
+        // page, owner, index, an empty time, a length: 16 bytes at least
+        let n = self.count(16)?;
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            let page = self.page()?;
+            v.push(self.diff_body(page)?);
         }
         Ok(v)
     }
@@ -894,8 +940,24 @@ mod tests {
         let recs = vec![IntervalRecord {
             owner: c(2),
             index: 7,
-            pages: vec![p(1), p(MAX_PAGES - 1)],
+            pages: vec![p(1), p(MAX_PAGES - 1)].into(),
         }];
+        let diffs = vec![
+            IntervalDiff {
+                page: p(1),
+                owner: c(2),
+                index: 7,
+                base: t.clone(),
+                data: DiffBytes::new(vec![1u8, 2, 3]),
+            },
+            IntervalDiff {
+                page: p(MAX_PAGES - 1),
+                owner: c(0),
+                index: 1,
+                base: VectorTime::new(),
+                data: DiffBytes::default(),
+            },
+        ];
         for m in [
             Message::HomeQuery {
                 page: p(MAX_PAGES - 1),
@@ -904,7 +966,14 @@ mod tests {
                 page: p(4),
                 home: c(1023),
             },
-            Message::GetPage { page: p(9) },
+            Message::GetPage {
+                page: p(9),
+                need: VectorTime::new(),
+            },
+            Message::GetPage {
+                page: p(9),
+                need: t.clone(),
+            },
             Message::PageData {
                 page: p(9),
                 writable: true,
@@ -916,11 +985,11 @@ mod tests {
                 zero: true,
             },
             Message::Diff {
-                page: p(1),
-                tag: u16::MAX,
+                diff: diffs[0].clone(),
             },
-            Message::DiffWholePage { page: p(1), tag: 3 },
-            Message::DiffAck { page: p(1), tag: 3 },
+            Message::Diff {
+                diff: diffs[1].clone(),
+            },
             Message::ScRead { page: p(2) },
             Message::ScWrite { page: p(2) },
             Message::ScUpgrade { page: p(2) },
@@ -940,6 +1009,8 @@ mod tests {
                 lock: LockId::new(5).unwrap(),
                 time: t.clone(),
                 records: recs.clone(),
+                diffs: diffs.clone(),
+                stored: 9,
                 tenure: 7,
                 contended: true,
             },
@@ -947,6 +1018,8 @@ mod tests {
                 lock: LockId::new(5).unwrap(),
                 time: t.clone(),
                 records: vec![],
+                diffs: vec![],
+                stored: 0,
                 tenure: 1,
                 contended: false,
             },
@@ -956,6 +1029,7 @@ mod tests {
                 time: t.clone(),
                 gc: VectorTime::new(),
                 records: recs.clone(),
+                diffs,
                 unused: false,
             },
             Message::LockRelease {
@@ -964,6 +1038,7 @@ mod tests {
                 time: VectorTime::new(),
                 gc: VectorTime::new(),
                 records: vec![],
+                diffs: vec![],
                 unused: true,
             },
             Message::LockRecall {
@@ -973,13 +1048,13 @@ mod tests {
             Message::BarrierArrive {
                 episode: u32::MAX,
                 time: t.clone(),
-                records: recs,
+                records: recs.clone(),
                 migratable: vec![p(3)],
             },
             Message::BarrierDepart {
                 episode: 1,
                 time: t,
-                notices: vec![p(3), p(4)],
+                records: recs,
                 migrations: vec![(p(3), c(2))],
             },
         ] {
@@ -995,11 +1070,19 @@ mod tests {
         );
         // a grant's flag byte is 0 or 1
         assert_eq!(
-            Message::from_parts(op::LOCK_GRANT, 1, Some(&[0, 0, 0, 0, 0, 0, 2])),
+            Message::from_parts(
+                op::LOCK_GRANT,
+                1,
+                Some(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2])
+            ),
             Err(DecodeError::BadFlag)
         );
         assert!(matches!(
-            Message::from_parts(op::LOCK_GRANT, 1, Some(&[0, 0, 0, 0, 0, 0, 1])),
+            Message::from_parts(
+                op::LOCK_GRANT,
+                1,
+                Some(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1])
+            ),
             Ok(Message::LockGrant {
                 contended: true,
                 ..
@@ -1018,11 +1101,11 @@ mod tests {
             Err(DecodeError::UnexpectedBody(op::LOCK_RECALL))
         );
         assert!(matches!(
-            Message::from_parts(op::GET_PAGE, 1 << 24, None),
+            Message::from_parts(op::SC_READ, 1 << 24, None),
             Err(DecodeError::ReservedBits { .. })
         ));
         assert!(matches!(
-            Message::from_parts(op::GET_PAGE, 1 << 40, None),
+            Message::from_parts(op::SC_READ, 1 << 40, None),
             Err(DecodeError::ReservedBits { .. })
         ));
         assert_eq!(
@@ -1030,8 +1113,33 @@ mod tests {
             Err(DecodeError::MissingBody(op::LOCK_GRANT))
         );
         assert_eq!(
-            Message::from_parts(op::GET_PAGE, 1, Some(&[])),
-            Err(DecodeError::UnexpectedBody(op::GET_PAGE))
+            Message::from_parts(op::SC_READ, 1, Some(&[])),
+            Err(DecodeError::UnexpectedBody(op::SC_READ))
+        );
+        assert_eq!(
+            Message::from_parts(op::GET_PAGE, 1, None),
+            Err(DecodeError::MissingBody(op::GET_PAGE))
+        );
+        // a diff: owner, index (0 is no interval), base, length, bytes
+        let diff_body = |index: u32, len: u32| {
+            let mut b = vec![1u8, 0];
+            b.extend_from_slice(&index.to_le_bytes());
+            b.extend_from_slice(&[0, 0]);
+            b.extend_from_slice(&len.to_le_bytes());
+            b
+        };
+        assert_eq!(
+            Message::from_parts(op::DIFF, 1, Some(&diff_body(0, 0))),
+            Err(DecodeError::BadIndex)
+        );
+        let long = crate::diff::MAX_ENCODED as u32 + 1;
+        assert_eq!(
+            Message::from_parts(op::DIFF, 1, Some(&diff_body(1, long))),
+            Err(DecodeError::LongDiff(long as usize))
+        );
+        assert_eq!(
+            Message::from_parts(op::DIFF, 1, Some(&diff_body(1, 3))),
+            Err(DecodeError::Truncated)
         );
         // a record count far larger than the body
         let body = [0u8, 0, 0xff, 0xff, 0xff, 0x7f];

@@ -2,185 +2,153 @@
 
 use std::ops::AddAssign;
 
-/// Counters kept by one cluster's machine. Sum them over clusters for job totals.
-///
-/// Source: statistics of issue 4 and design.md, *dsm* (faults, remote fetches,
-/// diffs, invalidations, messages); the categories follow the MGS evaluation
-/// (ISCA 1996 §6) and HLRC (OSDI 1996 §5).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Stats {
-    /// Read faults handled (including spurious and coalesced ones).
-    pub read_faults: u64,
-    /// Write faults handled (including spurious and coalesced ones).
-    pub write_faults: u64,
-    /// Faults on a page that was already accessible (answered with a wake).
-    pub spurious_faults: u64,
-    /// Faults that joined a fetch already in progress for the page.
-    pub coalesced_faults: u64,
-    /// Page requests sent to a home (hlrc `GetPage`, sc `ScRead`/`ScWrite`).
-    pub remote_fetches: u64,
-    /// hlrc fetch replies discarded and re-requested because a write notice for the
-    /// page arrived while the fetch was in flight.
-    pub stale_refetches: u64,
-    /// First-touch home queries sent.
-    pub home_queries: u64,
-    /// Pages sent by this cluster as home (with data).
-    pub pages_served: u64,
-    /// Zero-page replies sent by this cluster as home (no data).
-    pub zero_pages_served: u64,
-    /// Twins made.
-    pub twins: u64,
-    /// hlrc: write faults at the home on a page no other cluster has fetched: the
-    /// page stays writable across releases and produces no write notices.
-    pub private_home_writes: u64,
-    /// hlrc: private writable home pages another cluster fetched (from then on the
-    /// home's writes are tracked).
-    pub home_pages_shared: u64,
-    /// Write faults that waited for the acknowledgement of this cluster's previous
-    /// diff of the page before taking a twin.
-    pub twin_waits: u64,
-    /// Diffs sent (`SendDiff` actions).
-    pub diffs_sent: u64,
-    /// Diffs sent early because an acquire invalidated a dirty page.
-    pub diffs_at_acquire: u64,
-    /// Diffs applied at this home (run-encoded plus whole-page).
-    pub diffs_applied: u64,
-    /// Of `diffs_applied`, those sent as whole pages.
-    pub whole_page_diffs_applied: u64,
-    /// Bytes of diffs applied at this home (attachment lengths).
-    pub diff_bytes_applied: u64,
-    /// Pages invalidated.
-    pub invalidations: u64,
-    /// Write notices (page entries of interval records or barrier notices) received.
-    pub write_notices_received: u64,
-    /// Intervals with writes closed by this cluster (interval records created).
-    pub intervals: u64,
-    /// Lock acquires by this cluster's threads (`Event::Acquire`).
-    pub lock_acquires: u64,
-    /// Of `lock_acquires`, those served inside the cluster without a message: the
-    /// cluster owned the lock (cached after an earlier use) or a local holder passed
-    /// it on. The others were served by a grant, one per request
-    /// (`lock_acquires = lock_local_acquires + lock_requests` when no request is
-    /// pending).
-    pub lock_local_acquires: u64,
-    /// Lock requests (`LockAcquire`) sent by this cluster to lock managers
-    /// (including itself).
-    pub lock_requests: u64,
-    /// Lock grants issued by this cluster as lock manager.
-    pub lock_grants: u64,
-    /// Lock recalls sent by this cluster as lock manager (an owning cluster was asked
-    /// to give a cached lock back).
-    pub lock_recalls: u64,
-    /// Contended or pushed locks this cluster gave back at a release without being
-    /// asked (eager release).
-    pub lock_eager_releases: u64,
-    /// Locks pushed to this cluster by their manager without a request (predicted to
-    /// be wanted here next).
-    pub lock_pushes_received: u64,
-    /// Lock requests this cluster dropped as manager because a push had already
-    /// answered them.
-    pub lock_stale_requests: u64,
-    /// Pushed locks this cluster gave back unused (recalled before any of its
-    /// threads took them).
-    pub lock_pushes_returned: u64,
-    /// Barriers completed.
-    pub barriers: u64,
-    /// hlrc single-writer home migrations applied at this cluster (counted at the
-    /// new home).
-    pub home_migrations: u64,
-    /// sc invalidation requests sent by this cluster as home.
-    pub sc_invalidations_sent: u64,
-    /// sc recalls (downgrade or invalidate of the writer) sent by this home.
-    pub sc_recalls: u64,
-    /// sc ownership transfers granted by this home to another cluster.
-    pub sc_ownership_grants: u64,
-    /// Messages sent to other clusters.
-    pub messages_sent: u64,
-    /// Of `messages_sent`, lock and barrier messages.
-    pub sync_messages_sent: u64,
-    /// Messages received from other clusters.
-    pub messages_received: u64,
+/// Declares [`Stats`] (one documented `u64` counter per field) and its field-wise sum.
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $field:ident,)*) => {
+        /// Counters kept by one cluster's machine. Sum them over clusters for job
+        /// totals.
+        ///
+        /// Source: statistics of issue 4 and design.md, *dsm* (faults, remote fetches,
+        /// diffs, invalidations, messages); the categories follow the MGS evaluation
+        /// (ISCA 1996 §6) and HLRC (OSDI 1996 §5).
+        #[derive(
+            Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+        )]
+        #[serde(default)]
+        pub struct Stats {
+            $($(#[doc = $doc])* pub $field: u64,)*
+        }
+
+        impl AddAssign for Stats {
+            fn add_assign(&mut self, o: Stats) {
+                $(self.$field += o.$field;)*
+            }
+        }
+
+        impl AddAssign<&Stats> for Stats {
+            fn add_assign(&mut self, o: &Stats) {
+                *self += *o;
+            }
+        }
+    };
 }
 
-impl AddAssign for Stats {
-    fn add_assign(&mut self, o: Stats) {
-        let Stats {
-            read_faults,
-            write_faults,
-            spurious_faults,
-            coalesced_faults,
-            remote_fetches,
-            stale_refetches,
-            home_queries,
-            pages_served,
-            zero_pages_served,
-            twins,
-            private_home_writes,
-            home_pages_shared,
-            twin_waits,
-            diffs_sent,
-            diffs_at_acquire,
-            diffs_applied,
-            whole_page_diffs_applied,
-            diff_bytes_applied,
-            invalidations,
-            write_notices_received,
-            intervals,
-            lock_acquires,
-            lock_local_acquires,
-            lock_requests,
-            lock_grants,
-            lock_recalls,
-            lock_eager_releases,
-            lock_pushes_received,
-            lock_stale_requests,
-            lock_pushes_returned,
-            barriers,
-            home_migrations,
-            sc_invalidations_sent,
-            sc_recalls,
-            sc_ownership_grants,
-            messages_sent,
-            sync_messages_sent,
-            messages_received,
-        } = o;
-        self.read_faults += read_faults;
-        self.write_faults += write_faults;
-        self.spurious_faults += spurious_faults;
-        self.coalesced_faults += coalesced_faults;
-        self.remote_fetches += remote_fetches;
-        self.stale_refetches += stale_refetches;
-        self.home_queries += home_queries;
-        self.pages_served += pages_served;
-        self.zero_pages_served += zero_pages_served;
-        self.twins += twins;
-        self.private_home_writes += private_home_writes;
-        self.home_pages_shared += home_pages_shared;
-        self.twin_waits += twin_waits;
-        self.diffs_sent += diffs_sent;
-        self.diffs_at_acquire += diffs_at_acquire;
-        self.diffs_applied += diffs_applied;
-        self.whole_page_diffs_applied += whole_page_diffs_applied;
-        self.diff_bytes_applied += diff_bytes_applied;
-        self.invalidations += invalidations;
-        self.write_notices_received += write_notices_received;
-        self.intervals += intervals;
-        self.lock_acquires += lock_acquires;
-        self.lock_local_acquires += lock_local_acquires;
-        self.lock_requests += lock_requests;
-        self.lock_grants += lock_grants;
-        self.lock_recalls += lock_recalls;
-        self.lock_eager_releases += lock_eager_releases;
-        self.lock_pushes_received += lock_pushes_received;
-        self.lock_stale_requests += lock_stale_requests;
-        self.lock_pushes_returned += lock_pushes_returned;
-        self.barriers += barriers;
-        self.home_migrations += home_migrations;
-        self.sc_invalidations_sent += sc_invalidations_sent;
-        self.sc_recalls += sc_recalls;
-        self.sc_ownership_grants += sc_ownership_grants;
-        self.messages_sent += messages_sent;
-        self.sync_messages_sent += sync_messages_sent;
-        self.messages_received += messages_received;
-    }
+counters! {
+    /// Read faults handled (including spurious and coalesced ones).
+    read_faults,
+    /// Write faults handled (including spurious and coalesced ones).
+    write_faults,
+    /// Faults on a page that was already accessible (answered with a wake).
+    spurious_faults,
+    /// Faults that joined a fetch already in progress for the page.
+    coalesced_faults,
+    /// Page requests sent to a home (hlrc `GetPage`, sc `ScRead`/`ScWrite`).
+    remote_fetches,
+    /// hlrc fetch replies discarded and re-requested because a write notice for the
+    /// page arrived while the fetch was in flight.
+    stale_refetches,
+    /// First-touch home queries sent.
+    home_queries,
+    /// Pages sent by this cluster as home (with data).
+    pages_served,
+    /// Zero-page replies sent by this cluster as home (no data).
+    zero_pages_served,
+    /// hlrc: fetches this home held until diffs they needed had arrived.
+    fetches_deferred,
+    /// Twins made.
+    twins,
+    /// hlrc: write faults at the home on a page no other cluster has fetched: the
+    /// page stays writable without a twin and produces no write notices.
+    private_home_writes,
+    /// hlrc: private writable home pages another cluster fetched (from then on the
+    /// home's writes are tracked).
+    home_pages_shared,
+    /// hlrc: flushes (interval closes with open pages, and acquires that had to
+    /// flush open pages before invalidating them).
+    flushes,
+    /// hlrc: pages diffed at a flush and kept writable with a refreshed twin.
+    pages_kept_open,
+    /// hlrc: pages diffed at a flush and closed (write-protected, twin dropped).
+    pages_closed,
+    /// hlrc: diffs sent to homes.
+    diffs_sent,
+    /// hlrc: diffs not sent on their own because the lock release that closed their
+    /// interval carried them to its manager, the page's home.
+    diffs_via_release,
+    /// hlrc: diffs that reached a cluster after their page's home had moved away (at
+    /// a barrier) and were dropped (the new home's copy has their words).
+    stale_diffs_dropped,
+    /// hlrc: bytes of the diffs sent to homes.
+    diff_bytes_sent,
+    /// hlrc: pages flushed at an acquire because a write notice without a diff
+    /// invalidated them while they were open.
+    diffs_at_acquire,
+    /// hlrc: diffs applied at this home from `Diff` messages.
+    diffs_applied,
+    /// hlrc: diffs that reached this home before one they depend on and waited.
+    diffs_buffered,
+    /// hlrc: diffs carried by lock grants and applied to a copy here (instead of
+    /// invalidating the page).
+    carried_diffs_applied,
+    /// hlrc: diffs this cluster sent with its lock releases.
+    carried_diffs_sent,
+    /// hlrc: bytes of diffs applied here (at the home or carried).
+    diff_bytes_applied,
+    /// Pages invalidated.
+    invalidations,
+    /// Write notices (page entries of interval records) received and not yet
+    /// reflected.
+    write_notices_received,
+    /// hlrc: acquires that waited for diffs of pages homed here.
+    acquires_held,
+    /// hlrc: barrier departures whose local threads waited for diffs of pages homed
+    /// here.
+    barriers_held,
+    /// Intervals with writes closed by this cluster (interval records created).
+    intervals,
+    /// Lock acquires by this cluster's threads (`Event::Acquire`).
+    lock_acquires,
+    /// Of `lock_acquires`, those served inside the cluster without a message: the
+    /// cluster owned the lock (cached after an earlier use, or pushed) or a local
+    /// holder passed it on. The others were served by a grant, one per request
+    /// (`lock_acquires = lock_local_acquires + lock_requests` when no request is
+    /// pending).
+    lock_local_acquires,
+    /// Lock requests (`LockAcquire`) sent by this cluster to lock managers
+    /// (including itself).
+    lock_requests,
+    /// Lock grants issued by this cluster as lock manager.
+    lock_grants,
+    /// Lock recalls sent by this cluster as lock manager (an owning cluster was asked
+    /// to give a cached lock back).
+    lock_recalls,
+    /// Contended or pushed locks this cluster gave back at a release without being
+    /// asked (eager release).
+    lock_eager_releases,
+    /// Locks pushed to this cluster by their manager without a request (predicted to
+    /// be wanted here next).
+    lock_pushes_received,
+    /// Lock requests this cluster dropped as manager because a push had already
+    /// answered them.
+    lock_stale_requests,
+    /// Pushed locks this cluster gave back unused (recalled before any of its
+    /// threads took them).
+    lock_pushes_returned,
+    /// Barriers completed.
+    barriers,
+    /// hlrc single-writer home migrations applied at this cluster (counted at the
+    /// new home).
+    home_migrations,
+    /// sc invalidation requests sent by this cluster as home.
+    sc_invalidations_sent,
+    /// sc recalls (downgrade or invalidate of the writer) sent by this home.
+    sc_recalls,
+    /// sc ownership transfers granted by this home to another cluster.
+    sc_ownership_grants,
+    /// Messages sent to other clusters.
+    messages_sent,
+    /// Of `messages_sent`, lock and barrier messages.
+    sync_messages_sent,
+    /// Messages received from other clusters.
+    messages_received,
 }

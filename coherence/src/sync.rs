@@ -50,8 +50,17 @@
 //!   its sender names an older tenure than the manager last granted that sender: the
 //!   push answers it, and the manager drops it. A recall of a tenure already given
 //!   back is ignored; one that overtakes its grant is kept until the grant arrives.
-//!   At every barrier the manager forgets the contention history of idle locks, so
-//!   each barrier phase learns its own sharing pattern.
+//!   The contention history and the predictions survive barriers: a lock that each
+//!   cluster takes once per phase of a loop (Water's per-molecule locks, taken once
+//!   per time step) is pushed from one phase to the next.
+//! * **Carried diffs.** A release carries the diffs of the releaser's intervals of
+//!   the tenure ([`crate::interval::IntervalDiff`]); the manager keeps the diffs of
+//!   the lock's last few tenures ([`MAX_CARRIED_DIFFS`]) and sends the next holder
+//!   those of the intervals it has not seen with the grant, so that it applies them
+//!   to its copies instead of invalidating the pages and fetching them again
+//!   (lock–data association: the data a lock protects moves with the lock, as in
+//!   Midway's entry consistency; Yun et al., CCGrid 2001, for HLRC). The release does
+//!   not wait for the homes to acknowledge the diffs (see [`crate::hlrc`]).
 //!
 //! Every happens-before chain from a write to another cluster's acquire leaves the
 //! writer's cluster through a `LockRelease` or a barrier, each of which flushes every
@@ -78,7 +87,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::ids::{ClusterId, LockId, PageId};
-use crate::interval::{GapError, IntervalLog, IntervalRecord, VectorTime};
+use crate::interval::{GapError, IntervalDiff, IntervalLog, IntervalRecord, VectorTime};
 use crate::message::Message;
 
 /// Why a manager rejected a message.
@@ -105,6 +114,12 @@ impl From<GapError> for SyncError {
 /// Source: bounded local hand-off before a remote request is served (MGS, ISCA 1996
 /// §3: fairness between SMP nodes; the bound is this project's choice).
 pub const MAX_LOCAL_HANDOFFS: u32 = 8;
+
+/// How many diffs a lock manager keeps per lock, newest first, to send with the next
+/// grant (older ones are dropped; their pages are then invalidated and fetched).
+///
+/// Source: this project's bound (a few tenures' worth of a lock's critical section).
+pub const MAX_CARRIED_DIFFS: usize = 16;
 
 /// Tenure numbers count the grants of one lock modulo `2^20` (they travel in 20 bits
 /// of an Express payload), skipping 0, which stands for "never granted".
@@ -143,6 +158,8 @@ struct LockState {
     /// For each cluster, the cluster that took the lock after its last tenure (the
     /// prediction a push follows).
     next_of: BTreeMap<ClusterId, ClusterId>,
+    /// Diffs of the last tenures, oldest first (at most [`MAX_CARRIED_DIFFS`]).
+    diffs: Vec<IntervalDiff>,
 }
 
 /// Manager of the locks whose home is this cluster.
@@ -150,6 +167,10 @@ struct LockState {
 pub(crate) struct LockManager {
     locks: BTreeMap<LockId, LockState>,
     store: IntervalLog,
+    /// The latest vector time each cluster reported in a request or release (to any
+    /// lock of this manager): it has seen every record up to it, so grants and pushes
+    /// need not send those again.
+    seen: BTreeMap<ClusterId, VectorTime>,
 }
 
 /// What [`LockManager::acquire`] did with a request.
@@ -173,6 +194,11 @@ impl LockManager {
         their: &VectorTime,
         pushed: bool,
     ) -> Result<Vec<(ClusterId, Message)>, SyncError> {
+        let mut their = their.clone();
+        if let Some(t) = self.seen.get(&to) {
+            their.merge(t);
+        }
+        let their = &their;
         let st = self
             .locks
             .get_mut(&lock)
@@ -195,13 +221,22 @@ impl LockManager {
         let recall = !implied && !st.waiters.is_empty();
         st.recalled = implied || recall;
         let (tenure, time) = (st.tenure, st.time.clone());
+        let diffs: Vec<IntervalDiff> = st
+            .diffs
+            .iter()
+            .filter(|d| their.get(d.owner) < d.index && d.owner != to)
+            .cloned()
+            .collect();
         let records = self.store.between(their, &time)?;
+        let stored = self.store.top(to);
         let mut out = vec![(
             to,
             Message::LockGrant {
                 lock,
                 time,
                 records,
+                diffs,
+                stored,
                 tenure,
                 contended,
             },
@@ -222,6 +257,7 @@ impl LockManager {
         time: VectorTime,
         seen: u32,
     ) -> Result<Request, SyncError> {
+        self.seen.entry(from).or_default().merge(&time);
         let st = self.locks.entry(lock).or_default();
         if st.granted.get(&from).copied().unwrap_or(0) != seen {
             return Ok(Request::Stale);
@@ -257,11 +293,11 @@ impl LockManager {
         )]))
     }
 
-    /// The release of `tenure` by `from`; returns the grant for the next waiter, or,
-    /// when nobody waits and `from` used the lock, a push to the cluster that took the
-    /// lock after `from` last time (if another did). An unused tenure (a push sent
-    /// back) teaches nothing and pushes nothing, so pushes cannot bounce between
-    /// clusters that wait at a barrier.
+    /// The release of `tenure` by `from` (with the diffs of its intervals); returns
+    /// the grant for the next waiter, or, when nobody waits and `from` used the lock, a
+    /// push to the cluster that took the lock after `from` last time (if another did).
+    /// An unused tenure (a push sent back) teaches nothing and pushes nothing, so
+    /// pushes cannot bounce between clusters that wait at a barrier.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
         &mut self,
@@ -271,6 +307,7 @@ impl LockManager {
         time: &VectorTime,
         gc: &VectorTime,
         records: Vec<IntervalRecord>,
+        diffs: Vec<IntervalDiff>,
         unused: bool,
     ) -> Result<Vec<(ClusterId, Message)>, SyncError> {
         let Some(st) = self.locks.get(&lock) else {
@@ -285,8 +322,20 @@ impl LockManager {
         for r in records {
             self.store.insert(r)?;
         }
+        if !unused {
+            // (An unused release carries the pushed lock's time, which the releaser
+            // never took in.)
+            self.seen.entry(from).or_default().merge(time);
+        }
+        let base = self.store.base();
         let st = self.locks.get_mut(&lock).expect("checked above");
         st.time.merge(time);
+        // Diffs of intervals every cluster has seen are of no use to anyone.
+        st.diffs.retain(|d| d.index > base.get(d.owner));
+        st.diffs
+            .extend(diffs.into_iter().filter(|d| d.index > base.get(d.owner)));
+        let extra = st.diffs.len().saturating_sub(MAX_CARRIED_DIFFS);
+        st.diffs.drain(..extra);
         st.holder = None;
         st.recalled = false;
         st.eager = false;
@@ -311,19 +360,20 @@ impl LockManager {
         }
     }
 
-    /// Barrier garbage collection: every cluster has seen the records up to `upto`.
-    /// The contention history of idle locks is forgotten (each barrier phase learns
-    /// its own sharing pattern: a lock's first grant in a phase is cached, not
-    /// pushed); their tenure numbers are kept, to tell stale requests and recalls
-    /// from new ones.
+    /// Barrier garbage collection: every cluster has seen the records up to `upto`;
+    /// their diffs are dropped. Contention history and predictions are kept (see the
+    /// module documentation).
     pub(crate) fn collect_garbage(&mut self, upto: &VectorTime) {
         self.store.collect_garbage(upto);
         for st in self.locks.values_mut() {
-            if st.holder.is_none() && st.waiters.is_empty() && upto.dominates(&st.time) {
-                st.recent = [None, None];
-                st.next_of.clear();
-            }
+            st.diffs.retain(|d| d.index > upto.get(d.owner));
         }
+    }
+
+    /// The newest record held (or discarded) per owner: a release to this manager
+    /// from its own cluster need not carry records up to it.
+    pub(crate) fn store_top(&self) -> VectorTime {
+        self.store.tops()
     }
 
     /// Number of interval records held (tests and statistics).
@@ -397,7 +447,7 @@ impl BarrierManager {
         let mut writers: BTreeMap<PageId, BTreeSet<ClusterId>> = BTreeMap::new();
         for a in &arrivals {
             for r in &a.records {
-                for &p in &r.pages {
+                for &p in r.pages.iter() {
                     writers.entry(p).or_default().insert(r.owner);
                 }
             }
@@ -422,20 +472,18 @@ impl BarrierManager {
             let Some(to) = ClusterId::new(c as u16) else {
                 continue;
             };
-            let mut notices: Vec<PageId> = arrivals
+            let records: Vec<IntervalRecord> = arrivals
                 .iter()
                 .flat_map(|b| b.records.iter())
                 .filter(|r| r.owner != to && r.index > a.time.get(r.owner))
-                .flat_map(|r| r.pages.iter().copied())
+                .cloned()
                 .collect();
-            notices.sort_unstable();
-            notices.dedup();
             out.push((
                 to,
                 Message::BarrierDepart {
                     episode: self.episode,
                     time: max.clone(),
-                    notices,
+                    records,
                     migrations: migrations.clone(),
                 },
             ));
@@ -514,16 +562,16 @@ mod tests {
         );
         // only the holder may release, and only its tenure
         assert_eq!(
-            m.release(l(), c(1), 1, &z, &z, vec![], false),
+            m.release(l(), c(1), 1, &z, &z, vec![], vec![], false),
             Err(SyncError::NotHolder(l(), c(1)))
         );
         assert_eq!(
-            m.release(l(), c(0), 2, &z, &z, vec![], false),
+            m.release(l(), c(0), 2, &z, &z, vec![], vec![], false),
             Err(SyncError::NotHolder(l(), c(0)))
         );
         let t = VectorTime::from_entries(vec![1]);
         let g = m
-            .release(l(), c(0), 1, &t, &z, vec![rec(0, 1, &[7])], false)
+            .release(l(), c(0), 1, &t, &z, vec![rec(0, 1, &[7])], vec![], false)
             .unwrap();
         // the next waiter's grant carries the record and says the lock is contended
         // (cluster 0 just held it): that counts as recalled, so no recall follows
@@ -531,20 +579,25 @@ mod tests {
         assert_eq!(grant_of(&g), (c(1), 2, true, 1));
         assert_eq!(g.len(), 1);
         // cluster 2 already saw record (0,1)
-        let g = m.release(l(), c(1), 2, &t, &z, vec![], false).unwrap();
+        let g = m
+            .release(l(), c(1), 2, &t, &z, vec![], vec![], false)
+            .unwrap();
         assert_eq!(grant_of(&g), (c(2), 3, true, 0));
         // nobody waits and nobody ever took the lock after cluster 2: it stays free
         assert_eq!(
-            m.release(l(), c(2), 3, &t, &z, vec![], false).unwrap(),
+            m.release(l(), c(2), 3, &t, &z, vec![], vec![], false)
+                .unwrap(),
             vec![]
         );
         let g = sent(m.acquire(l(), c(0), t.clone(), 1).unwrap());
         assert_eq!(grant_of(&g), (c(0), 4, true, 0));
         // cluster 1 took the lock after cluster 0 last time: cluster 0's release pushes
-        // it there without a request (with every record still stored: the receiver
-        // skips those it has)
-        let g = m.release(l(), c(0), 4, &t, &z, vec![], false).unwrap();
-        assert_eq!(grant_of(&g), (c(1), 5, true, 1));
+        // it there without a request, without the record (0,1), which cluster 1 has
+        // seen (its last release to this manager said so)
+        let g = m
+            .release(l(), c(0), 4, &t, &z, vec![], vec![], false)
+            .unwrap();
+        assert_eq!(grant_of(&g), (c(1), 5, true, 0));
         // cluster 1's own request crossed the push: the push answered it
         assert_eq!(m.acquire(l(), c(1), t.clone(), 2), Ok(Request::Stale));
         // another cluster wants the pushed lock first: recall it
@@ -552,22 +605,28 @@ mod tests {
             sent(m.acquire(l(), c(2), t.clone(), 3).unwrap()),
             vec![recall(1, 5)]
         );
-        let g = m.release(l(), c(1), 5, &t, &z, vec![], false).unwrap();
+        let g = m
+            .release(l(), c(1), 5, &t, &z, vec![], vec![], false)
+            .unwrap();
         assert_eq!(grant_of(&g), (c(2), 6, true, 0));
         // 2 → 0 was learned before: cluster 2's release pushes to cluster 0; the wrong
         // prediction 0 → 1 was dropped, so cluster 0's release pushes nowhere
-        let g = m.release(l(), c(2), 6, &t, &z, vec![], false).unwrap();
-        assert_eq!(grant_of(&g), (c(0), 7, true, 1));
+        let g = m
+            .release(l(), c(2), 6, &t, &z, vec![], vec![], false)
+            .unwrap();
+        assert_eq!(grant_of(&g), (c(0), 7, true, 0));
         // cluster 0 sends the push back unused (it waits at a barrier): nothing is
         // pushed on, so pushes cannot bounce between clusters at a barrier
         assert_eq!(
-            m.release(l(), c(0), 7, &t, &z, vec![], true).unwrap(),
+            m.release(l(), c(0), 7, &t, &z, vec![], vec![], true)
+                .unwrap(),
             vec![]
         );
         let g = sent(m.acquire(l(), c(0), t.clone(), 7).unwrap());
         assert_eq!(grant_of(&g).1, 8);
         assert_eq!(
-            m.release(l(), c(0), 8, &t, &z, vec![], false).unwrap(),
+            m.release(l(), c(0), 8, &t, &z, vec![], vec![], false)
+                .unwrap(),
             vec![]
         );
         assert_eq!(m.stored_records(), 1);
@@ -591,12 +650,16 @@ mod tests {
             vec![(c(1), Message::LockRecall { lock: k, tenure: 1 })]
         );
         assert_eq!(sent(m.acquire(k, c(1), z.clone(), 1).unwrap()), vec![]);
-        let g = m.release(k, c(1), 1, &z, &z, vec![], false).unwrap();
+        let g = m
+            .release(k, c(1), 1, &z, &z, vec![], vec![], false)
+            .unwrap();
         // a contended grant to cluster 2 (cluster 1 waits behind it): no recall, it
         // comes back after its use
         assert_eq!(grant_of(&g), (c(2), 2, true, 0));
         assert_eq!(g.len(), 1);
-        let g = m.release(k, c(2), 2, &z, &z, vec![], false).unwrap();
+        let g = m
+            .release(k, c(2), 2, &z, &z, vec![], vec![], false)
+            .unwrap();
         assert_eq!(grant_of(&g), (c(1), 3, true, 0));
     }
 
@@ -610,7 +673,9 @@ mod tests {
             let g = sent(m.acquire(k, c(who), z.clone(), seen[who as usize]).unwrap());
             let (_, tenure, contended, _) = grant_of(&g);
             seen[who as usize] = tenure;
-            let pushed = m.release(k, c(who), tenure, &z, &z, vec![], false).unwrap();
+            let pushed = m
+                .release(k, c(who), tenure, &z, &z, vec![], vec![], false)
+                .unwrap();
             assert!(pushed.is_empty(), "{pushed:?}");
             contended
         };
@@ -663,11 +728,19 @@ mod tests {
             .unwrap();
         let depart = |i: usize| match &out[i].1 {
             Message::BarrierDepart {
-                notices,
+                records,
                 migrations,
                 time,
                 ..
-            } => (notices.clone(), migrations.clone(), time.clone()),
+            } => {
+                let mut notices: Vec<PageId> = records
+                    .iter()
+                    .flat_map(|r| r.pages.iter().copied())
+                    .collect();
+                notices.sort_unstable();
+                notices.dedup();
+                (notices, migrations.clone(), time.clone())
+            }
             m => panic!("{m:?}"),
         };
         // page 1 had one writer (0), page 2 two writers: only page 1 migrates

@@ -1,9 +1,10 @@
 //! Property tests of the pure codecs: diffs (round trip, size bound, malformed input)
 //! and wire messages (round trip, malformed input).
 
-use multigrain_coherence::diff::{self, Diff, Encoded};
+use multigrain_coherence::diff;
 use multigrain_coherence::{
-    Body, ClusterId, IntervalRecord, LockId, Message, PAGE_SIZE, PageId, VectorTime, WORD_SIZE,
+    Body, ClusterId, DiffBytes, IntervalDiff, IntervalRecord, LockId, Message, PAGE_SIZE, PageId,
+    VectorTime, WORD_SIZE,
 };
 use proptest::prelude::*;
 
@@ -37,20 +38,12 @@ proptest! {
 
     #[test]
     fn diff_round_trip_full_pages((twin, cur) in pages(PAGE_SIZE / WORD_SIZE)) {
-        let mut out = vec![0u8; PAGE_SIZE];
-        let enc = diff::encode_into(&twin, &cur, &mut out).unwrap();
+        let mut out = vec![7u8];
+        let n = diff::encode(&twin, &cur, &mut out).unwrap();
+        prop_assert_eq!(n + 1, out.len());
+        prop_assert!(n <= diff::MAX_ENCODED);
         let mut p = twin.clone();
-        match enc {
-            Encoded::Runs(n) => {
-                prop_assert!(n <= PAGE_SIZE);
-                diff::apply(&mut p, &out[..n]).unwrap();
-            }
-            Encoded::WholePage => {
-                // only when every word changed
-                prop_assert!(twin.chunks(8).zip(cur.chunks(8)).all(|(a, b)| a != b));
-                diff::apply_whole_page(&mut p, &cur).unwrap();
-            }
-        }
+        diff::apply(&mut p, &out[1..]).unwrap();
         prop_assert_eq!(p, cur);
     }
 
@@ -58,16 +51,11 @@ proptest! {
     fn diff_round_trip_small_pages((twin, cur) in (1usize..20).prop_flat_map(pages)) {
         let d = diff::create(&twin, &cur).unwrap();
         let mut p = twin.clone();
-        match d {
-            Diff::Runs(d) => {
-                prop_assert!(d.len() <= twin.len());
-                let s = diff::validate(&d, twin.len()).unwrap();
-                let changed = twin.chunks(8).zip(cur.chunks(8)).filter(|(a, b)| a != b).count();
-                prop_assert_eq!(s.words, changed);
-                diff::apply(&mut p, &d).unwrap();
-            }
-            Diff::WholePage(w) => diff::apply_whole_page(&mut p, &w).unwrap(),
-        }
+        prop_assert!(d.len() <= twin.len() + 4);
+        let s = diff::validate(&d, twin.len()).unwrap();
+        let changed = twin.chunks(8).zip(cur.chunks(8)).filter(|(a, b)| a != b).count();
+        prop_assert_eq!(s.words, changed);
+        diff::apply(&mut p, &d).unwrap();
         prop_assert_eq!(p, cur);
     }
 
@@ -76,7 +64,6 @@ proptest! {
     #[test]
     fn diff_merges_disjoint_writers((twin, cur) in pages(64), other in any::<u64>()) {
         let d = diff::create(&twin, &cur).unwrap();
-        let Diff::Runs(d) = d else { return Ok(()); };
         // another writer changed an unchanged word at the home
         let Some(i) = (0..64).find(|&i| twin[i * 8..i * 8 + 8] == cur[i * 8..i * 8 + 8]) else { return Ok(()); };
         let mut home = twin.clone();
@@ -96,7 +83,6 @@ proptest! {
             Err(_) => prop_assert_eq!(&page, &before),
         }
         let _ = diff::validate(&d, words * 8 + 3);
-        let _ = diff::apply_whole_page(&mut page, &d);
     }
 
     #[test]
@@ -139,10 +125,30 @@ fn records() -> impl Strategy<Value = Vec<IntervalRecord>> {
             |(owner, index, pages)| IntervalRecord {
                 owner,
                 index,
-                pages,
+                pages: pages.into(),
             },
         ),
         0..4,
+    )
+}
+
+fn diffs() -> impl Strategy<Value = Vec<IntervalDiff>> {
+    proptest::collection::vec(
+        (
+            page(),
+            cluster(),
+            1u32..,
+            time(),
+            proptest::collection::vec(any::<u8>(), 0..40),
+        )
+            .prop_map(|(page, owner, index, base, data)| IntervalDiff {
+                page,
+                owner,
+                index,
+                base,
+                data: DiffBytes::new(data),
+            }),
+        0..3,
     )
 }
 
@@ -150,7 +156,7 @@ fn message() -> impl Strategy<Value = Message> {
     let lock = (0u32..(1 << 20)).prop_map(|n| LockId::new(n).unwrap());
     let tenure = || 0u32..multigrain_coherence::sync::TENURE_MODULUS;
     prop_oneof![
-        page().prop_map(|page| Message::GetPage { page }),
+        (page(), time()).prop_map(|(page, need)| Message::GetPage { page, need }),
         (page(), cluster()).prop_map(|(page, home)| Message::HomeIs { page, home }),
         (page(), any::<bool>(), any::<bool>()).prop_map(|(page, writable, zero)| {
             Message::PageData {
@@ -159,8 +165,10 @@ fn message() -> impl Strategy<Value = Message> {
                 zero,
             }
         }),
-        (page(), any::<u16>()).prop_map(|(page, tag)| Message::Diff { page, tag }),
-        (page(), any::<u16>()).prop_map(|(page, tag)| Message::DiffAck { page, tag }),
+        diffs().prop_filter_map("one diff", |d| d
+            .into_iter()
+            .next()
+            .map(|diff| Message::Diff { diff })),
         (page(), any::<bool>())
             .prop_map(|(page, invalidate)| Message::ScRecall { page, invalidate }),
         (lock.clone(), time(), tenure()).prop_map(|(lock, time, seen)| Message::LockAcquire {
@@ -168,26 +176,47 @@ fn message() -> impl Strategy<Value = Message> {
             time,
             seen
         }),
-        (lock.clone(), time(), records(), tenure(), any::<bool>()).prop_map(
-            |(lock, time, records, tenure, contended)| Message::LockGrant {
-                lock,
-                time,
-                records,
-                tenure,
-                contended
-            }
-        ),
+        (
+            lock.clone(),
+            time(),
+            records(),
+            diffs(),
+            any::<u32>(),
+            tenure(),
+            any::<bool>()
+        )
+            .prop_map(|(lock, time, records, diffs, stored, tenure, contended)| {
+                Message::LockGrant {
+                    lock,
+                    time,
+                    records,
+                    diffs,
+                    stored,
+                    tenure,
+                    contended,
+                }
+            }),
         (lock.clone(), tenure()).prop_map(|(lock, tenure)| Message::LockRecall { lock, tenure }),
-        (lock, tenure(), time(), time(), records(), any::<bool>()).prop_map(
-            |(lock, tenure, time, gc, records, unused)| Message::LockRelease {
-                lock,
-                tenure,
-                unused,
-                time,
-                gc,
-                records,
-            }
-        ),
+        (
+            lock,
+            tenure(),
+            time(),
+            time(),
+            records(),
+            diffs(),
+            any::<bool>()
+        )
+            .prop_map(|(lock, tenure, time, gc, records, diffs, unused)| {
+                Message::LockRelease {
+                    lock,
+                    tenure,
+                    unused,
+                    time,
+                    gc,
+                    records,
+                    diffs,
+                }
+            }),
         (
             any::<u32>(),
             time(),
@@ -205,14 +234,14 @@ fn message() -> impl Strategy<Value = Message> {
         (
             any::<u32>(),
             time(),
-            proptest::collection::vec(page(), 0..4),
+            records(),
             proptest::collection::vec((page(), cluster()), 0..3)
         )
             .prop_map(
-                |(episode, time, notices, migrations)| Message::BarrierDepart {
+                |(episode, time, records, migrations)| Message::BarrierDepart {
                     episode,
                     time,
-                    notices,
+                    records,
                     migrations
                 }
             ),

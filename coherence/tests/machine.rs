@@ -3,8 +3,9 @@
 //! event sequences never make a machine panic.
 
 use multigrain_coherence::{
-    Action, ClusterId, Config, Event, FaultToken, LockId, Machine, Message, PageAccess, PageId,
-    PageRange, Protocol, ProtocolError, Source, SyncToken,
+    Action, ClusterId, Config, DiffBytes, Event, FaultToken, FlushPage, IntervalDiff,
+    IntervalRecord, LockId, Machine, Message, PageAccess, PageId, PageRange, Protocol,
+    ProtocolError, Source, SyncToken, VectorTime,
 };
 use proptest::prelude::*;
 
@@ -33,6 +34,13 @@ fn msg(from: u16, msg: Message) -> Event {
     }
 }
 
+fn get(page: u32) -> Message {
+    Message::GetPage {
+        page: p(page),
+        need: VectorTime::new(),
+    }
+}
+
 /// The hot path of design.md: remote read fault → GetPage → home replies with the
 /// page (Tag-On) → install read-only → wake.
 #[test]
@@ -52,7 +60,7 @@ fn remote_read_fault_hot_path() {
         a,
         vec![Action::Send {
             to: c(1),
-            msg: Message::GetPage { page: p(1) }
+            msg: get(1)
         }]
     );
     // a second thread faulting meanwhile shares the fetch
@@ -67,7 +75,7 @@ fn remote_read_fault_hot_path() {
         vec![]
     );
     // the home has never touched the page: it answers "zero page" without data
-    let a = run(&mut home, msg(0, Message::GetPage { page: p(1) }));
+    let a = run(&mut home, msg(0, get(1)));
     assert_eq!(
         a,
         vec![Action::Send {
@@ -140,6 +148,8 @@ fn grant(lock: u32, tenure: u32, contended: bool) -> Message {
         lock: l(lock),
         time: multigrain_coherence::VectorTime::new(),
         records: vec![],
+        diffs: vec![],
+        stored: 0,
         tenure,
         contended,
     }
@@ -249,6 +259,7 @@ fn cached_lock_is_reacquired_without_messages_until_recalled() {
         matches!(
             a.as_slice(),
             [
+                Action::ReleaseDone { .. },
                 Action::Send {
                     msg: Message::LockRelease {
                         tenure: 3,
@@ -257,7 +268,6 @@ fn cached_lock_is_reacquired_without_messages_until_recalled() {
                     },
                     ..
                 },
-                Action::ReleaseDone { .. }
             ]
         ),
         "{a:?}"
@@ -279,11 +289,11 @@ fn cached_lock_is_reacquired_without_messages_until_recalled() {
         matches!(
             a.as_slice(),
             [
+                Action::ReleaseDone { .. },
                 Action::Send {
                     msg: Message::LockRelease { tenure: 5, .. },
                     ..
                 },
-                Action::ReleaseDone { .. }
             ]
         ),
         "{a:?}"
@@ -307,11 +317,28 @@ fn cached_lock_is_reacquired_without_messages_until_recalled() {
     assert!(me.is_quiescent());
 }
 
-/// Write fault → twin; a release of a recalled lock write-protects first, then
-/// diffs; the thread goes on at once, but the lock leaves (the release reaches the
-/// manager) only after the home's acknowledgement, and releases leave in order.
+fn one(page: u32) -> PageRange {
+    PageRange {
+        start: p(page),
+        count: 1,
+    }
+}
+
+fn flush(page: u32, keep_open: bool) -> Action {
+    Action::Flush {
+        pages: vec![FlushPage {
+            page: p(page),
+            keep_open,
+        }],
+    }
+}
+
+/// Write fault → twin; a release that hands a lock to another cluster flushes the
+/// open page (diffed, twin refreshed, kept writable) and the lock leaves at once with
+/// the diff, without waiting for the home; a page unchanged at one flush is
+/// write-protected and closed at the next; a write fault never waits for the home.
 #[test]
-fn release_protects_then_diffs_and_waits_for_acks() {
+fn release_flushes_open_pages_and_does_not_wait_for_the_home() {
     let cfg = Config::new(Protocol::Hlrc, 2, 4);
     let mut me = Machine::new(c(0), cfg).unwrap();
     run(
@@ -332,24 +359,22 @@ fn release_protects_then_diffs_and_waits_for_acks() {
             },
         ),
     );
-    let a = run(
-        &mut me,
-        Event::WriteFault {
-            page: p(1),
-            token: FaultToken(1),
-        },
-    );
-    assert_eq!(
-        a,
+    let write = |t| Event::WriteFault {
+        page: p(1),
+        token: FaultToken(t),
+    };
+    let twin_and_wake = |t| {
         vec![
             Action::MakeTwin { page: p(1) },
             Action::Unprotect { page: p(1) },
             Action::Wake {
                 page: p(1),
-                tokens: vec![FaultToken(1)]
+                tokens: vec![FaultToken(t)],
             },
         ]
-    );
+    };
+    assert_eq!(run(&mut me, write(1)), twin_and_wake(1));
+    assert!(me.has_twin(p(1)));
     // lock 0 is managed by cluster 0 itself: granted at once
     assert_eq!(
         run(&mut me, acquire(0, 1)),
@@ -361,89 +386,107 @@ fn release_protects_then_diffs_and_waits_for_acks() {
     // cluster 1 asks for it: the manager (this cluster) recalls it from its holder
     assert_eq!(run(&mut me, request_from(1, 0)), vec![]);
     assert_eq!(me.stats().lock_recalls, 1);
+    // the release flushes the open page, keeping it open; the thread goes on
     assert_eq!(
         run(&mut me, release(0, 1)),
         vec![
-            Action::WriteProtect {
-                pages: PageRange {
-                    start: p(1),
-                    count: 1
-                }
-            },
-            Action::SendDiff {
-                to: c(1),
-                page: p(1),
-                tag: 0
-            },
-            // the thread goes on; the lock leaves once the diff is acknowledged
             Action::ReleaseDone {
                 lock: l(0),
                 token: SyncToken(1)
             },
+            flush(1, true),
         ]
     );
-    // a second recalled release (another thread, lock 2) with nothing dirty must
-    // still wait for the first before its lock leaves
-    run(&mut me, acquire(2, 2));
-    run(&mut me, request_from(1, 2));
+    assert!(me.is_flushing());
+    // another event before the flush's result is a contract violation
+    let mut out = Vec::new();
     assert_eq!(
-        run(&mut me, release(2, 2)),
-        vec![Action::ReleaseDone {
-            lock: l(2),
-            token: SyncToken(2)
-        }]
+        me.clone().handle(acquire(3, 9), &mut out),
+        Err(ProtocolError::FlushPending)
     );
-    // the write fault of a third thread waits for the diff's acknowledgement
-    assert_eq!(
-        run(
-            &mut me,
-            Event::WriteFault {
-                page: p(1),
-                token: FaultToken(3)
-            }
-        ),
-        vec![]
+    let bytes = DiffBytes::new(vec![0u8, 0, 1, 0, 7, 0, 0, 0, 0, 0, 0, 0]);
+    let d = IntervalDiff {
+        page: p(1),
+        owner: c(0),
+        index: 1,
+        base: VectorTime::new(),
+        data: bytes.clone(),
+    };
+    let a = run(
+        &mut me,
+        Event::Flushed {
+            diffs: vec![bytes.clone()],
+        },
     );
-    let a = run(&mut me, msg(1, Message::DiffAck { page: p(1), tag: 0 }));
+    // the diff goes to the home, and the lock to cluster 1 at once, carrying the
+    // interval's write notice and its diff
     assert_eq!(
-        a[..3],
-        [
-            Action::MakeTwin { page: p(1) },
-            Action::Unprotect { page: p(1) },
-            Action::Wake {
-                page: p(1),
-                tokens: vec![FaultToken(3)]
+        a,
+        vec![
+            Action::Send {
+                to: c(1),
+                msg: Message::Diff { diff: d.clone() }
+            },
+            Action::Send {
+                to: c(1),
+                msg: Message::LockGrant {
+                    lock: l(0),
+                    time: VectorTime::from_entries(vec![1]),
+                    records: vec![IntervalRecord {
+                        owner: c(0),
+                        index: 1,
+                        pages: vec![p(1)].into()
+                    }],
+                    diffs: vec![d],
+                    stored: 0,
+                    tenure: 2,
+                    contended: true
+                }
             },
         ]
     );
-    // then the manager hands both locks to cluster 1, in order, with the write notice
-    // of p(1), and says they are contended (cluster 0 held them)
-    let grants: Vec<_> = a[3..]
-        .iter()
-        .map(|x| match x {
-            Action::Send {
-                to,
-                msg:
-                    Message::LockGrant {
-                        lock,
-                        records,
-                        contended,
-                        ..
-                    },
-            } if *to == c(1) => (lock.get(), records.len(), *contended),
-            other => panic!("{other:?}"),
-        })
-        .collect();
-    assert_eq!(grants, vec![(0, 1, true), (2, 1, true)]);
+    assert_eq!(me.access(p(1)), Some(PageAccess::ReadWrite));
+    assert_eq!(me.versions(p(1)).unwrap().entries(), &[1]);
+    // the next flush finds the page unchanged: kept open, idle
+    run(&mut me, acquire(2, 2));
+    run(&mut me, request_from(1, 2));
+    assert_eq!(run(&mut me, release(2, 2))[1], flush(1, true));
+    let a = run(
+        &mut me,
+        Event::Flushed {
+            diffs: vec![DiffBytes::default()],
+        },
+    );
+    assert!(
+        matches!(a.as_slice(), [Action::Send { msg: Message::LockGrant { lock, .. }, .. }] if *lock == l(2)),
+        "{a:?}"
+    );
+    // an idle page is write-protected and closed at the following flush
+    run(&mut me, acquire(4, 3));
+    run(&mut me, request_from(1, 4));
+    assert_eq!(
+        run(&mut me, release(4, 3))[1..],
+        [Action::WriteProtect { pages: one(1) }, flush(1, false)]
+    );
+    run(
+        &mut me,
+        Event::Flushed {
+            diffs: vec![DiffBytes::default()],
+        },
+    );
+    assert_eq!(me.access(p(1)), Some(PageAccess::ReadOnly));
+    assert!(!me.has_twin(p(1)));
+    // a write takes a new twin at once, whether or not the home has the first diff
+    assert_eq!(run(&mut me, write(3)), twin_and_wake(3));
     assert!(me.is_quiescent());
-    assert_eq!(me.vector_time().entries(), &[1]);
 }
 
-/// The home's own writes need no twin and no diff. While no other cluster has
-/// fetched the page they need no write notice either (the page stays writable); once
-/// another cluster holds a copy, they produce write notices.
+/// The home's own writes need no twin while no other cluster has fetched the page
+/// (it stays writable, untracked). The first fetch sends a copy that becomes the
+/// twin; the home's later writes are then diffed at its flushes, and the lock carries
+/// the diff to the next holder, which applies it to its copy instead of dropping it.
 #[test]
-fn home_writes_produce_write_notices_once_shared() {
+fn home_writes_travel_as_diffs_once_shared() {
     let cfg = Config::new(Protocol::Hlrc, 2, 4);
     let mut home = Machine::new(c(0), cfg.clone()).unwrap();
     let mut other = Machine::new(c(1), cfg).unwrap();
@@ -467,7 +510,7 @@ fn home_writes_produce_write_notices_once_shared() {
         ]
     );
     assert_eq!(home.stats().private_home_writes, 1);
-    // a release does not protect the private page
+    // a release does not touch the private page
     run(&mut home, acquire(0, 1));
     assert_eq!(
         run(&mut home, release(0, 1)),
@@ -476,8 +519,8 @@ fn home_writes_produce_write_notices_once_shared() {
             token: SyncToken(1)
         }]
     );
-    assert_eq!(home.access(p(0)), Some(PageAccess::ReadWrite));
-    // cluster 1 fetches the page: it joins the home's write set as it is copied
+    assert!(!home.has_twin(p(0)));
+    // cluster 1 fetches the page: the copy sent becomes the home's twin
     let a = run(
         &mut other,
         Event::ReadFault {
@@ -488,66 +531,138 @@ fn home_writes_produce_write_notices_once_shared() {
     let [Action::Send { msg: get, .. }] = a.as_slice() else {
         panic!("{a:?}")
     };
-    let one = PageRange {
-        start: p(0),
-        count: 1,
-    };
-    let data = Message::PageData {
-        page: p(0),
-        writable: false,
-        zero: false,
-    };
     assert_eq!(
         run(&mut home, msg(1, get.clone())),
-        vec![Action::Send {
+        vec![Action::ShareHomePage {
             to: c(1),
-            msg: data.clone()
-        },]
+            page: p(0)
+        }]
     );
     assert_eq!(home.stats().home_pages_shared, 1);
     assert_eq!(home.copyset(p(0)), vec![c(0), c(1)]);
-    run(&mut other, msg(0, data));
-    // the home keeps writing (the page is still writable) under its cached lock
-    run(&mut home, acquire(0, 2));
-    run(&mut home, release(0, 2));
-    // cluster 1 acquires lock 0 from its manager (cluster 0), which recalls it from
-    // itself: the interval closes, protecting the page and recording the notice that
-    // covers the home's writes after the copy
+    assert!(home.has_twin(p(0)));
+    run(
+        &mut other,
+        msg(
+            0,
+            Message::PageData {
+                page: p(0),
+                writable: false,
+                zero: false,
+            },
+        ),
+    );
+    // cluster 1 asks for lock 0 (managed by cluster 0, where it is cached): the
+    // recall gives it back, flushing the home's open page
     let a = run(&mut other, acquire(0, 4));
     let [Action::Send { to, msg: req }] = a.as_slice() else {
         panic!("{a:?}")
     };
     assert_eq!(*to, c(0));
-    let a = run(&mut home, msg(1, req.clone()));
-    let [
-        Action::WriteProtect { pages },
-        Action::Send { msg: grant, .. },
-    ] = a.as_slice()
-    else {
+    assert_eq!(run(&mut home, msg(1, req.clone())), vec![flush(0, true)]);
+    let bytes = DiffBytes::new(vec![1u8, 0, 1, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
+    let a = run(
+        &mut home,
+        Event::Flushed {
+            diffs: vec![bytes.clone()],
+        },
+    );
+    // no diff message to itself; the grant carries the notice and the diff
+    let [Action::Send { msg: grant, .. }] = a.as_slice() else {
         panic!("{a:?}")
     };
-    assert_eq!(*pages, one);
-    let Message::LockGrant { records, .. } = grant else {
+    let Message::LockGrant { records, diffs, .. } = grant else {
         panic!("{grant:?}")
     };
     assert_eq!(records.len(), 1);
-    assert_eq!(records[0].pages, vec![p(0)]);
-    // from now on the home's writes fault and are tracked
-    assert_eq!(
-        run(&mut home, write(3)),
-        vec![Action::Unprotect { page: p(0) }, wake(3)]
-    );
+    assert_eq!(&records[0].pages[..], &[p(0)]);
+    assert_eq!(diffs.len(), 1);
+    // cluster 1 applies the diff to its copy, which stays valid
     let a = run(&mut other, msg(0, grant.clone()));
     assert_eq!(
         a,
         vec![
-            Action::Invalidate { pages: one },
+            Action::ApplyDiff {
+                page: p(0),
+                data: bytes,
+                twin: false
+            },
             Action::AcquireDone {
                 lock: l(0),
                 token: SyncToken(4)
             },
         ]
     );
+    assert_eq!(other.access(p(0)), Some(PageAccess::ReadOnly));
+    assert_eq!(other.stats().carried_diffs_applied, 1);
+    assert_eq!(other.stats().invalidations, 0);
+}
+
+/// A fetch that needs a diff the home has not received yet waits for it; a diff
+/// whose base names a diff the home lacks waits too, and both complete when the
+/// missing diff arrives (in any order).
+#[test]
+fn home_waits_for_the_versions_a_fetch_needs() {
+    let cfg = Config::new(Protocol::Hlrc, 3, 3);
+    let mut home = Machine::new(c(0), cfg).unwrap();
+    // clusters 1 and 2 fetch page 0 (untouched: zero pages)
+    for r in [1, 2] {
+        run(&mut home, msg(r, get(0)));
+    }
+    let diff = |owner: u16, index: u32, base: Vec<u32>, word: u8| IntervalDiff {
+        page: p(0),
+        owner: c(owner),
+        index,
+        base: VectorTime::from_entries(base),
+        data: DiffBytes::new(vec![word, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0]),
+    };
+    // cluster 2 wrote after applying cluster 1's interval 1: its diff must wait
+    let d2 = diff(2, 1, vec![0, 1], 1);
+    assert_eq!(
+        run(&mut home, msg(2, Message::Diff { diff: d2.clone() })),
+        vec![]
+    );
+    assert_eq!(home.stats().diffs_buffered, 1);
+    // a fetch by cluster 1 that must see cluster 2's interval waits as well
+    let need = Message::GetPage {
+        page: p(0),
+        need: VectorTime::from_entries(vec![0, 1, 1]),
+    };
+    assert_eq!(run(&mut home, msg(1, need)), vec![]);
+    assert_eq!(home.stats().fetches_deferred, 1);
+    // cluster 1's diff arrives: both diffs apply in order, then the fetch is served
+    let d1 = diff(1, 1, vec![], 0);
+    let a = run(&mut home, msg(1, Message::Diff { diff: d1.clone() }));
+    assert_eq!(
+        a,
+        vec![
+            Action::Install {
+                page: p(0),
+                source: Source::Zero,
+                writable: false
+            },
+            Action::ApplyDiff {
+                page: p(0),
+                data: d1.data.clone(),
+                twin: false
+            },
+            Action::ApplyDiff {
+                page: p(0),
+                data: d2.data.clone(),
+                twin: false
+            },
+            Action::Send {
+                to: c(1),
+                msg: Message::PageData {
+                    page: p(0),
+                    writable: false,
+                    zero: false
+                }
+            },
+        ]
+    );
+    assert!(home.is_quiescent());
+    assert_eq!(home.versions(p(0)).unwrap().entries(), &[0, 1, 1]);
 }
 
 /// sc: a write fault at a reader makes the home invalidate the other readers and
@@ -651,21 +766,33 @@ fn protocol_errors() {
         ),
         Err(ProtocolError::NoSuchPage(p(4)))
     );
-    assert!(matches!(
-        m.handle(msg(1, Message::DiffAck { page: p(1), tag: 0 }), &mut out),
-        Err(ProtocolError::Unexpected { .. })
-    ));
     assert_eq!(
-        m.handle(msg(1, Message::GetPage { page: p(1) }), &mut out),
+        m.handle(msg(1, get(1)), &mut out),
         Err(ProtocolError::NotHome {
             page: p(1),
             from: c(1)
         })
     );
     assert_eq!(
-        m.handle(msg(0, Message::GetPage { page: p(0) }), &mut out),
+        m.handle(msg(0, get(0)), &mut out),
         Err(ProtocolError::NoSuchCluster(c(0)))
     );
+    assert_eq!(
+        m.handle(Event::Flushed { diffs: vec![] }, &mut out),
+        Err(ProtocolError::UnexpectedFlush)
+    );
+    // a diff that claims another writer
+    let forged = IntervalDiff {
+        page: p(0),
+        owner: c(2),
+        index: 1,
+        base: VectorTime::new(),
+        data: DiffBytes::default(),
+    };
+    assert!(matches!(
+        m.handle(msg(1, Message::Diff { diff: forged }), &mut out),
+        Err(ProtocolError::Unexpected { .. })
+    ));
 }
 
 fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
@@ -683,11 +810,25 @@ fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
             |(owner, index, pages)| multigrain_coherence::IntervalRecord {
                 owner,
                 index,
-                pages,
+                pages: pages.into(),
             },
         );
+    let diff = (
+        page.clone(),
+        from.clone(),
+        1u32..3,
+        time.clone(),
+        proptest::collection::vec(any::<u8>(), 0..24),
+    )
+        .prop_map(|(page, owner, index, base, data)| IntervalDiff {
+            page,
+            owner,
+            index,
+            base,
+            data: DiffBytes::new(data),
+        });
     let message = prop_oneof![
-        page.clone().prop_map(|page| Message::GetPage { page }),
+        (page.clone(), time.clone()).prop_map(|(page, need)| Message::GetPage { page, need }),
         page.clone().prop_map(|page| Message::HomeQuery { page }),
         (page.clone(), from.clone()).prop_map(|(page, home)| Message::HomeIs { page, home }),
         (page.clone(), any::<bool>(), any::<bool>()).prop_map(|(page, writable, zero)| {
@@ -697,8 +838,7 @@ fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
                 zero,
             }
         }),
-        (page.clone(), 0u16..3).prop_map(|(page, tag)| Message::Diff { page, tag }),
-        (page.clone(), 0u16..3).prop_map(|(page, tag)| Message::DiffAck { page, tag }),
+        diff.clone().prop_map(|diff| Message::Diff { diff }),
         page.clone().prop_map(|page| Message::ScRead { page }),
         page.clone().prop_map(|page| Message::ScWrite { page }),
         page.clone().prop_map(|page| Message::ScUpgrade { page }),
@@ -713,32 +853,37 @@ fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
         (
             lock.clone(),
             time.clone(),
-            proptest::collection::vec(rec.clone(), 0..2)
+            proptest::collection::vec(rec.clone(), 0..2),
+            proptest::collection::vec(diff.clone(), 0..2)
         )
-            .prop_map(|(lock, time, records)| Message::LockGrant {
+            .prop_map(|(lock, time, records, diffs)| Message::LockGrant {
                 lock,
                 time,
                 records,
+                diffs,
+                stored: 1,
                 tenure: 1,
                 contended: false
             }),
         (
             lock.clone(),
             time.clone(),
-            proptest::collection::vec(rec.clone(), 0..2)
+            proptest::collection::vec(rec.clone(), 0..2),
+            proptest::collection::vec(diff, 0..2)
         )
-            .prop_map(|(lock, time, records)| Message::LockRelease {
+            .prop_map(|(lock, time, records, diffs)| Message::LockRelease {
                 lock,
                 tenure: 1,
                 unused: false,
                 gc: time.clone(),
                 time,
-                records
+                records,
+                diffs
             }),
         (
             0u32..2,
             time.clone(),
-            proptest::collection::vec(rec, 0..2),
+            proptest::collection::vec(rec.clone(), 0..2),
             proptest::collection::vec(page.clone(), 0..2)
         )
             .prop_map(
@@ -752,14 +897,14 @@ fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
         (
             0u32..2,
             time,
-            proptest::collection::vec(page.clone(), 0..2),
+            proptest::collection::vec(rec, 0..2),
             proptest::collection::vec((page.clone(), from.clone()), 0..2)
         )
             .prop_map(
-                |(episode, time, notices, migrations)| Message::BarrierDepart {
+                |(episode, time, records, migrations)| Message::BarrierDepart {
                     episode,
                     time,
-                    notices,
+                    records,
                     migrations
                 }
             ),
@@ -784,6 +929,11 @@ fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
         (0u64..3).prop_map(|t| Event::Barrier {
             token: SyncToken(t)
         }),
+        proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..16), 0..3).prop_map(
+            |d| Event::Flushed {
+                diffs: d.into_iter().map(DiffBytes::new).collect()
+            }
+        ),
         (from, message, 0usize..5000).prop_map(|(from, msg, attached_len)| Event::Message {
             from,
             msg,

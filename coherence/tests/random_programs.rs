@@ -170,6 +170,14 @@ fn run(protocol: Protocol, policy: HomePolicy, seed: u64) -> Result<(), TestCase
     Ok(())
 }
 
+/// Programs per protocol: `MULTIGRAIN_RANDOM_PROGRAMS`, default 3000.
+fn cases() -> u32 {
+    std::env::var("MULTIGRAIN_RANDOM_PROGRAMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000)
+}
+
 fn policy() -> impl Strategy<Value = HomePolicy> {
     prop_oneof![
         Just(HomePolicy::RoundRobin),
@@ -179,7 +187,8 @@ fn policy() -> impl Strategy<Value = HomePolicy> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+    // 3000 programs per protocol; `MULTIGRAIN_RANDOM_PROGRAMS=100000` for a long run.
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn hlrc_random_drf_programs_match_sequential_run(policy in policy(), seed in any::<u64>()) {
@@ -219,7 +228,11 @@ fn random_programs_exercise_the_protocol() {
         let s = w.seen;
         seen.remote_value |= s.remote_value;
         seen.concurrent_twins |= s.concurrent_twins;
-        seen.whole_page_diff |= s.whole_page_diff;
+        seen.carried_diff |= s.carried_diff;
+        seen.diff_buffered |= s.diff_buffered;
+        seen.fetch_deferred |= s.fetch_deferred;
+        seen.acquire_held |= s.acquire_held;
+        seen.kept_open |= s.kept_open;
         seen.migration |= s.migration;
         seen.diff_at_acquire |= s.diff_at_acquire;
         seen.coalesced_fault |= s.coalesced_fault;
@@ -235,7 +248,11 @@ fn random_programs_exercise_the_protocol() {
     assert!(
         seen.remote_value
             && seen.concurrent_twins
-            && seen.whole_page_diff
+            && seen.carried_diff
+            && seen.diff_buffered
+            && seen.fetch_deferred
+            && seen.acquire_held
+            && seen.kept_open
             && seen.migration
             && seen.coalesced_fault
             && seen.private_home_write
@@ -246,4 +263,29 @@ fn random_programs_exercise_the_protocol() {
             && seen.stale_lock_request,
         "{seen:?}"
     );
+}
+
+/// Two grants at a page's home carry the same write notice while the diff is still
+/// on its way: the first acquire waits for the diff, and the second must wait too
+/// although the record is no longer new (found by the test above).
+#[test]
+fn a_notice_seen_before_the_home_has_its_diff_holds_every_acquire() {
+    run(
+        Protocol::Hlrc,
+        HomePolicy::RoundRobin,
+        15_587_403_163_368_846_434,
+    )
+    .expect("run");
+}
+/// A push from a manager that has passed a barrier the receiver still waits at: its
+/// notices cannot take effect on arrival (the receiver lacks the departure's records),
+/// so they wait for the first local use (found by the test above).
+#[test]
+fn a_push_from_beyond_a_barrier_waits_for_its_first_use() {
+    run(
+        Protocol::Hlrc,
+        HomePolicy::RoundRobin,
+        15_587_403_163_367_074_352,
+    )
+    .expect("run");
 }

@@ -439,16 +439,15 @@ pub fn diff_pages(fraction: f64) -> (Vec<u8>, Vec<u8>) {
     (twin, cur)
 }
 
-/// Times `iters` encodings of the diff of `cur` against `twin` into a page buffer;
+/// Times `iters` encodings of the diff of `cur` against `twin` into a reused buffer;
 /// one sample per encoding (ns).
 pub fn diff_encode(twin: &[u8], cur: &[u8], iters: usize) -> Vec<u64> {
-    let mut out = vec![0u8; PAGE_SIZE];
+    let mut out = Vec::with_capacity(diff::MAX_ENCODED);
     (0..iters)
         .map(|_| {
+            out.clear();
             let t = Instant::now();
-            black_box(
-                diff::encode_into(black_box(twin), black_box(cur), &mut out).expect("encode"),
-            );
+            black_box(diff::encode(black_box(twin), black_box(cur), &mut out).expect("encode"));
             ns(t.elapsed())
         })
         .collect()
@@ -462,12 +461,7 @@ pub fn diff_apply(twin: &[u8], cur: &[u8], iters: usize) -> Vec<u64> {
     (0..iters)
         .map(|_| {
             let t = Instant::now();
-            match &d {
-                diff::Diff::Runs(r) => {
-                    black_box(diff::apply(&mut page, r).expect("apply"));
-                }
-                diff::Diff::WholePage(w) => diff::apply_whole_page(&mut page, w).expect("apply"),
-            }
+            black_box(diff::apply(&mut page, &d).expect("apply"));
             ns(t.elapsed())
         })
         .collect()
@@ -508,10 +502,7 @@ impl ApplyChoice {
     /// The runtime's way: store the diff's words through the runtime view of the
     /// shared-memory region (ns per application).
     pub fn apply_through_view(&self, twin: &[u8], cur: &[u8], iters: usize) -> Vec<u64> {
-        let d = match diff::create(twin, cur).expect("diff") {
-            diff::Diff::Runs(r) => r,
-            diff::Diff::WholePage(_) => Vec::new(),
-        };
+        let d = diff::create(twin, cur).expect("diff");
         (0..iters)
             .map(|k| {
                 let page = PageIndex(k % Self::PAGES);
@@ -543,12 +534,7 @@ impl ApplyChoice {
                 let page = PageIndex(k % Self::PAGES);
                 let t = Instant::now();
                 self.anon.read_page(page, &mut copy).expect("read");
-                match &d {
-                    diff::Diff::Runs(r) => {
-                        diff::apply(&mut copy[..], r).expect("apply");
-                    }
-                    diff::Diff::WholePage(w) => copy.copy_from_slice(w),
-                }
+                diff::apply(&mut copy[..], &d).expect("apply");
                 self.anon.invalidate(PageRange::one(page)).expect("zap");
                 let _ = self
                     .anon

@@ -98,7 +98,7 @@ mod wire;
 pub use array::SharedArray;
 pub use error::DsmError;
 pub use runtime::{Dsm, DsmOptions, FAULT_EXIT_CODE, LockGuard, MAX_LOCAL_HANDOFFS, Worker};
-pub use stats::{ClusterStats, JobStats, LayerStats, ProtocolStats};
+pub use stats::{ClusterStats, JobStats, LayerStats, PhaseTimes, ProtocolStats};
 pub use transport::{
     Liveness, LivenessError, LocalJobError, NeverFails, PROTOCOL_QUEUE, PidLiveness, Transport,
     WAKE_QUEUES, local_transports, site_config,

@@ -6,108 +6,9 @@ use std::collections::BTreeMap;
 use std::ops::AddAssign;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-macro_rules! protocol_stats {
-    ($($(#[$doc:meta])* $field:ident),* $(,)?) => {
-        /// The coherence machine's counters ([`multigrain_coherence::Stats`]), by name.
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-        pub struct ProtocolStats {
-            $($(#[$doc])* pub $field: u64,)*
-        }
-
-        impl From<multigrain_coherence::Stats> for ProtocolStats {
-            fn from(s: multigrain_coherence::Stats) -> Self {
-                ProtocolStats { $($field: s.$field,)* }
-            }
-        }
-
-        impl AddAssign<&ProtocolStats> for ProtocolStats {
-            fn add_assign(&mut self, o: &ProtocolStats) {
-                $(self.$field += o.$field;)*
-            }
-        }
-    };
-}
-
-protocol_stats!(
-    /// Read faults handled by the machine (including spurious and coalesced ones).
-    read_faults,
-    /// Write faults handled by the machine (including spurious and coalesced ones).
-    write_faults,
-    /// Faults on a page that had meanwhile become accessible.
-    spurious_faults,
-    /// Faults that joined a fetch already in progress (concurrent faults on one page).
-    coalesced_faults,
-    /// Page requests sent to a home.
-    remote_fetches,
-    /// hlrc fetches repeated because a write notice overtook the reply.
-    stale_refetches,
-    /// First-touch home queries sent.
-    home_queries,
-    /// Pages served with contents by this home.
-    pages_served,
-    /// Zero-page replies sent by this home.
-    zero_pages_served,
-    /// Twins made.
-    twins,
-    /// hlrc: write faults at the home on pages no other cluster holds (kept writable
-    /// across releases, no write notices).
-    private_home_writes,
-    /// hlrc: private writable home pages write-protected for another cluster's fetch.
-    home_pages_shared,
-    /// Write faults that waited for the previous diff's acknowledgement.
-    twin_waits,
-    /// Diffs sent.
-    diffs_sent,
-    /// Diffs sent at an acquire (dirty page invalidated by a write notice).
-    diffs_at_acquire,
-    /// Diffs applied at this home.
-    diffs_applied,
-    /// Of `diffs_applied`, whole-page diffs.
-    whole_page_diffs_applied,
-    /// Bytes of diffs applied at this home.
-    diff_bytes_applied,
-    /// Pages invalidated.
-    invalidations,
-    /// Write notices received.
-    write_notices_received,
-    /// Intervals with writes closed.
-    intervals,
-    /// Lock acquires by this cluster's threads.
-    lock_acquires,
-    /// Of those, served inside the cluster without a message (cached or pushed lock,
-    /// or local hand-off).
-    lock_local_acquires,
-    /// Lock requests sent to managers (this cluster's own included).
-    lock_requests,
-    /// Lock grants issued as manager (pushes included).
-    lock_grants,
-    /// Recalls of cached locks sent as manager.
-    lock_recalls,
-    /// Contended or pushed locks given back at their release without a recall.
-    lock_eager_releases,
-    /// Locks pushed here by their manager without a request.
-    lock_pushes_received,
-    /// Requests dropped as manager because a push had answered them.
-    lock_stale_requests,
-    /// Pushed locks given back unused (recalled before any local use).
-    lock_pushes_returned,
-    /// Barriers completed.
-    barriers,
-    /// hlrc single-writer home migrations to this cluster.
-    home_migrations,
-    /// sc invalidations sent as home.
-    sc_invalidations_sent,
-    /// sc recalls sent as home.
-    sc_recalls,
-    /// sc ownership grants as home.
-    sc_ownership_grants,
-    /// Protocol messages sent to other clusters.
-    messages_sent,
-    /// Of those, lock and barrier messages.
-    sync_messages_sent,
-    /// Protocol messages received.
-    messages_received,
-);
+/// The coherence machine's counters, by name (serialized with the cluster's other
+/// statistics).
+pub type ProtocolStats = multigrain_coherence::Stats;
 
 /// The message layer's counters for one cluster (from
 /// [`multigrain_messaging::MessageStats`]).
@@ -171,6 +72,55 @@ impl AddAssign<&LayerStats> for LayerStats {
     }
 }
 
+/// Where a cluster's threads spent their time in the runtime, in nanoseconds summed over
+/// threads (wall-clock time; the phases overlap where one contains another, as noted).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PhaseTimes {
+    /// In `lock` calls: waiting for grants, taking their write notices.
+    pub lock_acquire_ns: u64,
+    /// In lock releases: flushing the pages written under the lock and sending the
+    /// lock (with its diffs) on.
+    pub lock_release_ns: u64,
+    /// In page faults.
+    pub fault_ns: u64,
+    /// Of `fault_ns`, in faults that waited for another cluster.
+    pub remote_fault_ns: u64,
+    /// In barriers (threads of the cluster waiting for each other included).
+    pub barrier_ns: u64,
+    /// Of `barrier_ns`, the cluster's global part (one thread per barrier): from its
+    /// arrival until the departure.
+    pub barrier_global_ns: u64,
+    /// Of `barrier_global_ns`, flushing the open pages and waiting until the homes
+    /// acknowledged this cluster's diffs, before the arrival could be sent.
+    pub barrier_flush_ns: u64,
+    /// Handling received protocol messages (by any thread, the protocol thread
+    /// included; overlaps the phases above when a waiting thread handles them).
+    pub dispatch_ns: u64,
+    /// Protocol messages handled.
+    pub dispatched: u64,
+    /// Times a waiting thread went to sleep (its wake-up needs a message or a doorbell).
+    pub sleeps: u64,
+    /// Time waiting threads spent asleep.
+    pub sleep_ns: u64,
+}
+
+impl AddAssign<&PhaseTimes> for PhaseTimes {
+    fn add_assign(&mut self, o: &PhaseTimes) {
+        self.lock_acquire_ns += o.lock_acquire_ns;
+        self.lock_release_ns += o.lock_release_ns;
+        self.fault_ns += o.fault_ns;
+        self.remote_fault_ns += o.remote_fault_ns;
+        self.barrier_ns += o.barrier_ns;
+        self.barrier_global_ns += o.barrier_global_ns;
+        self.barrier_flush_ns += o.barrier_flush_ns;
+        self.dispatch_ns += o.dispatch_ns;
+        self.dispatched += o.dispatched;
+        self.sleeps += o.sleeps;
+        self.sleep_ns += o.sleep_ns;
+    }
+}
+
 /// Statistics of one cluster (or, in [`JobStats::total`], summed over the job). Times
 /// are nanoseconds of wall-clock time summed over threads.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,7 +145,7 @@ pub struct ClusterStats {
     pub twins: u64,
     /// Diffs sent to homes.
     pub diffs_sent: u64,
-    /// Bytes of encoded diffs (or whole pages) sent.
+    /// Bytes of encoded diffs sent to homes.
     pub diff_bytes_sent: u64,
     /// Diffs applied at this cluster as home.
     pub diffs_applied: u64,
@@ -217,10 +167,16 @@ pub struct ClusterStats {
     pub barriers: u64,
     /// Time threads spent waiting in barriers.
     pub barrier_wait_ns: u64,
+    /// Where the threads' time went (see [`PhaseTimes`]).
+    #[serde(default)]
+    pub time: PhaseTimes,
     /// Messages sent, by kind (coherence opcode names and runtime messages).
     pub messages_sent: BTreeMap<String, u64>,
     /// Messages received, by kind.
     pub messages_received: BTreeMap<String, u64>,
+    /// Bytes of bulk bodies sent, by message kind.
+    #[serde(default)]
+    pub bulk_bytes_sent: BTreeMap<String, u64>,
     /// The message layer's own counters.
     pub layer: LayerStats,
     /// The coherence machine's counters.
@@ -248,11 +204,15 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         self.lock_wait_ns += o.lock_wait_ns;
         self.barriers += o.barriers;
         self.barrier_wait_ns += o.barrier_wait_ns;
+        self.time += &o.time;
         for (k, v) in &o.messages_sent {
             *self.messages_sent.entry(k.clone()).or_default() += v;
         }
         for (k, v) in &o.messages_received {
             *self.messages_received.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &o.bulk_bytes_sent {
+            *self.bulk_bytes_sent.entry(k.clone()).or_default() += v;
         }
         self.layer += &o.layer;
         self.protocol += &o.protocol;
@@ -292,15 +252,21 @@ pub(crate) struct Counters {
     pub(crate) fault_ns: AtomicU64,
     pub(crate) remote_fault_ns: AtomicU64,
     pub(crate) pages_installed: AtomicU64,
-    pub(crate) diffs_sent: AtomicU64,
-    pub(crate) diff_bytes_sent: AtomicU64,
     pub(crate) invalidations: AtomicU64,
     pub(crate) invalidate_calls: AtomicU64,
     pub(crate) lock_acquires: AtomicU64,
     pub(crate) lock_wait_ns: AtomicU64,
     pub(crate) barriers: AtomicU64,
     pub(crate) barrier_wait_ns: AtomicU64,
+    pub(crate) barrier_global_ns: AtomicU64,
+    pub(crate) barrier_flush_ns: AtomicU64,
+    pub(crate) release_ns: AtomicU64,
+    pub(crate) dispatched: AtomicU64,
+    pub(crate) dispatch_ns: AtomicU64,
+    pub(crate) sleeps: AtomicU64,
+    pub(crate) sleep_ns: AtomicU64,
     pub(crate) sent: Box<[AtomicU64; 256]>,
+    pub(crate) sent_bytes: Box<[AtomicU64; 256]>,
     pub(crate) received: Box<[AtomicU64; 256]>,
 }
 
@@ -313,15 +279,21 @@ impl Default for Counters {
             fault_ns: AtomicU64::new(0),
             remote_fault_ns: AtomicU64::new(0),
             pages_installed: AtomicU64::new(0),
-            diffs_sent: AtomicU64::new(0),
-            diff_bytes_sent: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
             invalidate_calls: AtomicU64::new(0),
             lock_acquires: AtomicU64::new(0),
             lock_wait_ns: AtomicU64::new(0),
             barriers: AtomicU64::new(0),
             barrier_wait_ns: AtomicU64::new(0),
+            barrier_global_ns: AtomicU64::new(0),
+            barrier_flush_ns: AtomicU64::new(0),
+            release_ns: AtomicU64::new(0),
+            dispatched: AtomicU64::new(0),
+            dispatch_ns: AtomicU64::new(0),
+            sleeps: AtomicU64::new(0),
+            sleep_ns: AtomicU64::new(0),
             sent: Box::new([const { AtomicU64::new(0) }; 256]),
+            sent_bytes: Box::new([const { AtomicU64::new(0) }; 256]),
             received: Box::new([const { AtomicU64::new(0) }; 256]),
         }
     }
@@ -361,8 +333,8 @@ impl Counters {
             remote_fetches: protocol.remote_fetches,
             pages_installed: g(&self.pages_installed),
             twins: protocol.twins,
-            diffs_sent: g(&self.diffs_sent),
-            diff_bytes_sent: g(&self.diff_bytes_sent),
+            diffs_sent: protocol.diffs_sent,
+            diff_bytes_sent: protocol.diff_bytes_sent,
             diffs_applied: protocol.diffs_applied,
             diff_bytes_applied: protocol.diff_bytes_applied,
             invalidations: g(&self.invalidations),
@@ -372,7 +344,21 @@ impl Counters {
             lock_wait_ns: g(&self.lock_wait_ns),
             barriers: g(&self.barriers),
             barrier_wait_ns: g(&self.barrier_wait_ns),
+            time: PhaseTimes {
+                lock_acquire_ns: g(&self.lock_wait_ns),
+                lock_release_ns: g(&self.release_ns),
+                fault_ns: g(&self.fault_ns),
+                remote_fault_ns: g(&self.remote_fault_ns),
+                barrier_ns: g(&self.barrier_wait_ns),
+                barrier_global_ns: g(&self.barrier_global_ns),
+                barrier_flush_ns: g(&self.barrier_flush_ns),
+                dispatch_ns: g(&self.dispatch_ns),
+                dispatched: g(&self.dispatched),
+                sleeps: g(&self.sleeps),
+                sleep_ns: g(&self.sleep_ns),
+            },
             messages_sent: by_kind(&self.sent),
+            bulk_bytes_sent: by_kind(&self.sent_bytes),
             messages_received: by_kind(&self.received),
             layer,
             protocol,

@@ -4,11 +4,11 @@
 //! receiver dispatches on it without decoding, and the 40-bit coherence payload rides
 //! where the message kind has room for it:
 //!
-//! | coherence body                     | message-layer kind | 40-bit payload in         |
-//! |------------------------------------|--------------------|---------------------------|
-//! | none (requests, acks, grants)      | Express            | the Express payload       |
-//! | a page or an encoded diff          | Tag-On             | the buffer's 64-bit tag   |
-//! | bulk (vector times, write notices) | bulk               | the first 5 bytes (LE)    |
+//! | coherence body                              | message-layer kind | 40-bit payload in       |
+//! |---------------------------------------------|--------------------|-------------------------|
+//! | none (acks, recalls)                        | Express            | the Express payload     |
+//! | a page                                      | Tag-On             | the buffer's 64-bit tag |
+//! | bulk (vector times, write notices, diffs)   | bulk               | the first 5 bytes (LE)  |
 //!
 //! The sender's cluster id is the message's source id: every cluster's destination
 //! table maps virtual name *c* to `(site c, protocol queue, source = own id)`, so the
@@ -61,7 +61,6 @@ pub fn op_name(handler: u8) -> &'static str {
         0x10 => "GetPage",
         0x11 => "PageData",
         0x12 => "Diff",
-        0x13 => "DiffWholePage",
         0x14 => "DiffAck",
         0x20 => "ScRead",
         0x21 => "ScWrite",
@@ -114,7 +113,7 @@ pub(crate) enum Outgoing {
     Bulk { handler: Handler, data: Vec<u8> },
 }
 
-/// The wire form of `msg` (never an encoded diff: those are made by `SendDiff`).
+/// The wire form of `msg`.
 pub(crate) fn outgoing(msg: &Message) -> Outgoing {
     let Parts {
         opcode,
@@ -123,9 +122,7 @@ pub(crate) fn outgoing(msg: &Message) -> Outgoing {
     } = msg.to_parts();
     let handler = Handler(opcode);
     match body {
-        Body::None | Body::Attached(Attachment::EncodedDiff) => {
-            Outgoing::Express { handler, payload }
-        }
+        Body::None => Outgoing::Express { handler, payload },
         Body::Attached(Attachment::Page(p)) => Outgoing::Page {
             handler,
             tag: payload,
@@ -143,7 +140,6 @@ pub(crate) fn check_attachment(msg: &Message, data: Option<&[u8]>) -> Result<(),
     match (msg.attachment(), data) {
         (None, None) => Ok(()),
         (Some(Attachment::Page(_)), Some(d)) if d.len() == PAGE_SIZE => Ok(()),
-        (Some(Attachment::EncodedDiff), Some(d)) if d.len() <= PAGE_SIZE => Ok(()),
         (Some(a), Some(d)) => Err(format!("{a:?} with a buffer of {} bytes", d.len())),
         (Some(a), None) => Err(format!("{a:?} expected, no buffer attached")),
         (None, Some(d)) => Err(format!(
@@ -169,15 +165,20 @@ mod tests {
     #[test]
     fn every_message_kind_maps_to_its_wire_form() {
         let p = PageId::new(77).unwrap();
-        match outgoing(&Message::GetPage { page: p }) {
-            Outgoing::Express { handler, payload } => {
+        let get = Message::GetPage {
+            page: p,
+            need: VectorTime::from_entries(vec![3]),
+        };
+        match outgoing(&get) {
+            Outgoing::Bulk { handler, data } => {
                 assert_eq!(op_name(handler.0), "GetPage");
+                let (payload, body) = split_bulk(&data).unwrap();
                 assert_eq!(
-                    Message::from_parts(handler.0, payload, None).unwrap(),
-                    Message::GetPage { page: p }
+                    Message::from_parts(handler.0, payload, Some(body)).unwrap(),
+                    get
                 );
             }
-            _ => panic!("GetPage is Express"),
+            _ => panic!("GetPage is bulk"),
         }
         let data = Message::PageData {
             page: p,
@@ -196,6 +197,8 @@ mod tests {
             lock: LockId::new(9).unwrap(),
             time: VectorTime::from_entries(vec![1, 2]),
             records: vec![],
+            diffs: vec![],
+            stored: 7,
             tenure: (1 << 20) - 1,
             contended: true,
         };

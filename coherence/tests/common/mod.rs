@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use multigrain_coherence::{
-    Action, Attachment, Body, ClusterId, Config, Event, FaultToken, LockId, Machine, Message,
-    PageAccess, PageId, Protocol, Source, SyncToken, diff,
+    Action, Attachment, Body, ClusterId, Config, DiffBytes, Event, FaultToken, LockId, Machine,
+    Message, PageAccess, PageId, Protocol, Source, SyncToken, diff,
 };
 
 /// One operation of a thread's program.
@@ -131,10 +131,20 @@ pub struct Seen {
     pub concurrent_twins: bool,
     pub stale_refetch: bool,
     pub diff_at_acquire: bool,
-    pub whole_page_diff: bool,
     pub migration: bool,
     pub coalesced_fault: bool,
-    pub twin_wait: bool,
+    /// hlrc: an acquirer applied a diff carried by the lock instead of invalidating.
+    pub carried_diff: bool,
+    /// hlrc: a diff reached its home before one it depends on and waited.
+    pub diff_buffered: bool,
+    /// hlrc: a home held a fetch until a diff it needed arrived.
+    pub fetch_deferred: bool,
+    /// hlrc: an acquire waited for a diff of a page homed at the acquirer.
+    pub acquire_held: bool,
+    /// hlrc: a barrier departure waited for a diff of a page homed at the cluster.
+    pub barrier_held: bool,
+    /// hlrc: a flush kept a page open (writable, twin refreshed).
+    pub kept_open: bool,
     pub sc_recall: bool,
     pub sc_invalidation: bool,
     /// hlrc: a home wrote a page no other cluster had fetched (kept writable,
@@ -443,28 +453,37 @@ impl World {
     }
 
     fn handle(&mut self, spec: &Spec, c: usize, ev: Event, attach: Option<Vec<u8>>) {
-        let mut out = Vec::new();
-        if let Err(e) = self.clusters[c].machine.handle(ev.clone(), &mut out) {
-            return self.fail(format!("cluster {c}: protocol error {e} on {ev:?}"));
-        }
-        let st = self.clusters[c].machine.take_stats();
-        self.seen.stale_refetch |= st.stale_refetches > 0;
-        self.seen.diff_at_acquire |= st.diffs_at_acquire > 0;
-        self.seen.whole_page_diff |= st.whole_page_diffs_applied > 0;
-        self.seen.migration |= st.home_migrations > 0;
-        self.seen.coalesced_fault |= st.coalesced_faults > 0;
-        self.seen.twin_wait |= st.twin_waits > 0;
-        self.seen.sc_recall |= st.sc_recalls > 0;
-        self.seen.sc_invalidation |= st.sc_invalidations_sent > 0;
-        self.seen.private_home_write |= st.private_home_writes > 0;
-        self.seen.home_page_shared |= st.home_pages_shared > 0;
-        self.seen.local_lock_acquire |= st.lock_local_acquires > 0;
-        self.seen.lock_recall |= st.lock_recalls > 0;
-        self.seen.lock_push |= st.lock_pushes_received > 0;
-        self.seen.stale_lock_request |= st.lock_stale_requests > 0;
-        for a in out {
-            if let Err(e) = self.execute(spec, c, a, attach.as_deref()) {
-                return self.fail(format!("cluster {c}: {e}"));
+        let mut ev = ev;
+        loop {
+            let mut out = Vec::new();
+            if let Err(e) = self.clusters[c].machine.handle(ev.clone(), &mut out) {
+                return self.fail(format!("cluster {c}: protocol error {e} on {ev:?}"));
+            }
+            self.note_stats(c);
+            let flush = out.iter().position(|a| matches!(a, Action::Flush { .. }));
+            if let Some(i) = flush
+                && i + 1 != out.len()
+            {
+                return self.fail(format!("cluster {c}: actions after a flush: {out:?}"));
+            }
+            for a in out {
+                match a {
+                    Action::Flush { pages } => match self.flush(c, &pages) {
+                        Ok(diffs) => ev = Event::Flushed { diffs },
+                        Err(e) => return self.fail(format!("cluster {c}: {e}")),
+                    },
+                    a => {
+                        if let Err(e) = self.execute(spec, c, a, attach.as_deref()) {
+                            return self.fail(format!("cluster {c}: {e}"));
+                        }
+                    }
+                }
+            }
+            if flush.is_none() {
+                break;
+            }
+            if !self.clusters[c].machine.is_flushing() {
+                return self.fail(format!("cluster {c}: flush without a pending flush"));
             }
         }
         for p in 0..spec.cfg.pages as usize {
@@ -478,6 +497,58 @@ impl World {
                 self.seen.concurrent_twins = true;
             }
         }
+    }
+
+    /// Executes a flush: diffs each page against its twin, refreshing or dropping the
+    /// twin, as the runtime must.
+    fn flush(
+        &mut self,
+        c: usize,
+        pages: &[multigrain_coherence::FlushPage],
+    ) -> Result<Vec<DiffBytes>, String> {
+        let mut diffs = Vec::new();
+        for fp in pages {
+            let pg = &mut self.clusters[c].mem[fp.page.index()];
+            let want = if fp.keep_open { Prot::Rw } else { Prot::Ro };
+            if pg.prot != want {
+                return Err(format!(
+                    "flush of {:?} (keep open {}) in state {:?}",
+                    fp.page, fp.keep_open, pg.prot
+                ));
+            }
+            let twin = pg
+                .twin
+                .take()
+                .ok_or(format!("flush of {:?} without a twin", fp.page))?;
+            let d = diff::create(&bytes(&twin), &bytes(&pg.data)).map_err(|e| e.to_string())?;
+            if fp.keep_open {
+                pg.twin = Some(pg.data.clone());
+            }
+            diffs.push(DiffBytes::new(d));
+        }
+        Ok(diffs)
+    }
+
+    fn note_stats(&mut self, c: usize) {
+        let st = self.clusters[c].machine.take_stats();
+        self.seen.stale_refetch |= st.stale_refetches > 0;
+        self.seen.diff_at_acquire |= st.diffs_at_acquire > 0;
+        self.seen.migration |= st.home_migrations > 0;
+        self.seen.coalesced_fault |= st.coalesced_faults > 0;
+        self.seen.carried_diff |= st.carried_diffs_applied > 0;
+        self.seen.diff_buffered |= st.diffs_buffered > 0;
+        self.seen.fetch_deferred |= st.fetches_deferred > 0;
+        self.seen.acquire_held |= st.acquires_held > 0;
+        self.seen.barrier_held |= st.barriers_held > 0;
+        self.seen.kept_open |= st.pages_kept_open > 0;
+        self.seen.sc_recall |= st.sc_recalls > 0;
+        self.seen.sc_invalidation |= st.sc_invalidations_sent > 0;
+        self.seen.private_home_write |= st.private_home_writes > 0;
+        self.seen.home_page_shared |= st.home_pages_shared > 0;
+        self.seen.local_lock_acquire |= st.lock_local_acquires > 0;
+        self.seen.lock_recall |= st.lock_recalls > 0;
+        self.seen.lock_push |= st.lock_pushes_received > 0;
+        self.seen.stale_lock_request |= st.lock_stale_requests > 0;
     }
 
     fn send(&mut self, c: usize, to: ClusterId, msg: &Message, attach: Option<Vec<u8>>) {
@@ -517,7 +588,6 @@ impl World {
                         }
                         Some(bytes(&pg.data))
                     }
-                    Some(Attachment::EncodedDiff) => return Err("Send of an encoded diff".into()),
                     None => None,
                 };
                 self.send(c, to, &msg, attach);
@@ -582,45 +652,59 @@ impl World {
                     pg.data = vec![0; spec.words];
                 }
             }
-            Action::SendDiff { to, page: p, tag } => {
-                let pg = &mut self.clusters[c].mem[p.index()];
-                if pg.prot != Prot::Ro {
-                    return Err(format!("diff of {p:?} that is not write-protected"));
-                }
-                let twin = pg
-                    .twin
-                    .take()
-                    .ok_or(format!("diff of {p:?} without a twin"))?;
-                let cur = bytes(&pg.data);
-                let mut buf = vec![0u8; cur.len()];
-                let (msg, data) = match diff::encode_into(&bytes(&twin), &cur, &mut buf)
-                    .map_err(|e| e.to_string())?
-                {
-                    diff::Encoded::Runs(n) => {
-                        buf.truncate(n);
-                        (Message::Diff { page: p, tag }, buf)
-                    }
-                    diff::Encoded::WholePage => (Message::DiffWholePage { page: p, tag }, cur),
-                };
-                self.send(c, to, &msg, Some(data));
-            }
             Action::ApplyDiff {
                 page: p,
-                whole_page,
+                data,
+                twin,
             } => {
                 let pg = &mut self.clusters[c].mem[p.index()];
                 if pg.prot == Prot::None {
                     return Err(format!("apply diff to missing {p:?}"));
                 }
-                let d = attached.ok_or("apply diff without attachment")?;
-                let mut b = bytes(&pg.data);
-                if whole_page {
-                    diff::apply_whole_page(&mut b, d).map_err(|e| e.to_string())?;
-                } else {
-                    diff::apply(&mut b, d).map_err(|e| e.to_string())?;
+                if twin != pg.twin.is_some() {
+                    return Err(format!(
+                        "apply diff to {p:?} (twin {twin}) that has a twin: {}",
+                        pg.twin.is_some()
+                    ));
                 }
+                let mut b = bytes(&pg.data);
+                diff::apply(&mut b, data.as_slice()).map_err(|e| e.to_string())?;
                 pg.data = words(&b);
+                if let Some(t) = &mut pg.twin {
+                    let mut b = bytes(t);
+                    diff::apply(&mut b, data.as_slice()).map_err(|e| e.to_string())?;
+                    *t = words(&b);
+                }
             }
+            Action::ShareHomePage { to, page: p } => {
+                let pg = &mut self.clusters[c].mem[p.index()];
+                if pg.prot != Prot::Rw || pg.twin.is_some() {
+                    return Err(format!(
+                        "share of home page {p:?} in state {:?}/{}",
+                        pg.prot,
+                        pg.twin.is_some()
+                    ));
+                }
+                pg.twin = Some(pg.data.clone());
+                let data = bytes(&pg.data);
+                let msg = Message::PageData {
+                    page: p,
+                    writable: false,
+                    zero: false,
+                };
+                self.send(c, to, &msg, Some(data));
+            }
+            Action::DropTwin { page: p } => {
+                let pg = &mut self.clusters[c].mem[p.index()];
+                let twin = pg
+                    .twin
+                    .take()
+                    .ok_or(format!("drop of {p:?} without a twin"))?;
+                if twin != pg.data {
+                    return Err(format!("drop of the twin of {p:?}, which was written"));
+                }
+            }
+            Action::Flush { .. } => return Err("flush executed out of place".into()),
             Action::Wake { page: p, tokens } => {
                 for FaultToken(t) in tokens {
                     let th = &mut self.threads[t as usize];
@@ -780,9 +864,9 @@ impl World {
         Ok(())
     }
 
-    /// hlrc invariant of private home pages: while a home holds a page writable and
-    /// its copyset names no other cluster (its writes are not tracked), no other
-    /// cluster holds a valid copy — except a cluster waiting at a barrier, whose
+    /// hlrc invariant of private home pages: a home page held writable without a twin
+    /// (its writes are not tracked) has a copyset naming no other cluster, and no
+    /// other cluster holds a valid copy — except a cluster waiting at a barrier, whose
     /// copy of a page that migrated meanwhile is dropped by the departure before any
     /// of its threads runs again.
     pub fn check_private_pages(&self, spec: &Spec) -> Result<(), String> {
@@ -793,11 +877,15 @@ impl World {
             let pid = page(p);
             for (h, k) in self.clusters.iter().enumerate() {
                 let me = k.machine.me();
-                if k.machine.home_of(pid) != Some(me)
-                    || k.mem[p as usize].prot != Prot::Rw
-                    || k.machine.copyset(pid).iter().any(|&c| c != me)
-                {
+                let pg = &k.mem[p as usize];
+                if k.machine.home_of(pid) != Some(me) || pg.prot != Prot::Rw || pg.twin.is_some() {
                     continue;
+                }
+                if k.machine.copyset(pid).iter().any(|&c| c != me) {
+                    return Err(format!(
+                        "page {p} is writable without a twin at its home {h}, but its copyset is {:?}",
+                        k.machine.copyset(pid)
+                    ));
                 }
                 for (i, other) in self.clusters.iter().enumerate() {
                     if i == h || other.mem[p as usize].prot == Prot::None {
@@ -819,6 +907,30 @@ impl World {
         Ok(())
     }
 
+    /// hlrc invariant: the machine's view of twins matches the memory (a page has a
+    /// twin exactly when the machine says so, and then it is writable).
+    pub fn check_twins(&self, spec: &Spec) -> Result<(), String> {
+        if spec.cfg.protocol != Protocol::Hlrc {
+            return Ok(());
+        }
+        for (i, k) in self.clusters.iter().enumerate() {
+            for p in 0..spec.cfg.pages {
+                let pg = &k.mem[p as usize];
+                if k.machine.has_twin(page(p)) != pg.twin.is_some()
+                    || (pg.twin.is_some() && pg.prot != Prot::Rw)
+                {
+                    return Err(format!(
+                        "cluster {i} page {p}: machine twin {}, memory {:?}/{}",
+                        k.machine.has_twin(page(p)),
+                        pg.prot,
+                        pg.twin.is_some()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Runs the job to completion with `choose(n)` picking among `n` enabled steps;
     /// returns an error on a violated check or a deadlock.
     pub fn run(spec: &Spec, mut choose: impl FnMut(usize) -> usize) -> Result<World, String> {
@@ -832,6 +944,7 @@ impl World {
                 w.check_sc(spec)?;
             }
             w.check_private_pages(spec)?;
+            w.check_twins(spec)?;
             let threads = w.runnable(spec);
             let packets = w.deliverable();
             let n = threads.len() + packets.len();

@@ -49,9 +49,10 @@ use crate::uffd::{
     RegionOps,
 };
 use crate::wire::{self, Outgoing, RuntimeOp};
-use multigrain_coherence::diff::{self, Encoded};
+use multigrain_coherence::diff;
 use multigrain_coherence::{
-    Action, ClusterId, Event, FaultToken, Machine, Message, PageId, Source, SyncToken,
+    Action, ClusterId, DiffBytes, Event, FaultToken, FlushPage, Machine, Message, PageId, Source,
+    SyncToken,
 };
 use multigrain_messaging::{
     BulkSendError, Endpoint, Express, Handler, Message as Received, SendError, Site, TagOnBuf,
@@ -157,6 +158,10 @@ pub(crate) struct Core {
     /// Shutdown statistics received, by cluster; a cluster that sent them is done.
     pub(crate) peer_stats: Mutex<Vec<Option<ClusterStats>>>,
     pub(crate) tuning: Tuning,
+    /// Start of this runtime's clock for the timestamps below.
+    pub(crate) epoch: Instant,
+    /// When this cluster last sent its barrier arrival (ns since `epoch`).
+    pub(crate) barrier_arrival_sent: std::sync::atomic::AtomicU64,
 }
 
 fn next_runtime_id() -> u64 {
@@ -200,6 +205,8 @@ impl Core {
             hellos: Mutex::new(vec![None; clusters]),
             peer_stats: Mutex::new(vec![None; clusters]),
             tuning,
+            epoch: Instant::now(),
+            barrier_arrival_sent: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -396,22 +403,38 @@ impl Core {
             let mut guard = self.state.lock();
             let st = &mut *guard;
             let mut actions = std::mem::take(&mut st.actions);
-            actions.clear();
-            if let Err(e) = st.machine.handle(event, &mut actions) {
-                st.actions = actions;
-                drop(guard);
-                let e = DsmError::Violation {
-                    cluster: self.me,
-                    source: e,
-                };
-                self.fail_with(ep, &e);
-                return Err(e);
-            }
+            let (mut event, mut attachment) = (event, attachment);
             let mut result = Ok(());
-            for a in actions.drain(..) {
-                if let Err(e) = self.execute(ops, ep, st, a, attachment, pending, &mut wake) {
-                    result = Err(e);
+            // An action list that ends with a flush is followed by the flush's result
+            // (the machine's calling contract), under the same lock.
+            loop {
+                actions.clear();
+                if let Err(e) = st.machine.handle(event, &mut actions) {
+                    result = Err(DsmError::Violation {
+                        cluster: self.me,
+                        source: e,
+                    });
                     break;
+                }
+                let mut flushed = None;
+                for a in actions.drain(..) {
+                    let r = match a {
+                        Action::Flush { pages } => {
+                            self.flush(ops, st, &pages).map(|d| flushed = Some(d))
+                        }
+                        a => self.execute(ops, ep, st, a, attachment, pending, &mut wake),
+                    };
+                    if let Err(e) = r {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                match flushed {
+                    Some(diffs) if result.is_ok() => {
+                        event = Event::Flushed { diffs };
+                        attachment = None;
+                    }
+                    _ => break,
                 }
             }
             st.actions = actions;
@@ -455,7 +478,13 @@ impl Core {
             PageRange::new(PageIndex(r.start.index()), r.count as usize)
         };
         match action {
-            Action::Send { to, msg } => self.send_message(ops, ep, to.index(), &msg, pending),
+            Action::Send { to, msg } => {
+                if matches!(msg, Message::BarrierArrive { .. }) {
+                    self.barrier_arrival_sent
+                        .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                }
+                self.send_message(ops, ep, to.index(), &msg, pending)
+            }
             Action::Install {
                 page,
                 source,
@@ -494,6 +523,17 @@ impl Core {
                 st.twins.insert(page.get(), twin);
                 Ok(())
             }
+            Action::DropTwin { page } => {
+                let twin = st
+                    .twins
+                    .remove(&page.get())
+                    .ok_or_else(|| self.internal(format!("drop of {page:?} without a twin")))?;
+                st.spare.push(twin);
+                Ok(())
+            }
+            Action::ShareHomePage { to, page } => {
+                self.share_home_page(ops, ep, st, to.index(), page, pending)
+            }
             Action::Unprotect { page } => ops.unprotect(PageRange::one(idx(page))).map_err(op_err),
             Action::WriteProtect { pages } => ops.write_protect(range(pages)).map_err(op_err),
             Action::Invalidate { pages } => {
@@ -502,11 +542,9 @@ impl Core {
                 bump(&self.counters.invalidate_calls, 1);
                 Ok(())
             }
-            Action::SendDiff { to, page, tag } => {
-                self.send_diff(ops, ep, st, to.index(), page, tag, pending)
-            }
-            Action::ApplyDiff { page, whole_page } => {
-                self.apply_diff(ops, attachment, page, whole_page)
+            Action::ApplyDiff { page, data, twin } => self.apply_diff(ops, st, page, &data, twin),
+            Action::Flush { .. } => {
+                Err(self.internal("a flush that is not the last action".into()))
             }
             Action::Wake { tokens, .. } => {
                 for t in tokens {
@@ -700,6 +738,10 @@ impl Core {
             }) {
                 Ok(()) => {
                     bump(&self.counters.sent[usize::from(handler.0)], 1);
+                    bump(
+                        &self.counters.sent_bytes[usize::from(handler.0)],
+                        data.len() as u64,
+                    );
                     return Ok(());
                 }
                 // Fragments already sent are discarded by the receiver; send it all again.
@@ -727,72 +769,101 @@ impl Core {
         self.drain_pending(ops, ep, &mut pending)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn send_diff(
+    /// Executes a flush: diffs each page against its twin (through the runtime view,
+    /// which never faults), then refreshes the twin to exactly the contents diffed
+    /// (`keep_open`) or discards it (the page was write-protected by an earlier
+    /// action). A word a local thread writes meanwhile is read as its old or its new
+    /// value; a new value lands in both diff and twin, an old one shows up in the next
+    /// flush.
+    fn flush(
+        &self,
+        ops: &RegionOps,
+        st: &mut State,
+        pages: &[FlushPage],
+    ) -> Result<Vec<DiffBytes>, DsmError> {
+        let mut diffs = Vec::with_capacity(pages.len());
+        for fp in pages {
+            let key = fp.page.get();
+            let twin = st
+                .twins
+                .get_mut(&key)
+                .ok_or_else(|| self.internal(format!("flush of {:?} without a twin", fp.page)))?;
+            ops.view_read(PageIndex(fp.page.index()), &mut st.scratch)
+                .map_err(|source| DsmError::PageOp {
+                    cluster: self.me,
+                    source,
+                })?;
+            let mut out = Vec::new();
+            diff::encode(&twin[..], &st.scratch[..], &mut out)
+                .map_err(|e| self.internal(format!("diff of {:?}: {e}", fp.page)))?;
+            if fp.keep_open {
+                if !out.is_empty() {
+                    twin.copy_from_slice(&st.scratch[..]);
+                }
+            } else if let Some(t) = st.twins.remove(&key) {
+                st.spare.push(t);
+            }
+            diffs.push(DiffBytes::new(out));
+        }
+        Ok(diffs)
+    }
+
+    /// Sends a private home page's first copy to `to` and makes the same copy its
+    /// twin (see [`Action::ShareHomePage`]).
+    fn share_home_page(
         &self,
         ops: &RegionOps,
         ep: &Endpoint,
         st: &mut State,
         to: usize,
         page: PageId,
-        tag: u16,
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
-        let twin = st
-            .twins
-            .remove(&page.get())
-            .ok_or_else(|| self.internal(format!("diff of {page:?} without a twin")))?;
-        // The page is write-protected (an earlier WriteProtect action): its contents are
-        // stable while we read them.
-        ops.view_read(PageIndex(page.index()), &mut st.scratch)
+        let mut buf = self.alloc_buffer(ep, pending)?;
+        let dst: &mut [u8; PAGE_SIZE] = (&mut buf.as_mut_capacity()[..PAGE_SIZE])
+            .try_into()
+            .expect("pool slots hold a page");
+        ops.view_read(PageIndex(page.index()), dst)
             .map_err(|source| DsmError::PageOp {
                 cluster: self.me,
                 source,
             })?;
-        let mut buf = self.alloc_buffer(ep, pending)?;
-        let out = &mut buf.as_mut_capacity()[..PAGE_SIZE];
-        let (msg, len) = match diff::encode_into(&twin[..], &st.scratch[..], out) {
-            Ok(Encoded::Runs(n)) => (Message::Diff { page, tag }, n),
-            Ok(Encoded::WholePage) => {
-                out.copy_from_slice(&st.scratch[..]);
-                (Message::DiffWholePage { page, tag }, PAGE_SIZE)
-            }
-            Err(e) => return Err(self.internal(format!("diff of {page:?}: {e}"))),
-        };
-        st.spare.push(twin);
-        let parts = msg.to_parts();
-        buf.set_len(len);
+        let mut twin = st.spare.pop().unwrap_or_else(|| Box::new([0; PAGE_SIZE]));
+        twin.copy_from_slice(&dst[..]);
+        st.twins.insert(page.get(), twin);
+        let parts = Message::PageData {
+            page,
+            writable: false,
+            zero: false,
+        }
+        .to_parts();
+        buf.set_len(PAGE_SIZE);
         buf.set_tag(parts.payload);
-        bump(&self.counters.diffs_sent, 1);
-        bump(&self.counters.diff_bytes_sent, len as u64);
         self.send_tag_on(ep, to, Handler(parts.opcode), buf, pending)
     }
 
-    /// Applies a received diff to the master copy through the runtime view: only the
-    /// diff's words are stored, so the protection application threads see is unchanged
-    /// and their concurrent writes to other words survive.
+    /// Applies an encoded diff to a page through the runtime view (only the diff's
+    /// words are stored, so the protection application threads see is unchanged and
+    /// their concurrent writes to other words survive), and to its twin when `twin`.
     fn apply_diff(
         &self,
         ops: &RegionOps,
-        attachment: Attached<'_>,
+        st: &mut State,
         page: PageId,
-        whole_page: bool,
+        data: &DiffBytes,
+        twin: bool,
     ) -> Result<(), DsmError> {
-        let (from, data) = attachment
-            .ok_or_else(|| self.internal(format!("diff of {page:?} without a buffer")))?;
+        let data = data.as_slice();
+        diff::validate(data, PAGE_SIZE)
+            .map_err(|e| self.internal(format!("diff of {page:?}: {e}")))?;
         let p = PageIndex(page.index());
-        let op_err = |source| DsmError::PageOp {
-            cluster: self.me,
-            source,
-        };
-        if whole_page {
-            return ops.view_write_words(p, 0, data).map_err(op_err);
+        if twin {
+            let t = st.twins.get_mut(&page.get()).ok_or_else(|| {
+                self.internal(format!("diff for the twin of {page:?}, which has none"))
+            })?;
+            diff::apply(&mut t[..], data)
+                .map_err(|e| self.internal(format!("diff of {page:?}: {e}")))?;
         }
-        diff::validate(data, PAGE_SIZE).map_err(|e| DsmError::Malformed {
-            cluster: self.me,
-            from,
-            reason: format!("diff of {page:?}: {e}"),
-        })?;
         // Run encoding of `multigrain_coherence::diff` (validated above): a 4-byte LE
         // header, bits 0..16 the first word and 16..32 the word count, then the words.
         let mut pos = 0;
@@ -801,7 +872,10 @@ impl Core {
             let (first, words) = ((h & 0xffff) as usize, (h >> 16) as usize);
             pos += 4;
             ops.view_write_words(p, first, &data[pos..pos + words * 8])
-                .map_err(op_err)?;
+                .map_err(|source| DsmError::PageOp {
+                    cluster: self.me,
+                    source,
+                })?;
             pos += words * 8;
         }
         Ok(())
@@ -816,9 +890,14 @@ impl Core {
         ep: &Endpoint,
         m: Received,
     ) -> Result<(), DsmError> {
+        let t0 = Instant::now();
         let mut pending = Pending::default();
-        self.dispatch_one(ops, ep, Incoming::Msg(m), &mut pending)?;
-        self.drain_pending(ops, ep, &mut pending)
+        let r = self
+            .dispatch_one(ops, ep, Incoming::Msg(m), &mut pending)
+            .and_then(|()| self.drain_pending(ops, ep, &mut pending));
+        bump(&self.counters.dispatched, 1);
+        bump(&self.counters.dispatch_ns, t0.elapsed().as_nanos() as u64);
+        r
     }
 
     fn dispatch_one(
@@ -1002,8 +1081,11 @@ impl Core {
             if s.prepare_sleep(seq) {
                 return Ok(());
             }
+            let slept = Instant::now();
             let m = ep.recv_timeout(self.tuning.slice);
             s.awake();
+            bump(&self.counters.sleeps, 1);
+            bump(&self.counters.sleep_ns, slept.elapsed().as_nanos() as u64);
             if let Some(m) = m {
                 self.dispatch(ops, ep, m)?;
             }

@@ -774,11 +774,20 @@ impl Inner {
 
     /// This cluster's arrival at the global barrier.
     fn global_barrier(&self) -> Result<(), DsmError> {
-        self.core
-            .sync(&self.region, |token| Event::Barrier { token }, &|| {
-                "at a barrier".into()
-            })?;
-        bump(&self.core.counters.barriers, 1);
+        let core = &self.core;
+        let start = core.epoch.elapsed().as_nanos() as u64;
+        core.sync(&self.region, |token| Event::Barrier { token }, &|| {
+            "at a barrier".into()
+        })?;
+        let end = core.epoch.elapsed().as_nanos() as u64;
+        let sent = core
+            .barrier_arrival_sent
+            .load(Ordering::Relaxed)
+            .clamp(start, end);
+        let c = &core.counters;
+        bump(&c.barriers, 1);
+        bump(&c.barrier_global_ns, end - start);
+        bump(&c.barrier_flush_ns, sent - start);
         Ok(())
     }
 
@@ -807,11 +816,17 @@ impl Inner {
 
     fn unlock(&self, id: u32) -> Result<(), DsmError> {
         let lock = LockId::new(id).expect("checked at lock");
-        self.core.sync(
+        let t0 = Instant::now();
+        let r = self.core.sync(
             &self.region,
             |token| Event::Release { lock, token },
             &|| format!("releasing lock {id}"),
-        )
+        );
+        bump(
+            &self.core.counters.release_ns,
+            t0.elapsed().as_nanos() as u64,
+        );
+        r
     }
 }
 

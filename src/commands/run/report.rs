@@ -345,6 +345,28 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "barrier wait (ms, all threads)", &|c| {
         ms(c.barrier_wait_ns)
     });
+    header(&mut s, "where the time went (ms, all threads)");
+    row(&mut s, "lock acquire", &|c| ms(c.time.lock_acquire_ns));
+    row(&mut s, "lock release (flush, send)", &|c| {
+        ms(c.time.lock_release_ns)
+    });
+    row(&mut s, "page faults", &|c| ms(c.time.fault_ns));
+    row(&mut s, "  waiting for another cluster", &|c| {
+        ms(c.time.remote_fault_ns)
+    });
+    row(&mut s, "barriers", &|c| ms(c.time.barrier_ns));
+    row(&mut s, "  global part (one thread)", &|c| {
+        ms(c.time.barrier_global_ns)
+    });
+    row(&mut s, "    flush, diffs acknowledged", &|c| {
+        ms(c.time.barrier_flush_ns)
+    });
+    row(&mut s, "handling messages (any thread)", &|c| {
+        ms(c.time.dispatch_ns)
+    });
+    row(&mut s, "  messages handled", &|c| c.time.dispatched);
+    row(&mut s, "asleep while waiting", &|c| ms(c.time.sleep_ns));
+    row(&mut s, "  times", &|c| c.time.sleeps);
     header(&mut s, "messages sent, by kind");
     for kind in stats.total.messages_sent.keys() {
         row(&mut s, kind, &|c| {

@@ -1,0 +1,525 @@
+//! The cluster side of the locks: acquiring and releasing among the cluster's
+//! threads, caching a granted lock, giving it back (recalled, contended or pushed)
+//! with the diffs of the intervals it protected, and taking a grant (its write
+//! notices and carried diffs). The managers are in [`crate::sync`], whose module
+//! documentation states the rules (tenures, caching, pushes, carried diffs).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::action::{Action, FlushPage};
+use crate::config::Protocol;
+use crate::error::ProtocolError;
+use crate::ids::{ClusterId, LockId, PageId, SyncToken};
+use crate::interval::{IntervalDiff, IntervalRecord, VectorTime};
+use crate::machine::{Completion, Held, Machine, Resume};
+use crate::message::Message;
+use crate::sync::{MAX_CARRIED_DIFFS, MAX_LOCAL_HANDOFFS};
+
+/// A lock as seen by this cluster (not as its manager): owned or not, held by a
+/// local thread or cached, requested, recalled. See [`crate::sync`] (lock caching,
+/// tenures, pushes).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct ClusterLock {
+    /// While this cluster owns the lock (granted by the manager and not yet given
+    /// back): the lock's vector time at the grant.
+    pub(crate) owned: Option<VectorTime>,
+    /// The tenure owned, or the last one granted to this cluster (0: none).
+    pub(crate) tenure: u32,
+    /// A thread of this cluster holds the lock.
+    pub(crate) busy: bool,
+    /// A `LockAcquire` is outstanding.
+    pub(crate) requested: bool,
+    /// The manager asked for the lock back: it goes as soon as no local thread holds
+    /// it (after at most [`MAX_LOCAL_HANDOFFS`] hand-offs).
+    pub(crate) recalled: bool,
+    /// Give the lock back soon after a release, without waiting for a recall: the
+    /// grant said it is contended, or it was pushed here.
+    pub(crate) eager: bool,
+    /// The lock is being given back: its interval is being flushed.
+    pub(crate) returning: bool,
+    /// A thread of this cluster took the lock in the current tenure.
+    pub(crate) used: bool,
+    /// A pushed grant no local thread has used yet.
+    pub(crate) pushed: Option<Pushed>,
+    /// Recalls of tenures other than the one owned or last owned: those that overtook
+    /// the grant of their tenure (the network reorders), and stale ones of tenures
+    /// given back earlier. The next grant keeps its own and drops the rest: no recall
+    /// of a later tenure can exist before that grant arrives.
+    pub(crate) early_recalls: Vec<u32>,
+    /// Hand-offs between local threads since the lock had to go back.
+    pub(crate) handoffs: u32,
+    /// This cluster's interval index when a local thread first took the current
+    /// tenure: the release carries the diffs of the intervals closed after it.
+    pub(crate) since: u32,
+    /// Local threads waiting for the lock, in arrival order.
+    pub(crate) waiters: VecDeque<SyncToken>,
+}
+
+/// A pushed grant before its first local use.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Pushed {
+    /// Its notices took effect when it arrived, but pages homed here may still lack
+    /// some of their diffs, `(page, owner, index)`: the first local acquire waits for
+    /// those.
+    Taken(Vec<(PageId, ClusterId, u32)>),
+    /// It arrived from a manager that has passed a barrier this cluster is still
+    /// waiting at (its records stop at the departure, which this cluster has not
+    /// processed): taken at the first local acquire, after that departure.
+    Deferred {
+        /// The lock's time.
+        time: VectorTime,
+        /// Its records.
+        records: Vec<IntervalRecord>,
+        /// Its diffs.
+        diffs: Vec<IntervalDiff>,
+    },
+}
+
+/// A grant being taken: the lock's time, the records the cluster has not seen and
+/// the diffs carried with them; `token` names the acquiring thread, `None` for a push
+/// (taken when it arrives, used by a later local acquire).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Grant {
+    pub(crate) lock: LockId,
+    pub(crate) token: Option<SyncToken>,
+    pub(crate) time: VectorTime,
+    pub(crate) records: Vec<IntervalRecord>,
+    pub(crate) diffs: Vec<IntervalDiff>,
+}
+
+impl Machine {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_lock_grant(
+        &mut self,
+        from: ClusterId,
+        lock: LockId,
+        time: VectorTime,
+        records: Vec<IntervalRecord>,
+        diffs: Vec<IntervalDiff>,
+        stored: u32,
+        tenure: u32,
+        contended: bool,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        let unexpected = |what| ProtocolError::Unexpected {
+            what,
+            from,
+            page: None,
+        };
+        if self.cfg.lock_manager(lock) != from {
+            return Err(unexpected(
+                "lock grant from a cluster that does not manage it",
+            ));
+        }
+        for d in &diffs {
+            self.check_page(d.page)?;
+            if !self.cfg.has_cluster(d.owner) {
+                return Err(ProtocolError::NoSuchCluster(d.owner));
+            }
+        }
+        if self
+            .cluster_locks
+            .get(&lock)
+            .is_some_and(|l| l.owned.is_some())
+        {
+            return Err(unexpected("lock grant for a lock this cluster owns"));
+        }
+        // The manager's store holds every record up to the lock's time, and this
+        // cluster's own up to `stored`.
+        let me = self.me;
+        let seen = self.manager_seen.entry(from).or_default();
+        seen.merge(&time);
+        if seen.get(me) < stored {
+            seen.set(me, stored);
+        }
+        let l = self.cluster_locks.entry(lock).or_default();
+        l.owned = Some(time.clone());
+        l.tenure = tenure;
+        l.handoffs = 0;
+        l.used = l.requested;
+        let Some(token) = l.requested.then(|| l.waiters.pop_front()) else {
+            // Pushed: cached here for the next local acquire, given back after it. Its
+            // notices take effect now — earlier than an acquire needs them, which is
+            // always allowed, and with the carried diffs mostly updates, not
+            // invalidations — so that this cluster's time stays current and the next
+            // pushes need not resend the records.
+            l.busy = false;
+            l.recalled = false;
+            l.eager = true;
+            self.stats.lock_pushes_received += 1;
+            let recalled = l.early_recalls.contains(&tenure);
+            l.early_recalls.clear();
+            if recalled {
+                l.recalled = true;
+                l.pushed = Some(Pushed::Taken(Vec::new()));
+                return self.give_back_now(lock, out);
+            }
+            if !self.covers(&time, &records) {
+                let l = self.cluster_locks.entry(lock).or_default();
+                l.pushed = Some(Pushed::Deferred {
+                    time,
+                    records,
+                    diffs,
+                });
+                return Ok(());
+            }
+            return self.take_grant(
+                Grant {
+                    lock,
+                    token: None,
+                    time,
+                    records,
+                    diffs,
+                },
+                out,
+            );
+        };
+        let Some(token) = token else {
+            return Err(unexpected("lock grant without a waiting acquire"));
+        };
+        l.requested = false;
+        l.busy = true;
+        l.recalled = l.early_recalls.contains(&tenure);
+        l.eager = contended;
+        l.early_recalls.clear();
+        self.take_grant(
+            Grant {
+                lock,
+                token: Some(token),
+                time,
+                records,
+                diffs,
+            },
+            out,
+        )
+    }
+
+    /// A local thread takes a grant: its write notices take effect (hlrc: carried
+    /// diffs applied, other pages invalidated — after flushing open pages that must
+    /// be invalidated — and pages homed here waited for), the time is merged, and the
+    /// acquire completes (at once, or when the home pages have their diffs).
+    pub(crate) fn take_grant(
+        &mut self,
+        g: Grant,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        if g.token.is_some() {
+            let since = self.time.get(self.me);
+            if let Some(l) = self.cluster_locks.get_mut(&g.lock) {
+                l.since = since;
+            }
+        }
+        let mut waits = Vec::new();
+        if self.cfg.protocol == Protocol::Hlrc {
+            let plan = self.hlrc_plan_notices(&g.records, &g.diffs)?;
+            if !plan.flush.is_empty() {
+                let pages = plan
+                    .flush
+                    .iter()
+                    .map(|&page| FlushPage {
+                        page,
+                        keep_open: false,
+                    })
+                    .collect();
+                self.stats.diffs_at_acquire += plan.flush.len() as u64;
+                self.start_flush(pages, plan.flush, Resume::Grant(g), out);
+                return Ok(());
+            }
+            waits = self.hlrc_apply_plan(plan, out)?;
+        }
+        for r in g.records {
+            self.log.insert(r)?;
+        }
+        self.time.merge(&g.time);
+        self.check_log_covers_time()?;
+        match g.token {
+            Some(token) => self.complete_acquire(g.lock, token, waits, out),
+            None => {
+                if let Some(l) = self.cluster_locks.get_mut(&g.lock) {
+                    l.pushed = Some(Pushed::Taken(waits));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this cluster's log and `records` hold every record up to `time` (a
+    /// grant can be taken without a gap).
+    fn covers(&self, time: &VectorTime, records: &[IntervalRecord]) -> bool {
+        time.entries().iter().enumerate().all(|(j, &t)| {
+            let Some(c) = ClusterId::new(j as u16) else {
+                return true;
+            };
+            (self.log.top(c) + 1..=t).all(|k| records.iter().any(|r| r.owner == c && r.index == k))
+        })
+    }
+
+    /// Completes an acquire, at once or — when pages homed here still lack diffs of
+    /// `waits` — once they have arrived.
+    fn complete_acquire(
+        &mut self,
+        lock: LockId,
+        token: SyncToken,
+        mut waits: Vec<(PageId, ClusterId, u32)>,
+        out: &mut Vec<Action>,
+    ) {
+        // (A page that moved away meanwhile is missing here: its next fetch reflects
+        // the versions named.)
+        waits.retain(|&(p, owner, index)| {
+            self.homes.get(p) == Some(self.me) && self.pages[p.index()].known.get(owner) < index
+        });
+        let done = Action::AcquireDone { lock, token };
+        if waits.is_empty() {
+            out.push(done);
+        } else {
+            self.stats.acquires_held += 1;
+            self.held.push(Held { waits, done });
+        }
+    }
+
+    /// Sends this cluster's request for `lock` to its manager.
+    fn request_lock(&mut self, lock: LockId, out: &mut Vec<Action>) {
+        self.stats.lock_requests += 1;
+        let mgr = self.cfg.lock_manager(lock);
+        let time = self.time.clone();
+        let seen = self.cluster_locks.get(&lock).map_or(0, |l| l.tenure);
+        self.send(mgr, Message::LockAcquire { lock, time, seen }, out);
+    }
+
+    /// A thread of this cluster acquires `lock`: at once if the cluster owns it and
+    /// no local thread holds it (a cached or pushed lock), else it waits behind the
+    /// local holder or for the manager's grant.
+    pub(crate) fn on_acquire(
+        &mut self,
+        lock: LockId,
+        token: SyncToken,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        self.stats.lock_acquires += 1;
+        let l = self.cluster_locks.entry(lock).or_default();
+        if l.owned.is_some() && !l.busy && !l.returning {
+            l.busy = true;
+            l.used = true;
+            self.stats.lock_local_acquires += 1;
+            match l.pushed.take() {
+                // The first use of a pushed lock: its notices took effect on arrival,
+                // or take effect now.
+                Some(Pushed::Taken(waits)) => {
+                    l.since = self.time.get(self.me);
+                    self.complete_acquire(lock, token, waits, out);
+                    return Ok(());
+                }
+                Some(Pushed::Deferred {
+                    time,
+                    records,
+                    diffs,
+                }) => {
+                    return self.take_grant(
+                        Grant {
+                            lock,
+                            token: Some(token),
+                            time,
+                            records,
+                            diffs,
+                        },
+                        out,
+                    );
+                }
+                None => {}
+            }
+            out.push(Action::AcquireDone { lock, token });
+            return Ok(());
+        }
+        l.waiters.push_back(token);
+        if l.owned.is_none() && !l.requested {
+            l.requested = true;
+            self.request_lock(lock, out);
+        }
+        Ok(())
+    }
+
+    /// A thread of this cluster releases `lock`: to a waiting local thread, into the
+    /// cluster's cache, or — when it was recalled, is contended or was pushed here —
+    /// back to the manager. The thread never waits: the lock leaves as soon as the
+    /// interval closed for it is flushed.
+    pub(crate) fn on_release(
+        &mut self,
+        lock: LockId,
+        token: SyncToken,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        let l = held_lock(&mut self.cluster_locks, lock)?;
+        if l.owned.is_none() || !l.busy {
+            return Err(ProtocolError::NotHeld(lock));
+        }
+        let must_go = l.recalled || l.eager;
+        if !l.waiters.is_empty() && (!must_go || l.handoffs < MAX_LOCAL_HANDOFFS) {
+            let next = l.waiters.pop_front().expect("checked non-empty");
+            if must_go {
+                l.handoffs += 1;
+            }
+            self.stats.lock_local_acquires += 1;
+            out.push(Action::ReleaseDone { lock, token });
+            out.push(Action::AcquireDone { lock, token: next });
+            return Ok(());
+        }
+        l.busy = false;
+        out.push(Action::ReleaseDone { lock, token });
+        if must_go {
+            if !l.recalled {
+                self.stats.lock_eager_releases += 1;
+            }
+            self.give_back_now(lock, out)?;
+        }
+        Ok(())
+    }
+
+    /// The manager wants `lock` back for `tenure`: give it back now if this cluster
+    /// owns that tenure and no local thread holds it, when the local holders are done
+    /// otherwise; keep a recall that overtook its grant; ignore one of a tenure this
+    /// cluster has already given back.
+    pub(crate) fn on_lock_recall(
+        &mut self,
+        from: ClusterId,
+        lock: LockId,
+        tenure: u32,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        if self.cfg.lock_manager(lock) != from {
+            return Err(ProtocolError::Unexpected {
+                what: "lock recall from a cluster that does not manage it",
+                from,
+                page: None,
+            });
+        }
+        let l = self.cluster_locks.entry(lock).or_default();
+        if l.tenure != tenure {
+            // Not granted yet, or a stale recall of an older tenure (which the next
+            // grant drops).
+            if !l.early_recalls.contains(&tenure) {
+                l.early_recalls.push(tenure);
+            }
+            return Ok(());
+        }
+        if l.owned.is_none() || l.returning {
+            // Given back already (a pushed lock returns after its first use without
+            // waiting for the recall the manager may have sent meanwhile).
+            return Ok(());
+        }
+        l.recalled = true;
+        if l.busy {
+            return Ok(());
+        }
+        self.give_back_now(lock, out)
+    }
+
+    /// Gives `lock` back: a pushed lock no thread took goes at once, untouched (its
+    /// grant never took effect: same time, no records); otherwise the interval closes
+    /// and the `LockRelease` leaves once it is flushed (see [`Machine::give_back`]).
+    pub(crate) fn give_back_now(
+        &mut self,
+        lock: LockId,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        let l = held_lock(&mut self.cluster_locks, lock)?;
+        if l.used {
+            l.returning = true;
+            return self.close_interval(Completion::Release { lock }, out);
+        }
+        let Some(time) = l.owned.take() else {
+            return Err(ProtocolError::NotHeld(lock));
+        };
+        l.pushed = None;
+        l.recalled = false;
+        l.eager = false;
+        self.stats.lock_pushes_returned += 1;
+        let msg = Message::LockRelease {
+            lock,
+            tenure: l.tenure,
+            time,
+            gc: self.log.base(),
+            records: Vec::new(),
+            diffs: Vec::new(),
+            unused: true,
+        };
+        self.send(self.cfg.lock_manager(lock), msg, out);
+        Ok(())
+    }
+
+    /// The interval closed for `lock`'s return is flushed: send the release to the
+    /// manager, with the records it may lack and this cluster's diffs of the tenure,
+    /// and ask again for the local threads still waiting.
+    pub(crate) fn give_back(
+        &mut self,
+        lock: LockId,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        let l = held_lock(&mut self.cluster_locks, lock)?;
+        let Some(mut after) = l.owned.take() else {
+            return Err(ProtocolError::NotHeld(lock));
+        };
+        l.returning = false;
+        l.recalled = false;
+        l.eager = false;
+        l.handoffs = 0;
+        let tenure = l.tenure;
+        let again = !l.waiters.is_empty();
+        if again {
+            l.requested = true;
+        }
+        let since = l.since;
+        let gc = self.log.base();
+        after.merge(&gc);
+        let mgr = self.cfg.lock_manager(lock);
+        // Records the manager's store already holds: exactly known when this cluster
+        // is the manager, else at least those of the grants it sent here.
+        if mgr == self.me {
+            after.merge(&self.locks.store_top());
+        } else if let Some(t) = self.manager_seen.get(&mgr) {
+            after.merge(t);
+        }
+        let time = self.time.clone();
+        let records = self.log.between(&after, &time)?;
+        let skip = self
+            .recent
+            .iter()
+            .filter(|d| d.index > since)
+            .count()
+            .saturating_sub(MAX_CARRIED_DIFFS);
+        let diffs: Vec<IntervalDiff> = self
+            .recent
+            .iter()
+            .filter(|d| d.index > since)
+            .skip(skip)
+            .cloned()
+            .collect();
+        self.stats.carried_diffs_sent += diffs.len() as u64;
+        self.send(
+            mgr,
+            Message::LockRelease {
+                lock,
+                tenure,
+                time,
+                gc,
+                records,
+                diffs,
+                unused: false,
+            },
+            out,
+        );
+        if again {
+            self.request_lock(lock, out);
+        }
+        Ok(())
+    }
+}
+
+/// This cluster's state of `lock`, or [`ProtocolError::NotHeld`] if it never had it. A
+/// free function over the map (not a method) so the caller can still use `self`'s other
+/// fields while it holds the entry.
+fn held_lock(
+    locks: &mut BTreeMap<LockId, ClusterLock>,
+    lock: LockId,
+) -> Result<&mut ClusterLock, ProtocolError> {
+    locks.get_mut(&lock).ok_or(ProtocolError::NotHeld(lock))
+}
