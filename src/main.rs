@@ -161,6 +161,7 @@ enum BenchCommand {
     /// with its baselines; a composite baseline is summed round by round, and ratios are
     /// medians of per-pair ratios.
     Dsm(BenchDsmArgs),
+    Apps(commands::bench_apps::BenchAppsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -274,6 +275,7 @@ fn run(cli: Cli) -> Result<()> {
             },
             a.json.as_deref(),
         ),
+        Command::Bench(BenchCommand::Apps(a)) => commands::bench_apps::run(&a),
         Command::Selftest(a) => {
             let cfg = commands::job_config(a.config.as_deref(), "selftest")?;
             let opts = commands::selftest::Options {
