@@ -320,9 +320,11 @@ impl Table {
     }
 }
 
-/// A number with 3 significant digits (at least one decimal).
+/// A number with 3 significant digits (at least one decimal below 1000, none from 1000).
 pub fn num(x: f64) -> String {
-    if x.abs() >= 100.0 {
+    if x.abs() >= 1000.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 100.0 {
         format!("{x:.1}")
     } else if x.abs() >= 10.0 {
         format!("{x:.2}")
