@@ -603,6 +603,17 @@ impl LockHandoff {
         self.updates
     }
 
+    /// `lock` calls by both clusters so far: at least one per update; the excess counts
+    /// the holders that took the lock when it was not their turn (a hand-off protocol
+    /// that gives a lock back to a cluster that just released it shows up here).
+    pub fn lock_acquires(&self) -> u64 {
+        [&self.a, &self.b]
+            .into_iter()
+            .flatten()
+            .map(|d| d.stats().lock_acquires)
+            .sum()
+    }
+
     /// Makes `n` more updates, taking turns (so `n` hand-offs of the lock between the
     /// clusters), and returns the time from a barrier of both threads to the last
     /// update.

@@ -24,6 +24,10 @@ fn hand_off(slot: usize, protocol: Protocol, network: bool) {
         assert!(t.as_nanos() > 0);
     }
     assert_eq!(h.updates(), 6 + 7 + 8);
+    assert!(
+        h.lock_acquires() >= h.updates(),
+        "one acquire per update at least"
+    );
     h.finish().expect("finish");
 }
 

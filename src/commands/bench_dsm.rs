@@ -348,6 +348,16 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
             Some(Target::at_most(1.5, "≤ 1.5× one-way Express (INIs)")),
         );
     }
+    let g = "Lock hand-off: lock acquires per hand-off, all rounds (1 = no holder took the lock out of turn)";
+    for s in &subjects {
+        for (via, h) in [
+            ("shared memory", &s.handoff_shm),
+            ("INIs over UDP", &s.handoff_net),
+        ] {
+            let per = h.lock_acquires() as f64 / h.updates().max(1) as f64;
+            t.push(g, format!("{}, {via}", s.protocol.as_str()), "acq", &[per]);
+        }
+    }
     for s in subjects {
         s.finish()?;
     }
