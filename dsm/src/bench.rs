@@ -520,8 +520,8 @@ const TURN_TIMEOUT: Duration = Duration::from_secs(60);
 /// different CPUs. The lock protects [`HANDOFF_WORDS`] words (64 bytes); updates take
 /// turns: update *u* is made by cluster *(u − 1) mod 2*, which takes the lock, checks that
 /// the words are exactly what update *u − 1* wrote ([`handoff_words`]), writes those of
-/// update *u*, and releases. A holder whose turn it is not releases at once and takes the
-/// lock again. Each update therefore follows a hand-off of the lock from the other
+/// update *u*, and releases. A holder whose turn it is not releases at once, yields its
+/// CPU, and takes the lock again ([`LockHandoff::lock_acquires`] counts these). Each update therefore follows a hand-off of the lock from the other
 /// cluster, with the 64 bytes it protects; a broken protocol fails loudly
 /// ([`HandoffError::Corrupt`]) instead of measuring garbage.
 ///
@@ -730,6 +730,9 @@ fn take_turns(
             since = mine_at;
         } else {
             g.unlock()?;
+            // Out of turn: let this CPU's other threads (the cluster's protocol thread,
+            // which must pass the lock on) run before taking the lock again.
+            std::thread::yield_now();
             let waited = since.elapsed();
             if waited > TURN_TIMEOUT {
                 return Err(HandoffError::Stuck {
