@@ -129,24 +129,51 @@ struct HelloArgs {
 enum BenchCommand {
     /// The message layer: Express latency and throughput, Tag-On vs Basic, cross-process.
     ///
-    /// Each row is measured --samples times, alternating with its baseline, and reported as
-    /// median and interquartile range; ratios compare medians from the same run. The
-    /// machine should be otherwise idle: ping-pong needs both threads on their own cores.
+    /// Each row is measured --samples times, alternating with its baseline round by round
+    /// (A/B/A/B…), and reported as median and interquartile range (p25–p75); a row's ratio
+    /// is the median of the per-pair ratios (sample i / baseline sample i) with their
+    /// p25–p75, so that a change of the machine's speed regime between samples cannot flip
+    /// a verdict. The machine should be otherwise idle: ping-pong needs both threads on
+    /// their own cores.
     Messaging(BenchMessagingArgs),
-    /// The inter-cluster path on loopback: Express latency through INIs beside raw UDP, and
-    /// 4 KiB Tag-On throughput with 1 and 2 INIs per cluster.
+    /// The inter-cluster path on loopback: Express latency through INIs beside raw UDP,
+    /// and 4 KiB Tag-On throughput with 1 and 2 INIs per cluster.
+    ///
+    /// The raw-UDP baselines ping-pong 68-byte (an Express message's datagram) and 8-byte
+    /// datagrams between two threads pinned to different CPUs, busy-polled (non-blocking
+    /// recv in a spin loop: the baseline the INIs are held to, target Express one-way ≤
+    /// 1.5 × busy-polled UDP one-way) and, as the weak baseline, with blocking sockets
+    /// (every arrival wakes a sleeping thread). One-way = round trip ÷ 2. Samples of each
+    /// row alternate with its baseline's; ratios are medians of per-pair ratios.
     Net(BenchNetArgs),
-    /// The DSM runtime: local and remote fault service (over shared memory and over INIs),
-    /// write fault, release cost per page and diff throughput, beside a raw UDP round trip
-    /// and a bare userfaultfd fault measured in the same run.
+    /// The DSM runtime: fault service, lock hand-off, write fault, release cost per page
+    /// and diff throughput, beside baselines measured in the same run.
+    ///
+    /// Baselines: UDP round trip of 8 bytes busy-polled (and blocking, the weak
+    /// baseline), a bare userfaultfd fault, a 4 KiB copy, an Express round trip over
+    /// shared memory between two processes, and one-way Express through INIs. Targets:
+    /// remote read fault via INIs ≤ 1.5 × (busy UDP round trip + bare fault); over shared
+    /// memory ≤ 1.5 × (bare fault + 4 KiB copy + Express round trip); lock hand-off
+    /// between two clusters, each holder checking and rewriting the 64 bytes the lock
+    /// protects, ≤ 2 × one-way Express + 1 µs over shared memory and ≤ 1.5 × one-way
+    /// Express through INIs over UDP; for hlrc and sc. Every kernel runs once per round
+    /// (--samples rounds of --ops/--samples operations each), so each row alternates
+    /// with its baselines; a composite baseline is summed round by round, and ratios are
+    /// medians of per-pair ratios.
     Dsm(BenchDsmArgs),
+    Apps(commands::bench_apps::BenchAppsArgs),
 }
 
 #[derive(Args, Debug)]
 struct BenchDsmArgs {
-    /// Operations timed per row (at least 10).
+    /// Operations timed per row, split evenly over its samples (at least --samples, at
+    /// most 8192: the local-fault row touches each home page once).
     #[arg(long, default_value_t = 2000)]
     ops: usize,
+    /// Samples per row (at least 3): rounds in which every kernel runs once, so each row
+    /// alternates with its baselines.
+    #[arg(long, default_value_t = 10)]
+    samples: usize,
     /// Also write the rows as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -234,7 +261,10 @@ fn run(cli: Cli) -> Result<()> {
             a.json.as_deref(),
         ),
         Command::Bench(BenchCommand::Dsm(a)) => commands::bench_dsm::run(
-            commands::bench_dsm::Options { ops: a.ops },
+            commands::bench_dsm::Options {
+                ops: a.ops,
+                samples: a.samples,
+            },
             a.json.as_deref(),
         ),
         Command::Bench(BenchCommand::Net(a)) => commands::bench_net::run(
@@ -245,6 +275,7 @@ fn run(cli: Cli) -> Result<()> {
             },
             a.json.as_deref(),
         ),
+        Command::Bench(BenchCommand::Apps(a)) => commands::bench_apps::run(&a),
         Command::Selftest(a) => {
             let cfg = commands::job_config(a.config.as_deref(), "selftest")?;
             let opts = commands::selftest::Options {

@@ -1,5 +1,6 @@
 //! DSM runtime benchmarks (issue 4): fault service and remote read fault beside their
-//! baselines measured in the same run (raw UDP round trip, bare userfaultfd fault), write
+//! baselines measured in the same run (raw UDP round trip, busy-polled and blocking; bare
+//! userfaultfd fault), write
 //! fault and release cost per page, diff throughput, and the cost of the home's
 //! diff-application strategies. The kernels live in `multigrain_dsm::bench`; this file
 //! only drives them with criterion and prints per-operation percentiles at the end.
@@ -8,6 +9,7 @@ use criterion::Criterion;
 use multigrain_cluster_config::Protocol;
 use multigrain_dsm::bench::{self, ApplyChoice, BareFault, Pair};
 use multigrain_dsm::uffd::Backing;
+use multigrain_messaging::bench::network::UdpWait;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -38,14 +40,14 @@ fn main() {
         .configure_from_args();
 
     // Baselines.
-    c.bench_function("baseline/udp_round_trip_8B", |b| {
-        b.iter_custom(|n| {
-            record(
-                "baseline/udp_round_trip_8B",
-                bench::udp_round_trips(n as usize),
-            )
-        })
-    });
+    for (wait, name) in [
+        (UdpWait::BusyPoll, "baseline/udp_round_trip_8B_busy_polled"),
+        (UdpWait::Blocking, "baseline/udp_round_trip_8B_blocking"),
+    ] {
+        c.bench_function(name, |b| {
+            b.iter_custom(|n| record(name, bench::udp_round_trips(n as usize, wait)))
+        });
+    }
     let mut bare = BareFault::new(base(0)).expect("bare region");
     c.bench_function("baseline/bare_uffd_read_fault", |b| {
         b.iter_custom(|n| {
@@ -206,7 +208,7 @@ fn print_summary() {
         );
     }
     let (udp, bare) = (
-        s("baseline/udp_round_trip_8B"),
+        s("baseline/udp_round_trip_8B_busy_polled"),
         s("baseline/bare_uffd_read_fault"),
     );
     let base = udp.median + bare.median;
@@ -215,7 +217,7 @@ fn print_summary() {
         for via in ["", "_via_ini"] {
             let r = s(&format!("{p}/remote_read_fault{via}"));
             println!(
-                "{p}: remote read fault{} median {:.2} µs = {:.2} × (UDP round trip + bare fault, medians \
+                "{p}: remote read fault{} median {:.2} µs = {:.2} × (busy-polled UDP round trip + bare fault, medians \
                  = {base:.2} µs); p10 {:.2} µs = {:.2} × (the same, p10 = {fast:.2} µs); target ≤ 1.5",
                 if via.is_empty() {
                     " (shared memory)"

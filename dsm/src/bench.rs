@@ -5,12 +5,17 @@
 //! Every kernel times single operations and returns their durations in nanoseconds;
 //! [`summarize`] gives the median and spread. The kernels:
 //!
-//! * baselines: [`udp_round_trips`] (two threads, blocking UDP sockets on loopback,
-//!   8-byte messages) and [`BareFault`] (a read of a missing page served in the faulting
-//!   thread with `UFFDIO_COPY`, no protocol);
+//! * baselines: [`udp_round_trips`] (two threads, UDP on loopback, 8-byte messages,
+//!   busy-polled or with blocking sockets), [`BareFault`] (a read of a missing page
+//!   served in the faulting thread with `UFFDIO_COPY`, no protocol) and [`PageCopy`]
+//!   (copying a 4 KiB page);
 //! * [`Pair`]: a two-cluster job in this process (shared-memory substrate): local fault
 //!   service, remote read fault, write fault (twin + unprotect), release (barrier) cost
 //!   per page;
+//! * [`LockHandoff`]: a lock passed back and forth between two clusters in this process
+//!   (over shared memory or INIs), each holder checking and rewriting the 64 bytes it
+//!   protects; built on the public API only ([`Dsm`], [`Worker::lock`](crate::Worker::lock),
+//!   [`SharedArray`], [`DsmOptions`]);
 //! * [`diff_encode`], [`diff_apply`]: diff throughput on 4 KiB pages with a given share
 //!   of words changed;
 //! * [`ApplyChoice`]: the two ways a home can apply a diff without changing what its
@@ -28,8 +33,8 @@ use crate::uffd::{
 };
 use multigrain_cluster_config::{HomePolicy, JobConfig, Protocol};
 use multigrain_coherence::diff;
+use multigrain_messaging::bench::network::UdpWait;
 use std::hint::black_box;
-use std::net::UdpSocket;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -80,45 +85,63 @@ fn ns(d: Duration) -> u64 {
     d.as_nanos() as u64
 }
 
-/// Baseline: `n` round trips of 8-byte datagrams between two threads with blocking UDP
-/// sockets on loopback; one sample per round trip. The two threads are pinned to
+/// Baseline: `n` round trips of 8-byte datagrams between two threads on loopback,
+/// waiting as `wait` says; one sample per round trip (ns). The two threads are pinned to
 /// different CPUs (as the two ends of the INI benchmarks are), the placement of two
-/// clusters: left to the scheduler, both sometimes share one CPU, where a blocking
-/// round trip costs a quarter as much (≈ 10 µs instead of ≈ 45 µs on the development VM)
-/// because no cross-CPU wake-up is needed.
+/// clusters. With blocking sockets (the *weak* baseline) every arrival wakes a sleeping
+/// thread: ≈ 45 µs a round trip on the development VM, a quarter of that when the
+/// scheduler puts both threads on one CPU; busy-polled (non-blocking `recv` in a spin
+/// loop), a round trip costs the kernel's UDP path alone.
 ///
 /// # Panics
 /// If the sockets cannot be set up or a datagram is lost (loopback does not lose them).
-pub fn udp_round_trips(n: usize) -> Vec<u64> {
-    use multigrain_messaging::bench::pin_to_cpu;
-    let _pin = pin_to_cpu(0);
-    let a = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let b = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    a.connect(b.local_addr().expect("addr")).expect("connect");
-    b.connect(a.local_addr().expect("addr")).expect("connect");
-    for s in [&a, &b] {
-        s.set_read_timeout(Some(Duration::from_secs(30)))
-            .expect("timeout");
+pub fn udp_round_trips(n: usize, wait: UdpWait) -> Vec<u64> {
+    multigrain_messaging::bench::network::udp_round_trips(n, 8, wait)
+}
+
+/// Baseline: copying a 4 KiB page, what a page reply costs beyond its messages (into a
+/// pool buffer at the home, or between processes over shared memory). Copies run
+/// between two buffers of [`PageCopy::PAGES`] pages each (1 MiB: a page is not still in
+/// the first-level cache when it is copied again), page after page.
+pub struct PageCopy {
+    from: Vec<u8>,
+    to: Vec<u8>,
+    next: usize,
+}
+
+impl Default for PageCopy {
+    fn default() -> Self {
+        Self::new()
     }
-    let echo = std::thread::spawn(move || {
-        let _pin = pin_to_cpu(1);
-        let mut buf = [0u8; 64];
-        for _ in 0..n {
-            let k = b.recv(&mut buf).expect("echo recv");
-            b.send(&buf[..k]).expect("echo send");
+}
+
+impl PageCopy {
+    /// Pages in each buffer.
+    pub const PAGES: usize = 256;
+
+    /// Two buffers, every page of both written once (no first-touch faults timed).
+    pub fn new() -> PageCopy {
+        let len = Self::PAGES * PAGE_SIZE;
+        PageCopy {
+            from: (0..len).map(|i| (i * 31) as u8).collect(),
+            to: vec![1u8; len],
+            next: 0,
         }
-    });
-    let msg = [7u8; 8];
-    let mut buf = [0u8; 64];
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        a.send(&msg).expect("send");
-        a.recv(&mut buf).expect("recv");
-        out.push(ns(t.elapsed()));
     }
-    echo.join().expect("echo thread");
-    out
+
+    /// Times `n` page copies; returns the mean per copy (ns). One clock read per batch:
+    /// a clock read costs a sizeable share of a copy.
+    pub fn copies(&mut self, n: usize) -> f64 {
+        let n = n.max(1);
+        let t = Instant::now();
+        for _ in 0..n {
+            let p = self.next * PAGE_SIZE;
+            self.next = (self.next + 1) % Self::PAGES;
+            self.to[p..p + PAGE_SIZE].copy_from_slice(black_box(&self.from[p..p + PAGE_SIZE]));
+            black_box(&self.to[p]);
+        }
+        t.elapsed().as_nanos() as f64 / n as f64
+    }
 }
 
 static FILLED: [u8; PAGE_SIZE] = [0x5A; PAGE_SIZE];
@@ -421,6 +444,306 @@ impl Pair {
         rb?;
         ra
     }
+}
+
+/// Why a lock hand-off run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoffError {
+    /// The job failed.
+    #[error(transparent)]
+    Dsm(#[from] DsmError),
+    /// A holder found the protected words not as the previous holder left them.
+    #[error(
+        "lock hand-off: cluster {cluster} read {found:x?} under the lock, expected {expected:x?} \
+         (update {update} by the previous holder): the protocol lost or tore the previous \
+         holder's writes"
+    )]
+    Corrupt {
+        /// The cluster that read them.
+        cluster: usize,
+        /// The update it expected to read.
+        update: u64,
+        /// What update `update` wrote.
+        expected: Box<[u64; HANDOFF_WORDS]>,
+        /// What it read.
+        found: Box<[u64; HANDOFF_WORDS]>,
+    },
+    /// The other cluster found corrupt words and stopped.
+    #[error("lock hand-off: cluster {cluster} stopped: the other cluster read corrupt words")]
+    PeerStopped {
+        /// The cluster that stopped.
+        cluster: usize,
+    },
+    /// A cluster waited too long for its turn.
+    #[error(
+        "lock hand-off: cluster {cluster} waited {waited:?} for its turn after update {update}"
+    )]
+    Stuck {
+        /// The waiting cluster.
+        cluster: usize,
+        /// The last update it saw.
+        update: u64,
+        /// How long it waited.
+        waited: Duration,
+    },
+}
+
+/// Words (of 8 bytes) that [`LockHandoff`]'s lock protects: 64 bytes.
+pub const HANDOFF_WORDS: usize = 8;
+
+/// The protected words after update `u` (0: as allocated, all zero): word 0 is `u`, the
+/// others a mix of `u` and their index, so a torn or stale copy does not pass for a
+/// whole one.
+pub fn handoff_words(u: u64) -> [u64; HANDOFF_WORDS] {
+    let mut w = [0u64; HANDOFF_WORDS];
+    if u == 0 {
+        return w;
+    }
+    w[0] = u;
+    for (k, x) in w.iter_mut().enumerate().skip(1) {
+        *x = u
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(k as u32 * 8)
+            ^ k as u64;
+    }
+    w
+}
+
+/// Word 0 of a holder that found corrupt words: the other cluster stops when it reads it.
+const POISON: u64 = u64::MAX;
+
+/// How long a cluster waits for its turn before it reports the hand-off stuck.
+const TURN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A lock passed back and forth between two clusters of a job in this process (over
+/// shared memory, or through INIs over UDP loopback), one compute thread each, pinned to
+/// different CPUs. The lock protects [`HANDOFF_WORDS`] words (64 bytes); updates take
+/// turns: update *u* is made by cluster *(u − 1) mod 2*, which takes the lock, checks that
+/// the words are exactly what update *u − 1* wrote ([`handoff_words`]), writes those of
+/// update *u*, and releases. A holder whose turn it is not releases at once, yields its
+/// CPU, and takes the lock again ([`LockHandoff::lock_acquires`] counts these). Each update therefore follows a hand-off of the lock from the other
+/// cluster, with the 64 bytes it protects; a broken protocol fails loudly
+/// ([`HandoffError::Corrupt`]) instead of measuring garbage.
+///
+/// Built on the runtime's public API only ([`Dsm::join_with`], [`Dsm::alloc`],
+/// [`Dsm::run`], [`Worker::lock`](crate::Worker::lock), [`SharedArray`], [`DsmOptions`]).
+pub struct LockHandoff {
+    a: Option<Dsm>,
+    b: Option<Dsm>,
+    words: [SharedArray<u64>; 2],
+    /// Updates made so far (what word 0 holds).
+    updates: u64,
+    /// The INIs when the job runs over the network; declared last so that they are
+    /// dropped after the clusters.
+    _inis: Vec<multigrain_messaging::net::IniGroup>,
+}
+
+impl LockHandoff {
+    /// The lock's id.
+    pub const LOCK: u32 = 0;
+
+    /// A two-cluster job with `protocol` (round-robin homes: the words' page is homed at
+    /// cluster 0), its regions at `base` and `base + 2^32`; with `network`, the clusters
+    /// talk through one INI each over UDP on loopback (MTU 8972), else through shared
+    /// memory.
+    ///
+    /// # Errors
+    /// If a cluster cannot join or allocate.
+    pub fn new(protocol: Protocol, base: usize, network: bool) -> Result<LockHandoff, DsmError> {
+        let mut cfg = JobConfig::local(2, 1);
+        cfg.dsm.protocol = protocol;
+        cfg.dsm.region_size = 1 << 20;
+        cfg.ini.mtu = 8972;
+        let config_error = |cluster: usize, reason: String| DsmError::Config { cluster, reason };
+        let (ts, inis) = if network {
+            crate::transport::loopback_network_transports(&cfg)
+                .map_err(|e| config_error(0, e.to_string()))?
+        } else {
+            (
+                local_transports(&cfg).map_err(|e| config_error(e.cluster, e.to_string()))?,
+                Vec::new(),
+            )
+        };
+        let mut dsms = std::thread::scope(|s| {
+            let hs: Vec<_> = ts
+                .into_iter()
+                .enumerate()
+                .map(|(c, t)| {
+                    let cfg = &cfg;
+                    s.spawn(move || {
+                        let o = DsmOptions {
+                            region_base: Some(base + (c << 32)),
+                            ..DsmOptions::default()
+                        };
+                        Dsm::join_with(t, cfg, o)
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("join thread"))
+                .collect::<Result<Vec<_>, _>>()
+        })?;
+        let mut b = dsms.pop().expect("two clusters");
+        let mut a = dsms.pop().expect("two clusters");
+        let words = [
+            a.alloc::<u64>(HANDOFF_WORDS)?,
+            b.alloc::<u64>(HANDOFF_WORDS)?,
+        ];
+        Ok(LockHandoff {
+            a: Some(a),
+            b: Some(b),
+            words,
+            updates: 0,
+            _inis: inis,
+        })
+    }
+
+    /// Updates made so far, over every call of [`LockHandoff::handoffs`].
+    pub fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    /// `lock` calls by both clusters so far: at least one per update; the excess counts
+    /// the holders that took the lock when it was not their turn (a hand-off protocol
+    /// that gives a lock back to a cluster that just released it shows up here).
+    pub fn lock_acquires(&self) -> u64 {
+        [&self.a, &self.b]
+            .into_iter()
+            .flatten()
+            .map(|d| d.stats().lock_acquires)
+            .sum()
+    }
+
+    /// Makes `n` more updates, taking turns (so `n` hand-offs of the lock between the
+    /// clusters), and returns the time from a barrier of both threads to the last
+    /// update.
+    ///
+    /// # Errors
+    /// [`HandoffError::Corrupt`] if a holder finds the words not as the previous holder
+    /// left them; [`HandoffError::Stuck`] if a turn never comes; the job's errors.
+    pub fn handoffs(&mut self, n: usize) -> Result<Duration, HandoffError> {
+        let first = self.updates;
+        let last = first + n as u64;
+        let (a, b) = (
+            self.a.as_ref().expect("live until finish"),
+            self.b.as_ref().expect("live until finish"),
+        );
+        let (ra, rb) = std::thread::scope(|s| {
+            let words = &self.words;
+            let hb = s.spawn(move || b.run(|w| take_turns(w, &words[1], first, last)));
+            let ra = a.run(|w| take_turns(w, &words[0], first, last));
+            (ra, hb.join().expect("cluster 1 thread"))
+        });
+        let mut elapsed = Duration::ZERO;
+        let mut peer_stopped = None;
+        for r in [ra?, rb?].into_iter().flatten() {
+            match r {
+                Ok(t) => elapsed = elapsed.max(t),
+                Err(e @ HandoffError::PeerStopped { .. }) => peer_stopped = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(e) = peer_stopped {
+            return Err(e);
+        }
+        self.updates = last;
+        Ok(elapsed)
+    }
+
+    /// Finishes both clusters and returns the job's statistics.
+    ///
+    /// # Errors
+    /// If the job fails.
+    pub fn finish(mut self) -> Result<crate::JobStats, DsmError> {
+        let a = self.a.take().expect("live");
+        let b = self.b.take().expect("live");
+        let (ra, rb) = std::thread::scope(|s| {
+            let hb = s.spawn(|| b.finish());
+            (a.finish(), hb.join().expect("cluster 1 thread"))
+        });
+        rb?;
+        ra
+    }
+}
+
+/// One cluster's side of [`LockHandoff::handoffs`]: updates `first + 1 ..= last` that are
+/// its own (update *u* belongs to cluster *(u − 1) mod 2*). Returns the time from the
+/// barrier to its last update.
+fn take_turns(
+    w: &crate::Worker<'_>,
+    words: &SharedArray<u64>,
+    first: u64,
+    last: u64,
+) -> Result<Duration, HandoffError> {
+    let me = w.cluster();
+    let _pin = multigrain_messaging::bench::pin_to_cpu(me);
+    // My next update after `done` updates.
+    let next_mine = |done: u64| {
+        if done % 2 == me as u64 {
+            done + 1
+        } else {
+            done + 2
+        }
+    };
+    w.barrier()?;
+    let t0 = Instant::now();
+    let mut done = first;
+    let mut since = t0;
+    let mut mine_at = t0;
+    while next_mine(done) <= last {
+        let g = w.lock(LockHandoff::LOCK)?;
+        let mut found = [0u64; HANDOFF_WORDS];
+        words.read(0, &mut found);
+        if found[0] == POISON {
+            g.unlock()?;
+            return Err(HandoffError::PeerStopped { cluster: me });
+        }
+        // Either nothing happened since this cluster last looked, or the other cluster
+        // made its one update in between.
+        let seen = found[0];
+        let theirs = next_mine(done) != done + 1;
+        let update = if seen == done + 1 && theirs {
+            seen
+        } else {
+            done
+        };
+        let expected = handoff_words(update);
+        if found != expected {
+            words.set(0, POISON);
+            g.unlock()?;
+            return Err(HandoffError::Corrupt {
+                cluster: me,
+                update,
+                expected: Box::new(expected),
+                found: Box::new(found),
+            });
+        }
+        if seen != done {
+            done = seen;
+            since = Instant::now();
+        }
+        if next_mine(done) == done + 1 {
+            words.write(0, &handoff_words(done + 1));
+            g.unlock()?;
+            done += 1;
+            mine_at = Instant::now();
+            since = mine_at;
+        } else {
+            g.unlock()?;
+            // Out of turn: let this CPU's other threads (the cluster's protocol thread,
+            // which must pass the lock on) run before taking the lock again.
+            std::thread::yield_now();
+            let waited = since.elapsed();
+            if waited > TURN_TIMEOUT {
+                return Err(HandoffError::Stuck {
+                    cluster: me,
+                    update: done,
+                    waited,
+                });
+            }
+        }
+    }
+    Ok(mine_at - t0)
 }
 
 /// A twin and a current page that differ in `fraction` (0.0..=1.0) of their words,

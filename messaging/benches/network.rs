@@ -1,19 +1,23 @@
 //! The inter-cluster path on loopback: one-way Express latency between two clusters
-//! through INIs (ping-pong ÷ 2) beside a raw UDP ping-pong of the same datagram size with
-//! blocking sockets, in the same run; and 4 KiB Tag-On throughput with 1 and 2 INIs per
+//! through INIs (ping-pong ÷ 2) beside a raw UDP ping-pong of the same datagram size,
+//! busy-polled (the baseline the INIs are held to) and with blocking sockets (the weak
+//! baseline), in the same run; and 4 KiB Tag-On throughput with 1 and 2 INIs per
 //! cluster (bytes/s; messages/s = bytes/s ÷ 4096).
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use multigrain_cluster_config::IniPolicy;
 use multigrain_messaging::bench::network::{
-    EXPRESS_DATAGRAM, Pair, express_pingpong, tag_on_stream, udp_pingpong,
+    EXPRESS_DATAGRAM, Pair, UdpWait, express_pingpong, tag_on_stream, udp_pingpong,
 };
 
 fn latency(c: &mut Criterion) {
     let pair = Pair::new(1, IniPolicy::Static);
     let mut g = c.benchmark_group("inter_cluster_round_trip");
-    g.bench_function("raw_udp", |b| {
-        b.iter_custom(|n| udp_pingpong(n, EXPRESS_DATAGRAM))
+    g.bench_function("raw_udp_busy_polled", |b| {
+        b.iter_custom(|n| udp_pingpong(n, EXPRESS_DATAGRAM, UdpWait::BusyPoll))
+    });
+    g.bench_function("raw_udp_blocking", |b| {
+        b.iter_custom(|n| udp_pingpong(n, EXPRESS_DATAGRAM, UdpWait::Blocking))
     });
     g.bench_function("express_via_ini", |b| {
         b.iter_custom(|n| express_pingpong(&pair, n))

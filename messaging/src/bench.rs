@@ -21,6 +21,11 @@ use std::time::{Duration, Instant};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
+/// Untimed round trips before a timed ping-pong whose peer may be asleep (a process or
+/// INI thread waiting in a blocking receive, a freshly spawned thread): the first
+/// exchanges would otherwise time its wake-up, not the path.
+pub const WARM_UP: u64 = 16;
+
 /// Pins the calling thread to the `i`-th CPU this process may use (modulo their number),
 /// so that the two ends of a ping-pong or stream sit on different CPUs run after run
 /// instead of sometimes time-sharing one. Returns a guard restoring the thread's previous
@@ -643,12 +648,16 @@ pub mod cross_process {
             })
         }
 
-        /// `round_trips` Express round trips with the peer process.
+        /// `round_trips` Express round trips with the peer process (after [`WARM_UP`]
+        /// untimed ones that wake it).
         pub fn express(&self, round_trips: u64) -> Duration {
             let _pin = pin_to_cpu(0);
             let deadline = Instant::now() + DEADLINE;
-            let t0 = Instant::now();
-            for i in 0..round_trips {
+            let mut t0 = Instant::now();
+            for i in 0..WARM_UP + round_trips {
+                if i == WARM_UP {
+                    t0 = Instant::now();
+                }
                 spin_send(
                     &self.ep,
                     Express::new(ECHO, i & crate::word::MAX_PAYLOAD).expect("payload"),
@@ -705,7 +714,8 @@ pub mod cross_process {
 }
 
 /// Kernels of the inter-cluster path: two sites in this process connected through INI
-/// threads over UDP on loopback, beside raw UDP.
+/// threads over UDP on loopback, beside raw UDP ping-pongs (busy-polled, and with
+/// blocking sockets as the weak baseline; see [`network::UdpWait`]).
 pub mod network {
     use super::*;
     use crate::net::{IniGroup, NetConfig};
@@ -716,35 +726,139 @@ pub mod network {
     /// frame header): the size of the raw-UDP baseline's datagrams.
     pub const EXPRESS_DATAGRAM: usize = crate::window::wire::OVERHEAD + crate::net::frame::HEADER;
 
-    /// Baseline: `round_trips` round trips of `size`-byte datagrams between two threads
-    /// with blocking UDP sockets on loopback.
-    pub fn udp_pingpong(round_trips: u64, size: usize) -> Duration {
-        let _pin = pin_to_cpu(0);
+    /// How the two ends of a raw-UDP baseline wait for a datagram.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum UdpWait {
+        /// A blocking `recv`: every arrival wakes a sleeping thread, which on the
+        /// development VM makes a round trip cost 40–360 µs across CPUs. The *weak*
+        /// baseline: anything that polls beats it.
+        Blocking,
+        /// A non-blocking `recv` in a spin loop: no thread wake-up on the path, so a
+        /// round trip costs what the kernel's UDP path itself costs. The baseline the
+        /// INIs are held to.
+        BusyPoll,
+    }
+
+    impl UdpWait {
+        /// A short label for reports.
+        pub fn label(self) -> &'static str {
+            match self {
+                UdpWait::Blocking => "blocking",
+                UdpWait::BusyPoll => "busy-polled",
+            }
+        }
+    }
+
+    /// Two UDP sockets on loopback, connected to each other, set up for `wait`.
+    fn udp_pair(wait: UdpWait) -> (UdpSocket, UdpSocket) {
         let a = UdpSocket::bind("127.0.0.1:0").expect("bind");
         let b = UdpSocket::bind("127.0.0.1:0").expect("bind");
         a.connect(b.local_addr().expect("addr")).expect("connect");
         b.connect(a.local_addr().expect("addr")).expect("connect");
         for s in [&a, &b] {
-            s.set_read_timeout(Some(DEADLINE)).expect("timeout");
+            match wait {
+                UdpWait::Blocking => s.set_read_timeout(Some(DEADLINE)).expect("timeout"),
+                UdpWait::BusyPoll => s.set_nonblocking(true).expect("non-blocking"),
+            }
         }
+        (a, b)
+    }
+
+    /// Receives one datagram on `s` into `buf`, waiting as `wait` says; panics after
+    /// `deadline` (a lost peer) with `what`.
+    fn udp_recv(
+        s: &UdpSocket,
+        buf: &mut [u8],
+        wait: UdpWait,
+        deadline: Instant,
+        what: &str,
+    ) -> usize {
+        if wait == UdpWait::Blocking {
+            return s
+                .recv(buf)
+                .unwrap_or_else(|e| panic!("{what}: blocking recv: {e}"));
+        }
+        let mut polls = 0u32;
+        loop {
+            match s.recv(buf) {
+                Ok(n) => return n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    polls = polls.wrapping_add(1);
+                    if polls.is_multiple_of(4096) {
+                        // A loaded machine may have put the peer behind us on our CPU.
+                        std::thread::yield_now();
+                        assert!(
+                            Instant::now() < deadline,
+                            "{what}: no datagram for {DEADLINE:?} (is the machine overloaded?)"
+                        );
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) => panic!("{what}: recv: {e}"),
+            }
+        }
+    }
+
+    /// A raw-UDP ping-pong of `size`-byte datagrams between two threads on loopback,
+    /// pinned to different CPUs, each end waiting as `wait` says; after [`WARM_UP`]
+    /// untimed round trips, `round(i, t)` is called after timed round trip `i`, started
+    /// at `t`.
+    fn udp_pingpong_with(
+        round_trips: u64,
+        size: usize,
+        wait: UdpWait,
+        mut round: impl FnMut(u64, Instant),
+    ) {
+        let _pin = pin_to_cpu(0);
+        let (a, b) = udp_pair(wait);
+        let deadline = Instant::now() + DEADLINE;
         let echo = std::thread::spawn(move || {
             let _pin = pin_to_cpu(1);
             let mut buf = vec![0u8; 65_536];
-            for _ in 0..round_trips {
-                let n = b.recv(&mut buf).expect("echo recv");
+            for _ in 0..WARM_UP + round_trips {
+                let n = udp_recv(&b, &mut buf, wait, deadline, "UDP echo");
                 b.send(&buf[..n]).expect("echo send");
             }
         });
         let msg = vec![7u8; size];
         let mut buf = vec![0u8; 65_536];
-        let t0 = Instant::now();
-        for _ in 0..round_trips {
+        for i in 0..WARM_UP + round_trips {
+            let t = Instant::now();
             a.send(&msg).expect("send");
-            a.recv(&mut buf).expect("recv");
+            let n = udp_recv(&a, &mut buf, wait, deadline, "UDP ping");
+            assert_eq!(n, size, "echoed datagram of another size");
+            if let Some(timed) = i.checked_sub(WARM_UP) {
+                round(timed, t);
+            }
         }
-        let elapsed = t0.elapsed();
         echo.join().expect("echo thread");
-        elapsed
+    }
+
+    /// Baseline: the time of `round_trips` round trips of `size`-byte datagrams between
+    /// two threads on loopback, pinned to different CPUs, both ends waiting as `wait`
+    /// says.
+    pub fn udp_pingpong(round_trips: u64, size: usize, wait: UdpWait) -> Duration {
+        let mut start = None;
+        let mut end = None;
+        udp_pingpong_with(round_trips, size, wait, |i, t| {
+            if i == 0 {
+                start = Some(t);
+            }
+            end = Some(Instant::now());
+        });
+        match (start, end) {
+            (Some(s), Some(e)) => e - s,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Baseline: as [`udp_pingpong`], one sample per round trip (ns each).
+    pub fn udp_round_trips(round_trips: usize, size: usize, wait: UdpWait) -> Vec<u64> {
+        let mut out = Vec::with_capacity(round_trips);
+        udp_pingpong_with(round_trips as u64, size, wait, |_, t| {
+            out.push(t.elapsed().as_nanos() as u64);
+        });
+        out
     }
 
     /// Two single-queue sites in this process joined by `inis` INIs each over loopback UDP.
@@ -809,8 +923,9 @@ pub mod network {
         }
     }
 
-    /// `round_trips` Express round trips between the two sites of `pair`; each side waits
-    /// with `recv_timeout` (spins briefly, then waits on the network itself).
+    /// `round_trips` Express round trips between the two sites of `pair` (after
+    /// [`WARM_UP`] untimed ones that wake the INIs); each side waits with `recv_timeout`
+    /// (spins briefly, then waits on the network itself).
     pub fn express_pingpong(pair: &Pair, round_trips: u64) -> Duration {
         let _pin = pin_to_cpu(0);
         let a = pair.endpoint(0, 0, 0);
@@ -818,7 +933,7 @@ pub mod network {
         std::thread::scope(|s| {
             s.spawn(move || {
                 let _pin = pin_to_cpu(1);
-                for _ in 0..round_trips {
+                for _ in 0..WARM_UP + round_trips {
                     let m = b.recv_timeout(DEADLINE).expect("network ping-pong stuck");
                     let Message::Express(e) = m else {
                         panic!("not Express")
@@ -826,8 +941,11 @@ pub mod network {
                     spin_send(&b, Express::new(Handler(1), e.payload).expect("payload"));
                 }
             });
-            let t0 = Instant::now();
-            for i in 0..round_trips {
+            let mut t0 = Instant::now();
+            for i in 0..WARM_UP + round_trips {
+                if i == WARM_UP {
+                    t0 = Instant::now();
+                }
                 spin_send(
                     &a,
                     Express::new(Handler(1), i & crate::word::MAX_PAYLOAD).expect("payload"),

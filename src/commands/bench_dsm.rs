@@ -1,24 +1,35 @@
-//! `multigrain bench dsm`: the DSM runtime's fault path beside its baselines measured in the
-//! same run — a raw UDP round trip and a bare userfaultfd fault — plus write-fault and
-//! release cost per page and diff throughput (issue 4's benchmarks; kernels in
+//! `multigrain bench dsm`: the DSM runtime's fault path and lock hand-off beside their
+//! baselines, sampled in alternation with them in the same run — raw UDP round trips
+//! (busy-polled; blocking as the weak baseline), a bare userfaultfd fault, a 4 KiB copy,
+//! Express round trips over shared memory and one-way Express through INIs — plus write
+//! fault and release cost per page and diff throughput (issues 4 and 10; kernels in
 //! `multigrain_dsm::bench`).
 
-use crate::measure::{Summary, Table};
+use crate::measure::{Summary, Table, Target, interleave_with, sum_series, write_json};
 use anyhow::{Context, Result};
-use multigrain_cluster_config::Protocol;
-use multigrain_dsm::bench::{self as kernels, BareFault, Pair};
+use multigrain_cluster_config::{IniPolicy, Protocol};
+use multigrain_dsm::bench::{self as kernels, BareFault, LockHandoff, PageCopy, Pair};
+use multigrain_messaging::bench::cross_process::PingPong;
+use multigrain_messaging::bench::network::{self as net, UdpWait};
 use std::time::Duration;
 
 /// How much work each row does.
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
-    /// Operations timed per row.
+    /// Operations timed per row, over all its samples.
     pub ops: usize,
+    /// Samples per row (rounds of the alternation).
+    pub samples: usize,
 }
 
-fn us(samples: &[u64]) -> Summary {
+/// Local (home) pages of a pair: the local-fault row can time at most this many faults.
+const LOCAL_PAGES: usize = Pair::HALF;
+
+/// The median of per-operation samples (ns), in µs.
+fn median_us(samples: &[u64]) -> Result<f64> {
+    anyhow::ensure!(!samples.is_empty(), "a kernel timed no operation");
     let v: Vec<f64> = samples.iter().map(|&ns| ns as f64 / 1e3).collect();
-    Summary::of(&v)
+    Ok(Summary::of(&v).median)
 }
 
 /// Virtual addresses for the benchmark regions, away from the job default.
@@ -26,129 +37,358 @@ fn base(slot: usize) -> usize {
     0x4800_0000_0000 + slot * (1 << 36)
 }
 
+/// One protocol's jobs: fault pairs and lock hand-offs, over shared memory and over INIs.
+struct Subjects {
+    protocol: Protocol,
+    fault_shm: Pair,
+    fault_net: Pair,
+    handoff_shm: LockHandoff,
+    handoff_net: LockHandoff,
+}
+
+impl Subjects {
+    fn new(protocol: Protocol, first_slot: usize) -> Result<Subjects> {
+        let p = protocol.as_str();
+        Ok(Subjects {
+            protocol,
+            fault_shm: Pair::new(protocol, base(first_slot))
+                .with_context(|| format!("{p}: two clusters over shared memory"))?,
+            fault_net: Pair::over(protocol, base(first_slot + 1), true)
+                .with_context(|| format!("{p}: two clusters over INIs"))?,
+            handoff_shm: LockHandoff::new(protocol, base(first_slot + 2), false)
+                .with_context(|| format!("{p}: lock hand-off over shared memory"))?,
+            handoff_net: LockHandoff::new(protocol, base(first_slot + 3), true)
+                .with_context(|| format!("{p}: lock hand-off over INIs"))?,
+        })
+    }
+
+    fn finish(self) -> Result<()> {
+        let p = self.protocol.as_str();
+        self.fault_shm
+            .finish()
+            .with_context(|| format!("{p}: finishing the shared-memory pair"))?;
+        self.fault_net
+            .finish()
+            .with_context(|| format!("{p}: finishing the INI pair"))?;
+        self.handoff_shm
+            .finish()
+            .with_context(|| format!("{p}: finishing the shared-memory lock hand-off"))?;
+        self.handoff_net
+            .finish()
+            .with_context(|| format!("{p}: finishing the INI lock hand-off"))?;
+        Ok(())
+    }
+}
+
+/// The protocols measured, in order (`K`'s protocol index).
+const PROTOCOLS: [Protocol; 2] = [Protocol::Hlrc, Protocol::Sc];
+
+/// A kernel of a round; a subject's field is its protocol's index in [`PROTOCOLS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum K {
+    UdpBusy,
+    UdpBlocking,
+    BareFault,
+    PageCopy,
+    ExpressShmRtt,
+    ExpressIniOneWay,
+    Local(usize),
+    RemoteShm(usize),
+    RemoteNet(usize),
+    Write(usize),
+    Release(usize),
+    HandoffShm(usize),
+    HandoffNet(usize),
+}
+
+/// The kernels of one round, in order: each subject runs right after the baselines it is
+/// compared with or after the previous subject, all within one round.
+fn kernel_order() -> Vec<K> {
+    let mut order = vec![
+        K::UdpBusy,
+        K::UdpBlocking,
+        K::BareFault,
+        K::PageCopy,
+        K::ExpressShmRtt,
+        K::ExpressIniOneWay,
+    ];
+    for i in 0..PROTOCOLS.len() {
+        order.extend([
+            K::Local(i),
+            K::RemoteShm(i),
+            K::RemoteNet(i),
+            K::Write(i),
+            K::Release(i),
+            K::HandoffShm(i),
+            K::HandoffNet(i),
+        ]);
+    }
+    order
+}
+
 /// Runs the benchmark and prints the table (and writes JSON if asked).
 pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
     anyhow::ensure!(
-        opts.ops >= 10,
-        "--ops must be at least 10, got {}",
+        opts.samples >= 3,
+        "--samples must be at least 3 (median and quartiles), got {}",
+        opts.samples
+    );
+    anyhow::ensure!(
+        opts.ops >= opts.samples,
+        "--ops must be at least --samples ({}): every sample times at least one operation, got {}",
+        opts.samples,
         opts.ops
     );
-    let n = opts.ops;
-    let progress = crate::progress::bar(2 + 2 * 5 + 6, "bench dsm");
-    let mut t = Table::default();
-    let udp = us(&kernels::udp_round_trips(n));
-    progress.inc(1);
+    let batch = opts.ops / opts.samples;
+    anyhow::ensure!(
+        batch * opts.samples <= LOCAL_PAGES,
+        "--ops {} is too large: the local-fault row touches each of a pair's {LOCAL_PAGES} home pages once (at most {LOCAL_PAGES} operations per row)",
+        opts.ops
+    );
+    let rounds = opts.samples;
+    let progress = crate::progress::bar((rounds * kernel_order().len() + 6) as u64, "bench dsm");
+
+    // Baseline sources.
     let mut bare = BareFault::new(base(0)).context("mapping the bare-fault region")?;
-    let bare_fault = us(&(0..n).map(|_| bare.fault()).collect::<Vec<_>>());
-    drop(bare);
-    progress.inc(1);
-    let sum = Summary {
-        median: udp.median + bare_fault.median,
-        p25: udp.p25 + bare_fault.p25,
-        p75: udp.p75 + bare_fault.p75,
-        min: udp.min + bare_fault.min,
-        max: udp.max + bare_fault.max,
-        samples: n,
+    let mut copy = PageCopy::new();
+    let exe = std::env::current_exe()
+        .context("locating the multigrain binary to start the Express peer process")?;
+    let shm_peer = PingPong::start(std::process::Command::new(exe))
+        .map_err(anyhow::Error::msg)
+        .context("starting the peer process of the Express round trip over shared memory")?;
+    let ini_pair = net::Pair::new(1, IniPolicy::Static);
+    // Subjects.
+    let mut subjects = PROTOCOLS
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| Subjects::new(p, 1 + 4 * i))
+        .collect::<Result<Vec<_>>>()?;
+
+    let b = batch;
+    let bu = b as u64;
+    let us_per_op = |d: Duration| d.as_secs_f64() * 1e6 / b as f64;
+    let releases = (b / 64).max(1);
+    let order = kernel_order();
+    let data = interleave_with(rounds, order.len(), &progress, |k| match order[k] {
+        K::UdpBusy => median_us(&kernels::udp_round_trips(b, UdpWait::BusyPoll)),
+        K::UdpBlocking => median_us(&kernels::udp_round_trips(b, UdpWait::Blocking)),
+        K::BareFault => median_us(&(0..b).map(|_| bare.fault()).collect::<Vec<_>>()),
+        K::PageCopy => Ok(copy.copies(b) / 1e3),
+        K::ExpressShmRtt => Ok(us_per_op(shm_peer.express(bu))),
+        K::ExpressIniOneWay => Ok(us_per_op(net::express_pingpong(&ini_pair, bu)) / 2.0),
+        K::Local(i) => median_us(&subjects[i].fault_shm.local_read_faults(b)),
+        K::RemoteShm(i) => median_us(
+            &subjects[i]
+                .fault_shm
+                .remote_read_faults(b, Duration::ZERO)?,
+        ),
+        K::RemoteNet(i) => median_us(
+            &subjects[i]
+                .fault_net
+                .remote_read_faults(b, Duration::ZERO)?,
+        ),
+        K::Write(i) => median_us(&subjects[i].fault_shm.write_faults(b)?),
+        K::Release(i) => {
+            let pair = &mut subjects[i].fault_shm;
+            let v = (0..releases)
+                .map(|_| pair.release_per_page(64))
+                .collect::<Result<Vec<u64>, _>>()?;
+            median_us(&v)
+        }
+        K::HandoffShm(i) => Ok(us_per_op(subjects[i].handoff_shm.handoffs(b)?)),
+        K::HandoffNet(i) => Ok(us_per_op(subjects[i].handoff_net.handoffs(b)?)),
+    })?;
+    let col = |k: K| -> &[f64] {
+        let at = order
+            .iter()
+            .position(|&x| x == k)
+            .expect("every kernel ran");
+        &data[at]
     };
-    let g = "Baselines (µs per operation)";
-    t.push(g, "UDP round trip, 8 B, blocking sockets", "µs", udp);
+
+    let mut t = Table::default();
+    let [
+        udp_busy,
+        udp_blocking,
+        bare_fault,
+        page_copy,
+        express_shm_rtt,
+        express_ini,
+    ] = [
+        K::UdpBusy,
+        K::UdpBlocking,
+        K::BareFault,
+        K::PageCopy,
+        K::ExpressShmRtt,
+        K::ExpressIniOneWay,
+    ]
+    .map(col);
+    let g = "Baselines (µs per operation; ends of a ping-pong pinned to different CPUs)";
+    t.push(g, "UDP round trip, 8 B, busy-polled", "µs", udp_busy);
+    t.push(
+        g,
+        "UDP round trip, 8 B, blocking (weak baseline)",
+        "µs",
+        udp_blocking,
+    );
     t.push(g, "bare userfaultfd read fault", "µs", bare_fault);
-    t.push(g, "UDP round trip + bare fault (sum)", "µs", sum);
-    for (i, protocol) in [Protocol::Hlrc, Protocol::Sc].into_iter().enumerate() {
-        let p = protocol.as_str();
-        let g: &'static str = if i == 0 {
-            "hlrc (µs per operation; ratio against UDP round trip + bare fault)"
-        } else {
-            "sc (µs per operation; ratio against UDP round trip + bare fault)"
+    t.push(g, "4 KiB page copy", "µs", page_copy);
+    t.push(
+        g,
+        "Express round trip, shared memory (process↔process)",
+        "µs",
+        express_shm_rtt,
+    );
+    t.push(
+        g,
+        "Express one-way through INIs (UDP loopback)",
+        "µs",
+        express_ini,
+    );
+    let udp_fault = sum_series(&[udp_busy, bare_fault]);
+    let weak_udp_fault = sum_series(&[udp_blocking, bare_fault]);
+    let shm_floor = sum_series(&[bare_fault, page_copy, express_shm_rtt]);
+    let handoff_shm_floor: Vec<f64> = express_shm_rtt.iter().map(|rtt| rtt + 1.0).collect();
+    t.push(g, "= busy UDP round trip + bare fault", "µs", &udp_fault);
+    t.push(
+        g,
+        "= bare fault + 4 KiB copy + Express round trip",
+        "µs",
+        &shm_floor,
+    );
+    t.push(
+        g,
+        "= 2 × one-way Express (shared memory) + 1 µs",
+        "µs",
+        &handoff_shm_floor,
+    );
+
+    for (i, protocol) in PROTOCOLS.iter().enumerate() {
+        let g: &'static str = match protocol {
+            Protocol::Hlrc => "hlrc (µs per operation)",
+            Protocol::Sc => "sc (µs per operation)",
         };
-        let mut pair = Pair::new(protocol, base(1 + 2 * i))
-            .with_context(|| format!("{p}: two clusters over shared memory"))?;
-        let local = us(&pair.local_read_faults(n));
-        progress.inc(1);
-        let remote = us(&pair.remote_read_faults(n, Duration::ZERO)?);
-        progress.inc(1);
-        let write = us(&pair.write_faults(n)?);
-        progress.inc(1);
-        let release: Vec<u64> = (0..10)
-            .map(|_| pair.release_per_page(64))
-            .collect::<Result<_, _>>()?;
-        let release = us(&release);
-        progress.inc(1);
-        pair.finish()?;
-        let mut net = Pair::over(protocol, base(2 + 2 * i), true)
-            .with_context(|| format!("{p}: two clusters over INIs"))?;
-        let remote_net = us(&net.remote_read_faults(n, Duration::ZERO)?);
-        net.finish()?;
-        progress.inc(1);
+        let [
+            local,
+            remote_shm,
+            remote_net,
+            write,
+            release,
+            handoff_shm,
+            handoff_net,
+        ] = [
+            K::Local(i),
+            K::RemoteShm(i),
+            K::RemoteNet(i),
+            K::Write(i),
+            K::Release(i),
+            K::HandoffShm(i),
+            K::HandoffNet(i),
+        ]
+        .map(col);
         t.compare(
             g,
             "local fault (page homed here)",
             "µs",
             local,
-            ("UDP + fault", &sum),
+            ("bare fault", bare_fault),
             None,
         );
-        let target = |s: &Summary| {
-            Some((
-                "≤ 1.5× UDP + fault".to_owned(),
-                s.median <= 1.5 * sum.median,
-            ))
-        };
         t.compare(
             g,
             "remote read fault, shared memory",
             "µs",
-            remote,
-            ("UDP + fault", &sum),
-            target(&remote),
+            remote_shm,
+            ("fault+copy+Express RTT", &shm_floor),
+            Some(Target::at_most(1.5, "≤ 1.5× (fault + copy + RTT)")),
         );
         t.compare(
             g,
             "remote read fault, INIs over UDP",
             "µs",
             remote_net,
-            ("UDP + fault", &sum),
-            target(&remote_net),
+            ("busy UDP RTT + fault", &udp_fault),
+            Some(Target::at_most(1.5, "≤ 1.5× (busy UDP RTT + fault)")),
         );
         t.compare(
             g,
-            if i == 0 {
+            "  the same, against the weak baseline",
+            "µs",
+            remote_net,
+            ("blocking UDP RTT + fault", &weak_udp_fault),
+            None,
+        );
+        t.compare(
+            g,
+            if *protocol == Protocol::Hlrc {
                 "write fault (twin + unprotect)"
             } else {
                 "write fault (ownership)"
             },
             "µs",
             write,
-            ("UDP + fault", &sum),
+            ("bare fault", bare_fault),
             None,
         );
         t.push(g, "release, per page of 64 dirty", "µs", release);
+        t.compare(
+            g,
+            "lock hand-off + 64 B, shared memory",
+            "µs",
+            handoff_shm,
+            ("2×one-way Express+1µs", &handoff_shm_floor),
+            Some(Target::at_most(1.0, "≤ 2 × one-way Express + 1 µs")),
+        );
+        t.compare(
+            g,
+            "lock hand-off + 64 B, INIs over UDP",
+            "µs",
+            handoff_net,
+            ("one-way Express (INIs)", express_ini),
+            Some(Target::at_most(1.5, "≤ 1.5× one-way Express (INIs)")),
+        );
     }
+    let g = "Lock hand-off: lock acquires per hand-off, all rounds (1 = no holder took the lock out of turn)";
+    for s in &subjects {
+        for (via, h) in [
+            ("shared memory", &s.handoff_shm),
+            ("INIs over UDP", &s.handoff_net),
+        ] {
+            let per = h.lock_acquires() as f64 / h.updates().max(1) as f64;
+            t.push(g, format!("{}, {via}", s.protocol.as_str()), "acq", &[per]);
+        }
+    }
+    for s in subjects {
+        s.finish()?;
+    }
+    drop((bare, shm_peer, ini_pair));
+
     let g = "Diffs of a 4 KiB page (µs per page)";
+    let n = opts.ops.max(1000);
     for pct in [1u32, 10, 100] {
         let (twin, cur) = kernels::diff_pages(f64::from(pct) / 100.0);
+        let us = |v: Vec<u64>| v.iter().map(|&ns| ns as f64 / 1e3).collect::<Vec<f64>>();
         t.push(
             g,
             format!("encode, {pct}% of words changed"),
             "µs",
-            us(&kernels::diff_encode(&twin, &cur, n.max(1000))),
+            &us(kernels::diff_encode(&twin, &cur, n)),
         );
         t.push(
             g,
             format!("apply, {pct}% of words changed"),
             "µs",
-            us(&kernels::diff_apply(&twin, &cur, n.max(1000))),
+            &us(kernels::diff_apply(&twin, &cur, n)),
         );
         progress.inc(2);
     }
     progress.finish_and_clear();
     println!(
-        "multigrain bench dsm: {n} operations per row; two clusters in this process (block homes); baselines from the same run"
+        "multigrain bench dsm: {rounds} samples per row, each the median (faults, UDP round trips, releases) or mean (copies, Express, hand-offs) of {batch} operations; every kernel runs once per round, so each row's samples alternate with its baselines'; ratio = median of the per-pair ratios (sample i / baseline sample i), with their p25–p75; two clusters in this process (block homes for faults; the hand-off's 64 bytes homed at cluster 0)"
     );
     t.print();
     if let Some(path) = json {
-        std::fs::write(path, serde_json::to_string_pretty(&t.rows)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        write_json(path, &t.rows)?;
         println!("\nwrote {}", path.display());
     }
     Ok(())

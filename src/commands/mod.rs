@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod bench_apps;
 pub mod bench_dsm;
 pub mod bench_messaging;
 pub mod bench_net;

@@ -1,0 +1,73 @@
+//! The measurement kernels of `multigrain_dsm::bench` that `multigrain bench dsm` reports
+//! do what they say, on tiny counts (no timing is asserted): the lock hand-off passes its
+//! lock and the 64 bytes it protects back and forth under both protocols, over shared
+//! memory and over INIs, checking every value it reads; the copy and UDP baselines
+//! return one sample per operation.
+
+use multigrain_cluster_config::Protocol;
+use multigrain_dsm::bench::{HANDOFF_WORDS, LockHandoff, PageCopy, handoff_words, udp_round_trips};
+use multigrain_messaging::bench::network::UdpWait;
+
+/// A region address private to one test of this binary.
+fn base(slot: usize) -> usize {
+    0x4c00_0000_0000 + slot * (1 << 36)
+}
+
+fn hand_off(slot: usize, protocol: Protocol, network: bool) {
+    let mut h = LockHandoff::new(protocol, base(slot), network).expect("job");
+    for round in 1..=3u64 {
+        // Odd counts too: the next call starts with the other cluster's turn.
+        let n = 5 + round as usize;
+        let t = h.handoffs(n).unwrap_or_else(|e| {
+            panic!("{protocol:?} network={network}: {e}");
+        });
+        assert!(t.as_nanos() > 0);
+    }
+    assert_eq!(h.updates(), 6 + 7 + 8);
+    assert!(
+        h.lock_acquires() >= h.updates(),
+        "one acquire per update at least"
+    );
+    h.finish().expect("finish");
+}
+
+#[test]
+fn lock_hand_off_over_shared_memory_hlrc() {
+    hand_off(0, Protocol::Hlrc, false);
+}
+
+#[test]
+fn lock_hand_off_over_shared_memory_sc() {
+    hand_off(1, Protocol::Sc, false);
+}
+
+#[test]
+fn lock_hand_off_over_inis_hlrc() {
+    hand_off(2, Protocol::Hlrc, true);
+}
+
+#[test]
+fn lock_hand_off_over_inis_sc() {
+    hand_off(3, Protocol::Sc, true);
+}
+
+#[test]
+fn hand_off_words_differ_per_update_and_word() {
+    assert_eq!(handoff_words(0), [0; HANDOFF_WORDS]);
+    let (a, b) = (handoff_words(1), handoff_words(2));
+    assert_eq!((a[0], b[0]), (1, 2));
+    for k in 1..HANDOFF_WORDS {
+        assert_ne!(a[k], b[k], "word {k} must change with the update");
+        assert_ne!(a[k], a[k - 1]);
+    }
+}
+
+#[test]
+fn baselines_return_one_sample_per_operation() {
+    assert_eq!(udp_round_trips(5, UdpWait::BusyPoll).len(), 5);
+    assert_eq!(udp_round_trips(5, UdpWait::Blocking).len(), 5);
+    let mut copy = PageCopy::new();
+    for _ in 0..3 {
+        assert!(copy.copies(PageCopy::PAGES + 3) > 0.0);
+    }
+}
