@@ -512,6 +512,9 @@ impl Machine {
             }
         }
         let (pages, homes, me) = (&self.pages, &self.homes, self.me);
+        self.unreflected.retain(|&(p, owner, index)| {
+            homes.get(p) == Some(me) && pages[p.index()].known.get(owner) < index
+        });
         let mut done = Vec::new();
         self.held.retain_mut(|h| {
             h.waits.retain(|&(p, owner, index)| {
@@ -616,13 +619,14 @@ impl Machine {
         Ok(plan)
     }
 
-    /// Carries out a plan without flushes (see [`Machine::hlrc_plan_notices`]);
-    /// returns what the acquire must still wait for at this home.
+    /// Carries out a plan without flushes (see [`Machine::hlrc_plan_notices`]); the
+    /// notices of pages homed here whose diffs have not arrived are remembered (see
+    /// [`Machine::unreflected_before`]).
     pub(crate) fn hlrc_apply_plan(
         &mut self,
         plan: NoticePlan,
         out: &mut Vec<Action>,
-    ) -> Result<Vec<(PageId, ClusterId, u32)>, ProtocolError> {
+    ) -> Result<(), ProtocolError> {
         let NoticePlan {
             flush,
             apply,
@@ -680,17 +684,21 @@ impl Machine {
             // acquires waiting for it.
             self.hlrc_home_drain(page, out);
         }
-        Ok(wait)
+        for w in wait {
+            if !self.unreflected.contains(&w) {
+                self.unreflected.push(w);
+            }
+        }
+        Ok(())
     }
 
     /// The write notices of a barrier departure (no diffs are carried, and no page of
-    /// this cluster is open but home pages); returns what pages homed here still wait
-    /// for.
+    /// this cluster is open but home pages).
     pub(crate) fn hlrc_depart_notices(
         &mut self,
         records: &[IntervalRecord],
         out: &mut Vec<Action>,
-    ) -> Result<Vec<(PageId, ClusterId, u32)>, ProtocolError> {
+    ) -> Result<(), ProtocolError> {
         let plan = self.hlrc_plan_notices(records, &[])?;
         self.hlrc_apply_plan(plan, out)
     }

@@ -57,6 +57,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::ids::{ClusterId, PageId};
 
 /// A vector timestamp: entry `j` counts the intervals of cluster `j` seen. Missing
@@ -65,14 +67,14 @@ use crate::ids::{ClusterId, PageId};
 /// Source: vector timestamps of LRC (Keleher, Cox, Zwaenepoel, ISCA 1992 §4) and
 /// HLRC (OSDI 1996 §2).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct VectorTime(Vec<u32>);
+pub struct VectorTime(SmallVec<[u32; 4]>);
 
 impl VectorTime {
     /// The zero time.
     ///
     /// Source: see [`VectorTime`].
     pub fn new() -> Self {
-        Self(Vec::new())
+        Self(SmallVec::new())
     }
 
     /// A time from explicit entries (entry `j` for cluster `j`). Only the first
@@ -81,7 +83,7 @@ impl VectorTime {
     ///
     /// Source: see [`VectorTime`].
     pub fn from_entries(entries: Vec<u32>) -> Self {
-        let mut v = Self(entries);
+        let mut v = Self(SmallVec::from_vec(entries));
         v.trim();
         v
     }
@@ -334,6 +336,41 @@ impl IntervalLog {
             }
             for k in lo + 1..=hi {
                 out.push(log.records[(k - log.base - 1) as usize].clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Record `(owner, index)`, if held.
+    fn get(&self, owner: ClusterId, index: u32) -> Option<&IntervalRecord> {
+        let log = self.owners.get(owner.index())?;
+        if index <= log.base {
+            return None;
+        }
+        log.records.get((index - log.base - 1) as usize)
+    }
+
+    /// [`IntervalLog::between`] over the union of this log and `other` (a lock
+    /// manager's store and its own cluster's log): every record comes from whichever
+    /// holds it.
+    pub(crate) fn between_with(
+        &self,
+        other: &IntervalLog,
+        after: &VectorTime,
+        upto: &VectorTime,
+    ) -> Result<Vec<IntervalRecord>, GapError> {
+        let mut out = Vec::new();
+        for (j, &hi) in upto.entries().iter().enumerate() {
+            let Some(c) = ClusterId::new(j as u16) else {
+                continue;
+            };
+            for k in after.get(c) + 1..=hi {
+                let r = self.get(c, k).or_else(|| other.get(c, k)).ok_or(GapError {
+                    owner: c,
+                    index: k,
+                    known: self.top(c).max(other.top(c)),
+                })?;
+                out.push(r.clone());
             }
         }
         Ok(out)

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::action::{Action, FlushPage};
 use crate::config::Protocol;
 use crate::error::ProtocolError;
-use crate::ids::{ClusterId, LockId, PageId, SyncToken};
+use crate::ids::{ClusterId, LockId, SyncToken};
 use crate::interval::{IntervalDiff, IntervalRecord, VectorTime};
 use crate::machine::{Completion, Held, Machine, Resume};
 use crate::message::Message;
@@ -58,10 +58,9 @@ pub(crate) struct ClusterLock {
 /// A pushed grant before its first local use.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Pushed {
-    /// Its notices took effect when it arrived, but pages homed here may still lack
-    /// some of their diffs, `(page, owner, index)`: the first local acquire waits for
-    /// those.
-    Taken(Vec<(PageId, ClusterId, u32)>),
+    /// Its notices took effect when it arrived (pages homed here may still lack some
+    /// of their diffs: the first local acquire waits for those).
+    Taken,
     /// It arrived from a manager that has passed a barrier this cluster is still
     /// waiting at (its records stop at the departure, which this cluster has not
     /// processed): taken at the first local acquire, after that departure.
@@ -126,12 +125,8 @@ impl Machine {
         }
         // The manager's store holds every record up to the lock's time, and this
         // cluster's own up to `stored`.
-        let me = self.me;
-        let seen = self.manager_seen.entry(from).or_default();
-        seen.merge(&time);
-        if seen.get(me) < stored {
-            seen.set(me, stored);
-        }
+        self.manager_seen.entry(from).or_default().merge(&time);
+        self.note_stored(from, stored);
         let l = self.cluster_locks.entry(lock).or_default();
         l.owned = Some(time.clone());
         l.tenure = tenure;
@@ -151,7 +146,7 @@ impl Machine {
             l.early_recalls.clear();
             if recalled {
                 l.recalled = true;
-                l.pushed = Some(Pushed::Taken(Vec::new()));
+                l.pushed = Some(Pushed::Taken);
                 return self.give_back_now(lock, out);
             }
             if !self.covers(&time, &records) {
@@ -209,7 +204,6 @@ impl Machine {
                 l.since = since;
             }
         }
-        let mut waits = Vec::new();
         if self.cfg.protocol == Protocol::Hlrc {
             let plan = self.hlrc_plan_notices(&g.records, &g.diffs)?;
             if !plan.flush.is_empty() {
@@ -225,7 +219,7 @@ impl Machine {
                 self.start_flush(pages, plan.flush, Resume::Grant(g), out);
                 return Ok(());
             }
-            waits = self.hlrc_apply_plan(plan, out)?;
+            self.hlrc_apply_plan(plan, out)?;
         }
         for r in g.records {
             self.log.insert(r)?;
@@ -233,10 +227,10 @@ impl Machine {
         self.time.merge(&g.time);
         self.check_log_covers_time()?;
         match g.token {
-            Some(token) => self.complete_acquire(g.lock, token, waits, out),
+            Some(token) => self.complete_acquire(g.lock, token, &g.time, out),
             None => {
                 if let Some(l) = self.cluster_locks.get_mut(&g.lock) {
-                    l.pushed = Some(Pushed::Taken(waits));
+                    l.pushed = Some(Pushed::Taken);
                 }
             }
         }
@@ -254,20 +248,17 @@ impl Machine {
         })
     }
 
-    /// Completes an acquire, at once or — when pages homed here still lack diffs of
-    /// `waits` — once they have arrived.
+    /// Completes an acquire of a lock whose time is `time`: at once, or — when pages
+    /// homed here still lack diffs of notices that time covers — once they have
+    /// arrived.
     fn complete_acquire(
         &mut self,
         lock: LockId,
         token: SyncToken,
-        mut waits: Vec<(PageId, ClusterId, u32)>,
+        time: &VectorTime,
         out: &mut Vec<Action>,
     ) {
-        // (A page that moved away meanwhile is missing here: its next fetch reflects
-        // the versions named.)
-        waits.retain(|&(p, owner, index)| {
-            self.homes.get(p) == Some(self.me) && self.pages[p.index()].known.get(owner) < index
-        });
+        let waits = self.unreflected_before(time);
         let done = Action::AcquireDone { lock, token };
         if waits.is_empty() {
             out.push(done);
@@ -304,9 +295,10 @@ impl Machine {
             match l.pushed.take() {
                 // The first use of a pushed lock: its notices took effect on arrival,
                 // or take effect now.
-                Some(Pushed::Taken(waits)) => {
+                Some(Pushed::Taken) => {
                     l.since = self.time.get(self.me);
-                    self.complete_acquire(lock, token, waits, out);
+                    let time = l.owned.clone().unwrap_or_default();
+                    self.complete_acquire(lock, token, &time, out);
                     return Ok(());
                 }
                 Some(Pushed::Deferred {
@@ -433,6 +425,7 @@ impl Machine {
         l.recalled = false;
         l.eager = false;
         self.stats.lock_pushes_returned += 1;
+        let mgr = self.cfg.lock_manager(lock);
         let msg = Message::LockRelease {
             lock,
             tenure: l.tenure,
@@ -440,9 +433,11 @@ impl Machine {
             gc: self.log.base(),
             records: Vec::new(),
             diffs: Vec::new(),
+            homed: 0,
+            stored: self.locks.stored(mgr),
             unused: true,
         };
-        self.send(self.cfg.lock_manager(lock), msg, out);
+        self.send(mgr, msg, out);
         Ok(())
     }
 
@@ -472,12 +467,14 @@ impl Machine {
         after.merge(&gc);
         let mgr = self.cfg.lock_manager(lock);
         // Records the manager's store already holds: exactly known when this cluster
-        // is the manager, else at least those of the grants it sent here.
+        // is the manager, else at least those of the grants it sent here. Its own
+        // records it takes from its cluster's log.
         if mgr == self.me {
             after.merge(&self.locks.store_top());
         } else if let Some(t) = self.manager_seen.get(&mgr) {
             after.merge(t);
         }
+        after.set(mgr, after.get(mgr).max(self.time.get(mgr)));
         let time = self.time.clone();
         let records = self.log.between(&after, &time)?;
         let skip = self
@@ -486,13 +483,23 @@ impl Machine {
             .filter(|d| d.index > since)
             .count()
             .saturating_sub(MAX_CARRIED_DIFFS);
-        let diffs: Vec<IntervalDiff> = self
+        // First the diffs this release carries to the manager as their pages' home,
+        // then the others of the tenure.
+        let mut diffs = std::mem::take(&mut self.for_release);
+        let homed = diffs.len() as u32;
+        let older: Vec<IntervalDiff> = self
             .recent
             .iter()
             .filter(|d| d.index > since)
             .skip(skip)
+            .filter(|d| {
+                !diffs[..homed as usize]
+                    .iter()
+                    .any(|h| h.page == d.page && h.index == d.index)
+            })
             .cloned()
             .collect();
+        diffs.extend(older);
         self.stats.carried_diffs_sent += diffs.len() as u64;
         self.send(
             mgr,
@@ -503,6 +510,8 @@ impl Machine {
                 gc,
                 records,
                 diffs,
+                homed,
+                stored: self.locks.stored(mgr),
                 unused: false,
             },
             out,

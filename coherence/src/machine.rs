@@ -211,6 +211,14 @@ pub struct Machine {
     pub(crate) deferred_fetches: BTreeMap<PageId, Vec<(ClusterId, VectorTime)>>,
     /// hlrc: acquires waiting for diffs of pages homed here.
     pub(crate) held: Vec<Held>,
+    /// hlrc: write notices `(page, owner, index)` of pages homed here that this
+    /// cluster has seen but whose diffs have not reached the master yet. An acquire
+    /// whose lock time covers one waits for it, even when the notice came with an
+    /// earlier grant (the cluster's time no longer says it is new).
+    pub(crate) unreflected: Vec<(PageId, ClusterId, u32)>,
+    /// hlrc: diffs of the flush just done that the lock release it is for carries to
+    /// the pages' home, its manager, instead of a `Diff` message.
+    pub(crate) for_release: Vec<IntervalDiff>,
     /// hlrc: the flush in progress (between [`Action::Flush`] and
     /// [`Event::Flushed`]).
     pub(crate) flushing: Option<Flushing>,
@@ -268,6 +276,8 @@ impl Machine {
             home_pending: BTreeMap::new(),
             deferred_fetches: BTreeMap::new(),
             held: Vec::new(),
+            unreflected: Vec::new(),
+            for_release: Vec::new(),
             flushing: None,
             copysets: BTreeMap::new(),
             dirs: BTreeMap::new(),
@@ -625,7 +635,10 @@ impl Machine {
             };
             match home {
                 Some(h) if h == me => {}
-                Some(h) if Some(h) == carrier => self.stats.diffs_via_release += 1,
+                Some(h) if Some(h) == carrier => {
+                    self.stats.diffs_via_release += 1;
+                    self.for_release.push(diff.clone());
+                }
                 Some(h) => {
                     self.stats.diffs_sent += 1;
                     self.stats.diff_bytes_sent += diff.data.len() as u64;
@@ -750,7 +763,7 @@ impl Machine {
                 if self.cfg.lock_manager(lock) != self.me {
                     return wrong("lock request to a cluster that does not manage the lock");
                 }
-                match self.locks.acquire(lock, from, time, seen)? {
+                match self.locks.acquire(lock, from, time, seen, &self.log)? {
                     Request::Send(msgs) => self.send_manager_messages(msgs, out),
                     Request::Stale => self.stats.lock_stale_requests += 1,
                 }
@@ -763,24 +776,27 @@ impl Machine {
                 gc,
                 records,
                 diffs,
+                homed,
+                stored,
                 unused,
             } => {
                 if self.cfg.lock_manager(lock) != self.me {
                     return wrong("lock release to a cluster that does not manage the lock");
                 }
-                if diffs.iter().any(|d| d.owner != from) {
+                self.note_stored(from, stored);
+                if diffs.iter().any(|d| d.owner != from) || homed as usize > diffs.len() {
                     return wrong("lock release carrying another cluster's diffs");
                 }
-                // The release brings this home the diffs of its pages (the releaser
-                // sent them no other way).
-                let home: Vec<IntervalDiff> = diffs
-                    .iter()
-                    .filter(|d| hlrc && self.homes.get(d.page) == Some(self.me))
-                    .cloned()
-                    .collect();
-                let msgs = self
-                    .locks
-                    .release(lock, from, tenure, &time, &gc, records, diffs, unused)?;
+                // The first `homed` diffs are for this cluster as their pages' home (the
+                // releaser sent them no other way).
+                let home: Vec<IntervalDiff> = if hlrc {
+                    diffs[..homed as usize].to_vec()
+                } else {
+                    Vec::new()
+                };
+                let msgs = self.locks.release(
+                    lock, from, tenure, &time, &gc, records, diffs, unused, &self.log,
+                )?;
                 self.send_manager_messages(msgs, out);
                 for d in home {
                     self.on_diff(from, d, out)?;
@@ -887,11 +903,11 @@ impl Machine {
                 page: None,
             });
         }
-        let mut waits = Vec::new();
         if self.cfg.protocol == Protocol::Hlrc {
             self.hlrc_migrate(from, &migrations, &time, out)?;
-            waits = self.hlrc_depart_notices(&records, out)?;
+            self.hlrc_depart_notices(&records, out)?;
         }
+        let waits = self.unreflected_before(&time);
         for r in records {
             self.log.insert(r)?;
         }
@@ -1044,6 +1060,33 @@ impl Machine {
                 let write = waiters.iter().any(|w| w.write);
                 self.sc_request(page, write, waiters, out)
             }
+        }
+    }
+
+    /// The notices of pages homed here, covered by `time`, whose diffs the master
+    /// copies still lack.
+    pub(crate) fn unreflected_before(
+        &mut self,
+        time: &VectorTime,
+    ) -> Vec<(PageId, ClusterId, u32)> {
+        let (pages, homes, me) = (&self.pages, &self.homes, self.me);
+        self.unreflected.retain(|&(p, owner, index)| {
+            homes.get(p) == Some(me) && pages[p.index()].known.get(owner) < index
+        });
+        self.unreflected
+            .iter()
+            .copied()
+            .filter(|&(_, owner, index)| index <= time.get(owner))
+            .collect()
+    }
+
+    /// `from`'s lock manager holds this cluster's records up to `stored`: releases to it
+    /// need not carry those.
+    pub(crate) fn note_stored(&mut self, from: ClusterId, stored: u32) {
+        let me = self.me;
+        let seen = self.manager_seen.entry(from).or_default();
+        if seen.get(me) < stored {
+            seen.set(me, stored);
         }
     }
 

@@ -217,8 +217,10 @@ pub enum Message {
     /// Lock release, to the manager, ending the sender's tenure; carries the releaser's
     /// vector time, the time up to which it discarded records at barriers, the
     /// records the manager may lack, the diffs of the releaser's intervals of the
-    /// tenure, and whether the tenure went unused. Opcode 0x32, bits 0..20 the lock,
-    /// bits 20..40 the tenure, bulk (time, gc, records, diffs, then one byte: 1 if
+    /// tenure (the first `homed` of them for the receiver as the pages' home), what the
+    /// releaser's own lock manager holds of the receiver's records, and whether the
+    /// tenure went unused. Opcode 0x32, bits 0..20 the lock, bits 20..40 the tenure,
+    /// bulk (time, gc, records, diffs, `u32` homed, `u32` stored, then one byte: 1 if
     /// unused). Source: [`crate::interval`]; pushes and carried diffs in
     /// [`crate::sync`].
     LockRelease {
@@ -234,6 +236,12 @@ pub enum Message {
         records: Vec<IntervalRecord>,
         /// The releaser's diffs of its intervals in this tenure.
         diffs: Vec<IntervalDiff>,
+        /// How many of `diffs` (the first ones) are for the receiver as their pages'
+        /// home: the releaser sent them no other way.
+        homed: u32,
+        /// The newest of the receiver's own records the releaser's lock manager holds
+        /// (as in [`Message::LockGrant`]).
+        stored: u32,
         /// No thread of the releaser took the lock in this tenure (a push returned
         /// unused): the manager neither learns from it nor pushes on it.
         unused: bool,
@@ -427,7 +435,8 @@ impl Message {
     /// diffs. `GetPage` = time; `Diff` = the diff without its page (in the payload);
     /// `LockAcquire` = time; `LockGrant` = time, records, diffs, `u32` stored, one flag
     /// byte;
-    /// `LockRelease` = time, gc, records, diffs, one flag byte; `BarrierArrive` =
+    /// `LockRelease` = time, gc, records, diffs, `u32` homed, `u32` stored, one flag
+    /// byte; `BarrierArrive` =
     /// time, records, page list; `BarrierDepart` = time, records, migration list.
     ///
     /// Source: see the module documentation.
@@ -515,6 +524,8 @@ impl Message {
                 gc,
                 records,
                 diffs,
+                homed,
+                stored,
                 unused,
             } => {
                 let mut w = Writer::default();
@@ -522,6 +533,8 @@ impl Message {
                 w.time(gc);
                 w.records(records);
                 w.diffs(diffs);
+                w.u32(*homed);
+                w.u32(*stored);
                 w.0.push(u8::from(*unused));
                 bulk(op::LOCK_RELEASE, lock_payload(*lock, *tenure), w)
             }
@@ -685,6 +698,8 @@ impl Message {
                         gc: r.time()?,
                         records: r.records()?,
                         diffs: r.diffs()?,
+                        homed: r.u32()?,
+                        stored: r.u32()?,
                         unused: r.flag()?,
                     },
                 };
@@ -1030,6 +1045,8 @@ mod tests {
                 gc: VectorTime::new(),
                 records: recs.clone(),
                 diffs,
+                homed: 1,
+                stored: 3,
                 unused: false,
             },
             Message::LockRelease {
@@ -1039,6 +1056,8 @@ mod tests {
                 gc: VectorTime::new(),
                 records: vec![],
                 diffs: vec![],
+                homed: 0,
+                stored: 0,
                 unused: true,
             },
             Message::LockRecall {

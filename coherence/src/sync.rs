@@ -193,6 +193,7 @@ impl LockManager {
         to: ClusterId,
         their: &VectorTime,
         pushed: bool,
+        own: &IntervalLog,
     ) -> Result<Vec<(ClusterId, Message)>, SyncError> {
         let mut their = their.clone();
         if let Some(t) = self.seen.get(&to) {
@@ -227,7 +228,7 @@ impl LockManager {
             .filter(|d| their.get(d.owner) < d.index && d.owner != to)
             .cloned()
             .collect();
-        let records = self.store.between(their, &time)?;
+        let records = self.store.between_with(own, their, &time)?;
         let stored = self.store.top(to);
         let mut out = vec![(
             to,
@@ -249,13 +250,16 @@ impl LockManager {
 
     /// A request from `from`, which was last granted tenure `seen`: the grant if the
     /// lock is free; else the request waits, and the owner is recalled if it has not
-    /// been asked to give the lock back yet.
+    /// been asked to give the lock back yet. `own` is the manager's cluster's own log:
+    /// releases to this manager carry none of its own records, which grants take from
+    /// there.
     pub(crate) fn acquire(
         &mut self,
         lock: LockId,
         from: ClusterId,
         time: VectorTime,
         seen: u32,
+        own: &IntervalLog,
     ) -> Result<Request, SyncError> {
         self.seen.entry(from).or_default().merge(&time);
         let st = self.locks.entry(lock).or_default();
@@ -263,7 +267,9 @@ impl LockManager {
             return Ok(Request::Stale);
         }
         let Some(holder) = st.holder else {
-            return Ok(Request::Send(self.hand_over(lock, from, &time, false)?));
+            return Ok(Request::Send(
+                self.hand_over(lock, from, &time, false, own)?,
+            ));
         };
         if holder == from {
             // The owner asks again only after giving its tenure back (the release is
@@ -309,6 +315,7 @@ impl LockManager {
         records: Vec<IntervalRecord>,
         diffs: Vec<IntervalDiff>,
         unused: bool,
+        own: &IntervalLog,
     ) -> Result<Vec<(ClusterId, Message)>, SyncError> {
         let Some(st) = self.locks.get(&lock) else {
             return Err(SyncError::NotHolder(lock, from));
@@ -344,7 +351,7 @@ impl LockManager {
             st.recent = [Some(from), st.recent[0]];
         }
         if let Some((next, their)) = st.waiters.pop_front() {
-            return self.hand_over(lock, next, &their, false);
+            return self.hand_over(lock, next, &their, false, own);
         }
         if unused {
             return Ok(Vec::new());
@@ -354,7 +361,7 @@ impl LockManager {
                 // Every record this manager may still grant: the receiver skips those
                 // it has.
                 let base = self.store.base();
-                self.hand_over(lock, next, &base, true)
+                self.hand_over(lock, next, &base, true, own)
             }
             _ => Ok(Vec::new()),
         }
@@ -374,6 +381,11 @@ impl LockManager {
     /// from its own cluster need not carry records up to it.
     pub(crate) fn store_top(&self) -> VectorTime {
         self.store.tops()
+    }
+
+    /// The newest of `c`'s records this manager holds (or discarded).
+    pub(crate) fn stored(&self, c: ClusterId) -> u32 {
+        self.store.top(c)
     }
 
     /// Number of interval records held (tests and statistics).
@@ -514,6 +526,10 @@ mod tests {
         }
     }
 
+    fn own() -> IntervalLog {
+        IntervalLog::default()
+    }
+
     fn sent(r: Request) -> Vec<(ClusterId, Message)> {
         match r {
             Request::Send(v) => v,
@@ -545,33 +561,43 @@ mod tests {
         let z = VectorTime::new();
         let recall = |to: u16, tenure| (c(to), Message::LockRecall { lock: l(), tenure });
         // a free lock is granted at once; nobody else held it: not contended
-        let g = sent(m.acquire(l(), c(0), z.clone(), 0).unwrap());
+        let g = sent(m.acquire(l(), c(0), z.clone(), 0, &own()).unwrap());
         assert_eq!(grant_of(&g), (c(0), 1, false, 0));
         assert_eq!(g.len(), 1);
         // the first request behind the owner recalls its tenure, later ones only queue
         assert_eq!(
-            sent(m.acquire(l(), c(1), z.clone(), 0).unwrap()),
+            sent(m.acquire(l(), c(1), z.clone(), 0, &own()).unwrap()),
             vec![recall(0, 1)]
         );
         assert_eq!(
             sent(
-                m.acquire(l(), c(2), VectorTime::from_entries(vec![1]), 0)
+                m.acquire(l(), c(2), VectorTime::from_entries(vec![1]), 0, &own())
                     .unwrap()
             ),
             vec![]
         );
         // only the holder may release, and only its tenure
         assert_eq!(
-            m.release(l(), c(1), 1, &z, &z, vec![], vec![], false),
+            m.release(l(), c(1), 1, &z, &z, vec![], vec![], false, &own()),
             Err(SyncError::NotHolder(l(), c(1)))
         );
         assert_eq!(
-            m.release(l(), c(0), 2, &z, &z, vec![], vec![], false),
+            m.release(l(), c(0), 2, &z, &z, vec![], vec![], false, &own()),
             Err(SyncError::NotHolder(l(), c(0)))
         );
         let t = VectorTime::from_entries(vec![1]);
         let g = m
-            .release(l(), c(0), 1, &t, &z, vec![rec(0, 1, &[7])], vec![], false)
+            .release(
+                l(),
+                c(0),
+                1,
+                &t,
+                &z,
+                vec![rec(0, 1, &[7])],
+                vec![],
+                false,
+                &own(),
+            )
             .unwrap();
         // the next waiter's grant carries the record and says the lock is contended
         // (cluster 0 just held it): that counts as recalled, so no recall follows
@@ -580,52 +606,55 @@ mod tests {
         assert_eq!(g.len(), 1);
         // cluster 2 already saw record (0,1)
         let g = m
-            .release(l(), c(1), 2, &t, &z, vec![], vec![], false)
+            .release(l(), c(1), 2, &t, &z, vec![], vec![], false, &own())
             .unwrap();
         assert_eq!(grant_of(&g), (c(2), 3, true, 0));
         // nobody waits and nobody ever took the lock after cluster 2: it stays free
         assert_eq!(
-            m.release(l(), c(2), 3, &t, &z, vec![], vec![], false)
+            m.release(l(), c(2), 3, &t, &z, vec![], vec![], false, &own())
                 .unwrap(),
             vec![]
         );
-        let g = sent(m.acquire(l(), c(0), t.clone(), 1).unwrap());
+        let g = sent(m.acquire(l(), c(0), t.clone(), 1, &own()).unwrap());
         assert_eq!(grant_of(&g), (c(0), 4, true, 0));
         // cluster 1 took the lock after cluster 0 last time: cluster 0's release pushes
         // it there without a request, without the record (0,1), which cluster 1 has
         // seen (its last release to this manager said so)
         let g = m
-            .release(l(), c(0), 4, &t, &z, vec![], vec![], false)
+            .release(l(), c(0), 4, &t, &z, vec![], vec![], false, &own())
             .unwrap();
         assert_eq!(grant_of(&g), (c(1), 5, true, 0));
         // cluster 1's own request crossed the push: the push answered it
-        assert_eq!(m.acquire(l(), c(1), t.clone(), 2), Ok(Request::Stale));
+        assert_eq!(
+            m.acquire(l(), c(1), t.clone(), 2, &own()),
+            Ok(Request::Stale)
+        );
         // another cluster wants the pushed lock first: recall it
         assert_eq!(
-            sent(m.acquire(l(), c(2), t.clone(), 3).unwrap()),
+            sent(m.acquire(l(), c(2), t.clone(), 3, &own()).unwrap()),
             vec![recall(1, 5)]
         );
         let g = m
-            .release(l(), c(1), 5, &t, &z, vec![], vec![], false)
+            .release(l(), c(1), 5, &t, &z, vec![], vec![], false, &own())
             .unwrap();
         assert_eq!(grant_of(&g), (c(2), 6, true, 0));
         // 2 → 0 was learned before: cluster 2's release pushes to cluster 0; the wrong
         // prediction 0 → 1 was dropped, so cluster 0's release pushes nowhere
         let g = m
-            .release(l(), c(2), 6, &t, &z, vec![], vec![], false)
+            .release(l(), c(2), 6, &t, &z, vec![], vec![], false, &own())
             .unwrap();
         assert_eq!(grant_of(&g), (c(0), 7, true, 0));
         // cluster 0 sends the push back unused (it waits at a barrier): nothing is
         // pushed on, so pushes cannot bounce between clusters at a barrier
         assert_eq!(
-            m.release(l(), c(0), 7, &t, &z, vec![], vec![], true)
+            m.release(l(), c(0), 7, &t, &z, vec![], vec![], true, &own())
                 .unwrap(),
             vec![]
         );
-        let g = sent(m.acquire(l(), c(0), t.clone(), 7).unwrap());
+        let g = sent(m.acquire(l(), c(0), t.clone(), 7, &own()).unwrap());
         assert_eq!(grant_of(&g).1, 8);
         assert_eq!(
-            m.release(l(), c(0), 8, &t, &z, vec![], vec![], false)
+            m.release(l(), c(0), 8, &t, &z, vec![], vec![], false, &own())
                 .unwrap(),
             vec![]
         );
@@ -639,26 +668,29 @@ mod tests {
         let mut m = LockManager::default();
         let k = LockId::new(9).unwrap();
         let z = VectorTime::new();
-        sent(m.acquire(k, c(1), z.clone(), 0).unwrap());
+        sent(m.acquire(k, c(1), z.clone(), 0, &own()).unwrap());
         assert_eq!(
-            m.acquire(k, c(1), z.clone(), 1),
+            m.acquire(k, c(1), z.clone(), 1, &own()),
             Err(SyncError::RequestFromHolder(k, c(1)))
         );
         // after a recall, the owner's new request may overtake its release
         assert_eq!(
-            sent(m.acquire(k, c(2), z.clone(), 0).unwrap()),
+            sent(m.acquire(k, c(2), z.clone(), 0, &own()).unwrap()),
             vec![(c(1), Message::LockRecall { lock: k, tenure: 1 })]
         );
-        assert_eq!(sent(m.acquire(k, c(1), z.clone(), 1).unwrap()), vec![]);
+        assert_eq!(
+            sent(m.acquire(k, c(1), z.clone(), 1, &own()).unwrap()),
+            vec![]
+        );
         let g = m
-            .release(k, c(1), 1, &z, &z, vec![], vec![], false)
+            .release(k, c(1), 1, &z, &z, vec![], vec![], false, &own())
             .unwrap();
         // a contended grant to cluster 2 (cluster 1 waits behind it): no recall, it
         // comes back after its use
         assert_eq!(grant_of(&g), (c(2), 2, true, 0));
         assert_eq!(g.len(), 1);
         let g = m
-            .release(k, c(2), 2, &z, &z, vec![], vec![], false)
+            .release(k, c(2), 2, &z, &z, vec![], vec![], false, &own())
             .unwrap();
         assert_eq!(grant_of(&g), (c(1), 3, true, 0));
     }
@@ -670,11 +702,14 @@ mod tests {
         let z = VectorTime::new();
         let mut seen = [0u32; 3];
         let mut take = |m: &mut LockManager, who: u16| {
-            let g = sent(m.acquire(k, c(who), z.clone(), seen[who as usize]).unwrap());
+            let g = sent(
+                m.acquire(k, c(who), z.clone(), seen[who as usize], &own())
+                    .unwrap(),
+            );
             let (_, tenure, contended, _) = grant_of(&g);
             seen[who as usize] = tenure;
             let pushed = m
-                .release(k, c(who), tenure, &z, &z, vec![], vec![], false)
+                .release(k, c(who), tenure, &z, &z, vec![], vec![], false, &own())
                 .unwrap();
             assert!(pushed.is_empty(), "{pushed:?}");
             contended
@@ -686,7 +721,7 @@ mod tests {
         // another cluster: contended, and so is cluster 1 for its next two tenures
         assert!(take(&mut m, 2));
         // (cluster 2's release pushed nothing: nobody took the lock after it before)
-        let g = sent(m.acquire(k, c(1), z.clone(), 3).unwrap());
+        let g = sent(m.acquire(k, c(1), z.clone(), 3, &own()).unwrap());
         assert_eq!(grant_of(&g), (c(1), 5, true, 0));
     }
 

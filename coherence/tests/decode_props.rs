@@ -204,19 +204,24 @@ fn message() -> impl Strategy<Value = Message> {
             time(),
             records(),
             diffs(),
+            (any::<u32>(), any::<u32>()),
             any::<bool>()
         )
-            .prop_map(|(lock, tenure, time, gc, records, diffs, unused)| {
-                Message::LockRelease {
-                    lock,
-                    tenure,
-                    unused,
-                    time,
-                    gc,
-                    records,
-                    diffs,
+            .prop_map(
+                |(lock, tenure, time, gc, records, diffs, (homed, stored), unused)| {
+                    Message::LockRelease {
+                        lock,
+                        tenure,
+                        unused,
+                        time,
+                        gc,
+                        records,
+                        diffs,
+                        homed,
+                        stored,
+                    }
                 }
-            }),
+            ),
         (
             any::<u32>(),
             time(),

@@ -878,7 +878,9 @@ fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
                 gc: time.clone(),
                 time,
                 records,
-                diffs
+                diffs,
+                homed: 0,
+                stored: 1
             }),
         (
             0u32..2,

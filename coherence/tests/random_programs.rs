@@ -289,3 +289,11 @@ fn a_push_from_beyond_a_barrier_waits_for_its_first_use() {
     )
     .expect("run");
 }
+/// A page's home sees a write notice with one grant while the diff is on its way;
+/// a later acquire of another lock whose time covers that notice brings no record of
+/// it (the cluster's time already does) and must still wait for the diff (found by
+/// the test above).
+#[test]
+fn a_notice_taken_earlier_still_holds_a_later_acquire_at_the_home() {
+    run(Protocol::Hlrc, HomePolicy::Block, 5_541_284_111_945_988_202).expect("run");
+}

@@ -14,10 +14,11 @@
 //!   completes its fault is usually handled by the thread itself:
 //!   no other thread's wake-up is on the critical path;
 //! * a thread in an acquire, release or barrier waits the same way;
-//! * the **protocol thread** polls the same queue for
-//!   [`crate::DsmOptions::server_spin`] after each message, then blocks on it, and
-//!   serves what arrives while no other thread polls (page requests for pages homed
-//!   here, diffs, lock and barrier managers).
+//! * the **protocol thread** serves what arrives while no other thread polls (page
+//!   requests for pages homed here, diffs, lock and barrier managers): while the
+//!   cluster's threads keep polling it naps off the doorbell, otherwise it polls for
+//!   [`crate::DsmOptions::server_spin`] after each message, then blocks on the queue
+//!   (see [`Core::serve`]).
 //!
 //! The machine sits behind one mutex. An event and all its actions are handled under
 //! it, in order (the machine's calling contract); the mutex is never held while
@@ -49,6 +50,7 @@ use crate::uffd::{
     RegionOps,
 };
 use crate::wire::{self, Outgoing, RuntimeOp};
+use crossbeam_utils::CachePadded;
 use multigrain_coherence::diff;
 use multigrain_coherence::{
     Action, ClusterId, DiffBytes, Event, FaultToken, FlushPage, Machine, Message, PageId, Source,
@@ -72,8 +74,15 @@ pub const FAULT_EXIT_CODE: i32 = 70;
 /// Timing knobs of the waits.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Tuning {
-    /// How long a waiting thread polls before it sleeps on the doorbell.
+    /// How many times a waiting thread polls without yielding its CPU (about 20 ns
+    /// each when nothing arrives).
+    pub(crate) busy_polls: u32,
+    /// How long a waiting thread polls (yielding once `busy_polls` polls found
+    /// nothing) before it sleeps on the doorbell.
     pub(crate) spin: Duration,
+    /// How recently a thread of the cluster must have polled the protocol queue for
+    /// the protocol thread to leave it to them.
+    pub(crate) handover: Duration,
     /// Longest single sleep of a waiting thread.
     pub(crate) slice: Duration,
     /// How often a waiting thread asks the liveness oracle.
@@ -162,6 +171,10 @@ pub(crate) struct Core {
     pub(crate) epoch: Instant,
     /// When this cluster last sent its barrier arrival (ns since `epoch`).
     pub(crate) barrier_arrival_sent: std::sync::atomic::AtomicU64,
+    /// Set by a thread of this cluster that polls the protocol queue from inside the
+    /// runtime, cleared by the protocol thread: while it keeps being set, the protocol
+    /// thread leaves the queue to them (see [`Core::serve`]).
+    pub(crate) polled: CachePadded<AtomicBool>,
 }
 
 fn next_runtime_id() -> u64 {
@@ -207,6 +220,7 @@ impl Core {
             tuning,
             epoch: Instant::now(),
             barrier_arrival_sent: std::sync::atomic::AtomicU64::new(0),
+            polled: CachePadded::new(AtomicBool::new(false)),
         }
     }
 
@@ -1055,12 +1069,22 @@ impl Core {
         let start = Instant::now();
         let spin_until = start + self.tuning.spin;
         let mut next_check = start + self.tuning.liveness_period;
+        let mut busy = self.tuning.busy_polls;
         loop {
             if s.is_done(seq) {
                 return Ok(());
             }
+            self.note_poll();
             if let Some(m) = ep.try_recv() {
                 self.dispatch(ops, ep, m)?;
+                continue;
+            }
+            if busy > 0 {
+                // The reply to a request usually comes within microseconds: poll
+                // without giving the CPU away first (a yield to another runnable thread
+                // costs a context switch each way).
+                busy -= 1;
+                std::hint::spin_loop();
                 continue;
             }
             if self.is_failed() {
@@ -1068,9 +1092,9 @@ impl Core {
             }
             let now = Instant::now();
             if now < spin_until {
-                // Yield rather than burn the core: with more runnable threads than cores
-                // (compute threads of several clusters on one machine) the thread that
-                // will produce our message may be waiting for this very core.
+                // Then yield rather than burn the core: with more runnable threads than
+                // cores (compute threads of several clusters on one machine) the thread
+                // that will produce our message may be waiting for this very core.
                 std::thread::yield_now();
                 continue;
             }
@@ -1107,6 +1131,7 @@ impl Core {
             // Serve what has arrived first: a thread that keeps taking a lock cached in
             // its cluster never waits, so it must notice a recall of that lock itself
             // (with every thread busy, the protocol thread may not run for a while).
+            self.note_poll();
             while let Some(m) = ep.try_recv() {
                 self.dispatch(ops, ep, m)?;
             }
@@ -1171,36 +1196,62 @@ impl Core {
             .snapshot(self.me, protocol, LayerStats::from(self.site.stats()))
     }
 
-    /// Serves the protocol queue until `stop` is set (the protocol thread's loop): polls
-    /// (yielding) for `spin` after the last message, then sleeps in the message layer's
-    /// blocking receive, woken by the next message.
+    /// Notes that a thread of this cluster is polling the protocol queue from inside
+    /// the runtime (see [`Core::serve`]).
+    #[inline]
+    pub(crate) fn note_poll(&self) {
+        // Read-mostly: the line is written only after the protocol thread cleared it.
+        if !self.polled.load(Ordering::Relaxed) {
+            self.polled.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Serves the protocol queue until `stop` is set (the protocol thread's loop).
     ///
-    /// It keeps polling even while compute threads poll in their waits: measured on Water
-    /// 512 × 50 (2 vCPUs, 2×1 and 2×2 over UDP), letting it sleep whenever another thread
-    /// polled made the runs 1.6–2 × slower (3.6 s → 5.7 s on 2×1): a request that arrives
-    /// just after the waiter went back to computing then waits for the protocol thread's
-    /// wake-up (tens to hundreds of µs here).
+    /// The cluster's own threads poll the queue whenever they are in the runtime
+    /// (every lock operation, fault and barrier, and all the time while they wait), so
+    /// while one of them polled during its last nap of [`Tuning::handover`] the
+    /// protocol thread only naps again (not registered on the queue's doorbell: senders
+    /// pay no wake-up, and it takes no CPU from them). Once the cluster's threads have
+    /// been away for a whole nap — they compute, or sleep — it serves: it handles what
+    /// is queued, polls (yielding) for `spin` after the last message it handled, then
+    /// sleeps in the message layer's blocking receive, woken by the next message. (Measured on Water 512 × 50, 2×1
+    /// over shared memory: a protocol thread spinning after every message, as before,
+    /// took a quarter of each core; one always asleep on the doorbell made every
+    /// message a futex wake-up; see the README.)
     pub(crate) fn serve(&self, ops: &RegionOps, spin: Duration) {
         let ep = self.new_endpoint(Duration::ZERO);
         let mut reported = false;
         let mut last = Instant::now();
         while !self.stop.load(Ordering::Acquire) {
-            let m = match ep.try_recv() {
-                Some(m) => Some(m),
-                None if last.elapsed() < spin => {
-                    std::thread::yield_now();
-                    continue;
+            if let Some(m) = ep.try_recv() {
+                last = Instant::now();
+                if let Err(e) = self.dispatch(ops, &ep, m)
+                    && !reported
+                {
+                    reported = true;
+                    self.fail_with(&ep, &e);
+                    tracing::error!("cluster {}: protocol thread: {e}", self.me);
                 }
-                None => ep.recv_timeout(Duration::from_millis(100)),
-            };
-            let Some(m) = m else { continue };
-            last = Instant::now();
-            if let Err(e) = self.dispatch(ops, &ep, m)
-                && !reported
-            {
-                reported = true;
-                self.fail_with(&ep, &e);
-                tracing::error!("cluster {}: protocol thread: {e}", self.me);
+                continue;
+            }
+            if self.polled.swap(false, Ordering::Relaxed) {
+                std::thread::sleep(self.tuning.handover);
+                continue;
+            }
+            if last.elapsed() < spin {
+                std::thread::yield_now();
+                continue;
+            }
+            if let Some(m) = ep.recv_timeout(Duration::from_millis(100)) {
+                last = Instant::now();
+                if let Err(e) = self.dispatch(ops, &ep, m)
+                    && !reported
+                {
+                    reported = true;
+                    self.fail_with(&ep, &e);
+                    tracing::error!("cluster {}: protocol thread: {e}", self.me);
+                }
             }
         }
     }
