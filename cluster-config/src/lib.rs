@@ -44,6 +44,8 @@
 //! | `dsm.region_base` | `0x5000_0000_0000` | page-aligned, 0x10000 ..= 2^47 − 4096 |
 //! | `dsm.region_size` | 1073741824 | bytes or `"1GiB"`-style string; multiple of 4096; base + size ≤ 2^47 |
 //! | `dsm.page_size` | 4096 | 4096 only |
+//! | `dsm.prefetch` | 7 | 0 ..= 64 pages after a faulting one, fetched with it (hlrc) |
+//! | `dsm.protocol_priority` | `"auto"` | `auto`, `realtime`, `normal` |
 //! | `emulation.send_overhead_us`, `recv_overhead_us`, `gap_us`, `latency_us` | 0 | finite, ≥ 0 µs |
 //! | `emulation.per_byte_gap_ns` | 0 | finite, ≥ 0 ns per byte |
 //! | `faults.drop`, `duplicate`, `reorder`, `corrupt` | 0 | 0 ..= 1 |
@@ -76,10 +78,11 @@ use std::path::Path;
 pub use error::{ConfigError, Location};
 pub use launcher::{LaunchRank, Launcher, RankError, detect_rank, detect_rank_from_env};
 pub use model::{
-    ClusterSpec, DEFAULT_JOB_KEY, DsmConfig, EmulationConfig, FaultConfig, HomePolicy, IniConfig,
-    IniPolicy, JobConfig, JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS,
-    MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_THREADS_PER_CLUSTER, MAX_WINDOW, MIN_MTU, MIN_REGION_BASE,
-    PAGE_SIZE, ParseChoiceError, Protocol, Substrate, USER_SPACE_END, is_loopback, same_host,
+    ClusterSpec, DEFAULT_JOB_KEY, DEFAULT_PREFETCH, DsmConfig, EmulationConfig, FaultConfig,
+    HomePolicy, IniConfig, IniPolicy, JobConfig, JobSettings, LOCAL_HOST, LaunchConfig, Link,
+    MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH, MAX_THREADS_PER_CLUSTER, MAX_WINDOW,
+    MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol, ProtocolPriority, Substrate,
+    USER_SPACE_END, is_loopback, same_host,
 };
 pub use size::{ParseSizeError, format_bytes, parse_byte_size};
 

@@ -163,6 +163,22 @@ choice_enum! {
     }
 }
 
+choice_enum! {
+    /// The scheduling priority of each cluster's protocol thread
+    /// (`dsm.protocol_priority`).
+    pub enum ProtocolPriority ("protocol thread priority") {
+        /// Real-time where the process may raise it (root, `CAP_SYS_NICE`, or
+        /// `RLIMIT_RTPRIO` ≥ 1), normal otherwise (`auto`, the default).
+        #[default]
+        Auto = "auto",
+        /// Real-time (`SCHED_FIFO`, priority 1), or the cluster fails to start
+        /// (`realtime`).
+        Realtime = "realtime",
+        /// The normal time-sharing scheduler (`normal`).
+        Normal = "normal",
+    }
+}
+
 /// What carries messages between two clusters, as resolved by
 /// [`JobConfig::link_between`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -337,7 +353,21 @@ pub struct DsmConfig {
     /// `page_size`: DSM page size in bytes; only [`PAGE_SIZE`] (4096) is
     /// supported. Default: 4096.
     pub page_size: u64,
+    /// `prefetch`: hlrc only: pages after a faulting one that the same fault
+    /// also requests from their homes (0 ..= [`MAX_PREFETCH`]; 0 turns
+    /// prefetching off). Default: [`DEFAULT_PREFETCH`].
+    pub prefetch: u32,
+    /// `protocol_priority`: the scheduling priority of the protocol thread.
+    /// Default: `auto`.
+    pub protocol_priority: ProtocolPriority,
 }
+
+/// Default of `dsm.prefetch`: 7 pages after the faulting one, 8 per miss (as
+/// ArgoDSM).
+pub const DEFAULT_PREFETCH: u32 = 7;
+
+/// Largest `dsm.prefetch`.
+pub const MAX_PREFETCH: u32 = 64;
 
 impl Default for DsmConfig {
     fn default() -> Self {
@@ -347,6 +377,8 @@ impl Default for DsmConfig {
             region_base: 0x5000_0000_0000,
             region_size: 1 << 30,
             page_size: PAGE_SIZE,
+            prefetch: DEFAULT_PREFETCH,
+            protocol_priority: ProtocolPriority::Auto,
         }
     }
 }

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde::de::{self, Visitor};
 use toml::Spanned;
 
-use crate::model::{HomePolicy, IniPolicy, Protocol, Substrate};
+use crate::model::{HomePolicy, IniPolicy, Protocol, ProtocolPriority, Substrate};
 use crate::size::parse_byte_size;
 
 /// A whole file.
@@ -76,6 +76,8 @@ pub(crate) struct RawDsm {
     pub region_base: Field<Int>,
     pub region_size: Field<Size>,
     pub page_size: Field<Int>,
+    pub prefetch: Field<Int>,
+    pub protocol_priority: Field<ProtocolPriority>,
 }
 
 /// `[emulation]`

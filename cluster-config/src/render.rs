@@ -245,8 +245,14 @@ impl JobConfig {
         let _ = writeln!(
             out,
             "\n[dsm]\nprotocol = \"{}\"\nhome = \"{}\"\nregion_base = {:#x}\nregion_size = {}\n\
-             page_size = {}",
-            dsm.protocol, dsm.home, dsm.region_base, dsm.region_size, dsm.page_size
+             page_size = {}\nprefetch = {}\nprotocol_priority = \"{}\"",
+            dsm.protocol,
+            dsm.home,
+            dsm.region_base,
+            dsm.region_size,
+            dsm.page_size,
+            dsm.prefetch,
+            dsm.protocol_priority
         );
         let e = &self.emulation;
         let _ = writeln!(

@@ -9,8 +9,9 @@ use toml::Spanned;
 use crate::error::{ConfigError, Source};
 use crate::model::{
     ClusterSpec, DsmConfig, EmulationConfig, FaultConfig, IniConfig, JobConfig, JobSettings,
-    LaunchConfig, MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_THREADS_PER_CLUSTER, MAX_WINDOW,
-    MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, Substrate, USER_SPACE_END, local_clusters, same_host,
+    LaunchConfig, MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH,
+    MAX_THREADS_PER_CLUSTER, MAX_WINDOW, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, Substrate,
+    USER_SPACE_END, local_clusters, same_host,
 };
 use crate::raw::{
     Field, Int, Number, RawCluster, RawDsm, RawEmulation, RawFaults, RawFile, RawIni, RawJob,
@@ -520,6 +521,19 @@ impl Resolver<'_, '_> {
             region_base: base.value,
             region_size: size.value,
             page_size: PAGE_SIZE,
+            prefetch: self
+                .int(
+                    &raw.prefetch,
+                    "dsm.prefetch",
+                    d.prefetch,
+                    Bounds::between(0, MAX_PREFETCH.into())
+                        .because(" pages after the faulting one (0 turns prefetching off)"),
+                )?
+                .value,
+            protocol_priority: raw
+                .protocol_priority
+                .as_ref()
+                .map_or(d.protocol_priority, |p| *p.get_ref()),
         })
     }
 

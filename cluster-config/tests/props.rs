@@ -3,7 +3,8 @@
 
 use multigrain_cluster_config::{
     ClusterSpec, DsmConfig, EMBEDDED_DEFAULT_TOML, EmulationConfig, FaultConfig, HomePolicy,
-    IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig, PAGE_SIZE, Protocol, Substrate,
+    IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig, MAX_PREFETCH, PAGE_SIZE, Protocol,
+    ProtocolPriority, Substrate,
 };
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -45,6 +46,8 @@ prop_compose! {
         queue in 1usize..100_000,
         protocol in choice(Protocol::ALL),
         home in choice(HomePolicy::ALL),
+        prefetch in 0u32..=MAX_PREFETCH,
+        protocol_priority in choice(ProtocolPriority::ALL),
         base_page in (0x10u64..0x4000_0000),
         pages in 1u64..(1 << 20),
         emu in prop::array::uniform5(non_negative()),
@@ -84,6 +87,8 @@ prop_compose! {
                 region_base: base_page * PAGE_SIZE,
                 region_size: pages * PAGE_SIZE,
                 page_size: PAGE_SIZE,
+                prefetch,
+                protocol_priority,
             },
             emulation: EmulationConfig {
                 send_overhead_us: emu[0],

@@ -66,7 +66,7 @@ fn unknown_keys_are_rejected_with_the_allowed_keys() {
     assert_eq!(
         err(&with_local("[dsm]\nregion = 5")),
         "jobs/t.toml:2:1: dsm.region: unknown key; allowed here: protocol, home, region_base, \
-         region_size, page_size"
+         region_size, page_size, prefetch, protocol_priority"
     );
     assert_eq!(
         err(&with_local("emulation = { latency = 1 }")),
@@ -356,6 +356,33 @@ fn keywords_of_dsm() {
     assert_eq!(
         err(&with_local("[dsm]\nhome = \"random\"")),
         "jobs/t.toml:2:8: dsm.home = \"random\": must be one of: round-robin, block, first-touch"
+    );
+    assert_eq!(
+        err(&with_local("[dsm]\nprotocol_priority = \"high\"")),
+        "jobs/t.toml:2:21: dsm.protocol_priority = \"high\": must be one of: auto, realtime, normal"
+    );
+}
+
+#[test]
+fn prefetch_is_a_small_page_count() {
+    assert_eq!(
+        err(&with_local("[dsm]\nprefetch = 65")),
+        "jobs/t.toml:2:12: dsm.prefetch = 65: must be between 0 and 64 pages after the faulting \
+         one (0 turns prefetching off)"
+    );
+    assert_eq!(
+        err(&with_local("[dsm]\nprefetch = -1")),
+        "jobs/t.toml:2:12: dsm.prefetch = -1: must be between 0 and 64 pages after the faulting \
+         one (0 turns prefetching off)"
+    );
+    let cfg = JobConfig::from_str_named(&with_local("[dsm]\nprefetch = 0"), "t.toml").unwrap();
+    assert_eq!(cfg.dsm.prefetch, 0);
+    assert_eq!(
+        JobConfig::from_str_named(&with_local(""), "t.toml")
+            .unwrap()
+            .dsm
+            .prefetch,
+        multigrain_cluster_config::DEFAULT_PREFETCH
     );
 }
 

@@ -56,9 +56,21 @@ pub struct Config {
     /// cluster since the previous barrier to that cluster (single-writer fast path;
     /// home migration of JIAJIA: Hu, Shi, Tang, "Home Migration in Home-based Software DSMs", WSDSM 1999). Ignored by sc.
     pub migrate_single_writer: bool,
+    /// hlrc only: a fault that fetches page `p` from its home also requests the pages
+    /// `p + 1 ..= p + prefetch` that this cluster lacks, whose home is known and is
+    /// another cluster, and that are not being fetched — one `GetPage` each, sent
+    /// together, so that a sweep over remote pages waits for one round trip per
+    /// `prefetch + 1` pages. Their copies are installed read-only when they arrive;
+    /// one that a write notice made stale on the way is dropped. 0 turns prefetching
+    /// off. Ignored by sc. (ArgoDSM fetches 8 pages per miss: Kaxiras et al., HPDC
+    /// 2015, §4; issue 10.)
+    pub prefetch: u32,
     /// The cluster that runs the barrier manager.
     pub barrier_manager: ClusterId,
 }
+
+/// The default of [`Config::prefetch`]: 7 pages after the faulting one (8 per miss).
+pub const DEFAULT_PREFETCH: u32 = 7;
 
 /// Why a [`Config`] was rejected.
 ///
@@ -78,7 +90,8 @@ pub enum ConfigError {
 
 impl Config {
     /// A configuration with the default home policy (round-robin), single-writer
-    /// migration on, and the barrier managed by cluster 0.
+    /// migration on, [`DEFAULT_PREFETCH`] pages prefetched per fetch, and the barrier
+    /// managed by cluster 0.
     ///
     /// Source: design.md, *coherence* (hlrc default, round-robin homes).
     pub fn new(protocol: Protocol, clusters: u16, pages: u32) -> Self {
@@ -88,6 +101,7 @@ impl Config {
             pages,
             home_policy: HomePolicy::RoundRobin,
             migrate_single_writer: true,
+            prefetch: DEFAULT_PREFETCH,
             barrier_manager: ClusterId::new(0).expect("0 is a valid cluster"),
         }
     }

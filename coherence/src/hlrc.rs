@@ -16,6 +16,11 @@
 //!   (Tag-On) or a zero-page notice as soon as its master reflects them — it holds
 //!   the request until the diffs have arrived — and the copy is installed
 //!   read-only. Concurrent faults on the page wait for the same fetch.
+//! * **Prefetch** ([`crate::Config::prefetch`]): the same fault also requests the
+//!   next few pages that are missing here and homed elsewhere; nobody waits for
+//!   them, a fault on one of them joins its fetch, and a reply that a write notice
+//!   made stale on its way is dropped (the page stays missing). A barrier arrival
+//!   waits until every fetch has landed, so that no reply crosses a home migration.
 //! * **Write fault** on a read-only page: `MakeTwin`, `Unprotect`; the page is open.
 //!   On a missing page: fetch, then install, twin, unprotect. At the home the same
 //!   (a twin lets the home's writes travel as diffs with locks), unless the page is
@@ -245,10 +250,39 @@ impl Machine {
         if home == self.me {
             return self.hlrc_install_home(page, waiters, out);
         }
+        let prefetch = !waiters.is_empty();
         self.hlrc_request(page, home, out);
         self.fetches
             .insert(page, Fetch::new(waiters, Phase::AwaitPage { stale: false }));
+        if prefetch {
+            self.hlrc_prefetch(page, out);
+        }
         Ok(())
+    }
+
+    /// Requests the pages after `page` that this cluster lacks, whose home is known
+    /// and is another cluster, and that are not being fetched (see
+    /// [`crate::Config::prefetch`]): fetches nobody waits for yet.
+    fn hlrc_prefetch(&mut self, page: PageId, out: &mut Vec<Action>) {
+        let last = page
+            .get()
+            .saturating_add(self.cfg.prefetch)
+            .min(self.cfg.pages - 1);
+        for p in (page.get() + 1..=last).filter_map(PageId::new) {
+            let Some(home) = self.homes.get(p) else {
+                continue;
+            };
+            if home == self.me
+                || self.pages[p.index()].access != PageAccess::Invalid
+                || self.fetches.contains_key(&p)
+            {
+                continue;
+            }
+            self.stats.prefetches += 1;
+            self.hlrc_request(p, home, out);
+            self.fetches
+                .insert(p, Fetch::new(Vec::new(), Phase::AwaitPage { stale: false }));
+        }
     }
 
     /// Sends `GetPage` with the versions the copy must reflect.
@@ -353,7 +387,11 @@ impl Machine {
             Some(Phase::AwaitPage { stale }) => stale,
             _ => return Err(Self::unexpected("page without a fetch", from, page)),
         };
-        if stale {
+        let waited = self
+            .fetches
+            .get(&page)
+            .is_some_and(|f| !f.waiters.is_empty());
+        if stale && waited {
             // A write notice arrived after the request: the reply may predate it.
             // Fetch again, asking for the versions known now.
             self.stats.stale_refetches += 1;
@@ -369,17 +407,31 @@ impl Machine {
         if self.entry(page).access != PageAccess::Invalid {
             return Err(Self::unexpected("page for a valid copy", from, page));
         }
-        out.push(Action::Install {
-            page,
-            source: if zero { Source::Zero } else { Source::Attached },
-            writable: false,
-        });
-        self.entry(page).access = PageAccess::ReadOnly;
-        if f.waiters.iter().any(|w| w.write) {
-            self.hlrc_make_writable(page, false, out);
+        if stale {
+            // A prefetch nobody waits for: the page stays missing, and its next
+            // fault fetches it with the versions known now.
+            self.stats.prefetches_dropped += 1;
+        } else {
+            out.push(Action::Install {
+                page,
+                source: if zero { Source::Zero } else { Source::Attached },
+                writable: false,
+            });
+            self.entry(page).access = PageAccess::ReadOnly;
+            if f.waiters.iter().any(|w| w.write) {
+                self.hlrc_make_writable(page, false, out);
+            }
+            if f.waiters.is_empty() {
+                self.stats.prefetches_installed += 1;
+            } else {
+                Self::wake(page, &f.waiters, out);
+            }
         }
-        Self::wake(page, &f.waiters, out);
         self.inbox.extend(f.deferred);
+        if self.barrier.arrival_held && self.fetches.is_empty() {
+            self.barrier.arrival_held = false;
+            self.arrive(out);
+        }
         Ok(())
     }
 
@@ -737,6 +789,14 @@ impl Machine {
             let old = self.homes.get(p);
             if old == Some(new) {
                 continue;
+            }
+            if self.fetches.contains_key(&p) {
+                // Barrier arrivals wait for every fetch, prefetches included.
+                return Err(Self::unexpected(
+                    "migration of a page being fetched",
+                    from,
+                    p,
+                ));
             }
             self.homes.set(p, new);
             let was_home = old == Some(me);

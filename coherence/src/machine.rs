@@ -125,6 +125,9 @@ pub(crate) struct Held {
 pub(crate) struct BarrierState {
     pub(crate) episode: u32,
     pub(crate) waiting: Option<SyncToken>,
+    /// hlrc: the arrival waits for the prefetches in flight (so that no reply can
+    /// cross a home migration at the departure).
+    pub(crate) arrival_held: bool,
     pub(crate) deferred: Vec<(ClusterId, Message)>,
 }
 
@@ -461,6 +464,31 @@ impl Machine {
         }
     }
 
+    /// Checks received records: pages in the region, owners in the job, and none of
+    /// this cluster's own that it never made.
+    fn check_records(
+        &self,
+        from: ClusterId,
+        records: &[IntervalRecord],
+    ) -> Result<(), ProtocolError> {
+        for r in records {
+            if !self.cfg.has_cluster(r.owner) {
+                return Err(ProtocolError::NoSuchCluster(r.owner));
+            }
+            if r.owner == self.me && r.index > self.time.get(self.me) {
+                return Err(ProtocolError::Unexpected {
+                    what: "a record of this cluster that it never made",
+                    from,
+                    page: None,
+                });
+            }
+            for &p in r.pages.iter() {
+                self.check_page(p)?;
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn entry(&mut self, page: PageId) -> &mut PageEntry {
         &mut self.pages[page.index()]
     }
@@ -503,6 +531,9 @@ impl Machine {
                 }
                 let w = Waiter { token, write };
                 if let Some(f) = self.fetches.get_mut(&page) {
+                    if f.waiters.is_empty() {
+                        self.stats.prefetch_hits += 1;
+                    }
                     f.waiters.push(w);
                     self.stats.coalesced_faults += 1;
                     return Ok(());
@@ -677,7 +708,12 @@ impl Machine {
         match r {
             Resume::Close(Completion::Release { lock }) => self.give_back(lock, out),
             Resume::Close(Completion::Barrier) => {
-                self.arrive(out);
+                if self.fetches.is_empty() {
+                    self.arrive(out);
+                } else {
+                    self.stats.arrivals_held += 1;
+                    self.barrier.arrival_held = true;
+                }
                 Ok(())
             }
             Resume::Grant(g) => self.take_grant(g, out),
@@ -687,7 +723,7 @@ impl Machine {
     /// Sends the barrier arrival (the flush is done; the diffs need not have reached
     /// their homes: the departure waits for those a home needs, see
     /// [`Machine::on_barrier_depart`]).
-    fn arrive(&mut self, out: &mut Vec<Action>) {
+    pub(crate) fn arrive(&mut self, out: &mut Vec<Action>) {
         let records = self.log.owned_after(self.me, 0);
         let migratable = if self.cfg.protocol == Protocol::Hlrc && self.cfg.migrate_single_writer {
             self.hlrc_migratable(&records)
@@ -715,6 +751,7 @@ impl Machine {
         if let Some(page) = msg.page() {
             self.check_page(page)?;
         }
+        self.check_records(from, msg.records())?;
         let hlrc = self.cfg.protocol == Protocol::Hlrc;
         let msg_page = msg.page();
         let wrong = |what| {

@@ -397,6 +397,20 @@ impl Message {
         }
     }
 
+    /// The interval records this message carries (none for most kinds).
+    ///
+    /// Source: see [`Message`].
+    pub fn records(&self) -> &[IntervalRecord] {
+        use Message::*;
+        match self {
+            LockGrant { records, .. }
+            | LockRelease { records, .. }
+            | BarrierArrive { records, .. }
+            | BarrierDepart { records, .. } => records,
+            _ => &[],
+        }
+    }
+
     /// The attached buffer this message carries as a Tag-On message, if any.
     ///
     /// Source: Tag-On messages (paper 004 §5.2).

@@ -53,6 +53,18 @@ counters! {
     pages_served,
     /// Zero-page replies sent by this cluster as home (no data).
     zero_pages_served,
+    /// hlrc: pages requested ahead of a fault (see [`crate::Config::prefetch`]).
+    prefetches,
+    /// hlrc: prefetched pages installed with no fault waiting for them.
+    prefetches_installed,
+    /// hlrc: faults that found their page being prefetched and waited for it (faults
+    /// avoided altogether by an installed prefetch are not counted).
+    prefetch_hits,
+    /// hlrc: barrier arrivals that waited for prefetches in flight.
+    arrivals_held,
+    /// hlrc: prefetched pages dropped on arrival because a write notice made the reply
+    /// stale on its way.
+    prefetches_dropped,
     /// hlrc: fetches this home held until diffs they needed had arrived.
     fetches_deferred,
     /// Twins made.

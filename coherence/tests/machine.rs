@@ -45,7 +45,9 @@ fn get(page: u32) -> Message {
 /// page (Tag-On) → install read-only → wake.
 #[test]
 fn remote_read_fault_hot_path() {
-    let cfg = Config::new(Protocol::Hlrc, 2, 4);
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
+    cfg.prefetch = 0; // see the prefetch tests
+
     let mut home = Machine::new(c(1), cfg.clone()).unwrap();
     let mut me = Machine::new(c(0), cfg).unwrap();
     // page 1 is homed at cluster 1 (round-robin)
@@ -116,6 +118,153 @@ fn remote_read_fault_hot_path() {
     assert_eq!(me.access(p(1)), Some(PageAccess::ReadOnly));
     assert_eq!(me.stats().remote_fetches, 1);
     assert_eq!(me.stats().coalesced_faults, 1);
+}
+
+fn fault(page: u32, token: u64) -> Event {
+    Event::ReadFault {
+        page: p(page),
+        token: FaultToken(token),
+    }
+}
+
+fn page_data(page: u32) -> Message {
+    Message::PageData {
+        page: p(page),
+        writable: false,
+        zero: false,
+    }
+}
+
+/// Prefetch: a fault on page 1 also requests the next pages homed at the other
+/// cluster (3, 5 and 7; the even ones are homed here); a prefetched page is installed
+/// without waking anyone, and a fault on a page being prefetched joins its fetch.
+#[test]
+fn a_fault_prefetches_the_next_pages_homed_elsewhere() {
+    let cfg = Config::new(Protocol::Hlrc, 2, 8);
+    assert_eq!(cfg.prefetch, 7);
+    let mut me = Machine::new(c(0), cfg).unwrap();
+    let sent = run(&mut me, fault(1, 1));
+    let want: Vec<Action> = [1, 3, 5, 7]
+        .into_iter()
+        .map(|n| Action::Send {
+            to: c(1),
+            msg: get(n),
+        })
+        .collect();
+    assert_eq!(sent, want);
+    assert_eq!(me.stats().prefetches, 3);
+    assert_eq!(
+        run(&mut me, msg(1, page_data(3))),
+        vec![Action::Install {
+            page: p(3),
+            source: Source::Attached,
+            writable: false
+        }]
+    );
+    assert_eq!(me.access(p(3)), Some(PageAccess::ReadOnly));
+    assert_eq!(run(&mut me, fault(5, 2)), vec![]);
+    assert_eq!(
+        run(&mut me, msg(1, page_data(5))),
+        vec![
+            Action::Install {
+                page: p(5),
+                source: Source::Attached,
+                writable: false
+            },
+            Action::Wake {
+                page: p(5),
+                tokens: vec![FaultToken(2)]
+            }
+        ]
+    );
+    // a fault on the installed page 3 would not fault again; page 7 and the demand
+    // page 1 arrive out of order
+    run(&mut me, msg(1, page_data(7)));
+    assert_eq!(
+        run(&mut me, msg(1, page_data(1)))
+            .into_iter()
+            .filter(|a| matches!(a, Action::Wake { .. }))
+            .count(),
+        1
+    );
+    assert_eq!(me.stats().prefetches_installed, 2);
+    assert!(me.is_quiescent());
+    // a later fault on page 1's neighbours requests nothing more: all are here
+    assert_eq!(run(&mut me, fault(0, 3)).len(), 2, "page 0 is homed here");
+}
+
+/// A prefetch that a write notice made stale on its way is dropped: the page stays
+/// missing and its next fault asks for the versions known now.
+#[test]
+fn a_stale_prefetch_is_dropped_and_the_page_fetched_again_on_use() {
+    let cfg = Config::new(Protocol::Hlrc, 2, 8);
+    let mut me = Machine::new(c(0), cfg).unwrap();
+    run(&mut me, fault(1, 1));
+    // cluster 1 wrote page 3 in its interval 1; the lock's grant says so
+    run(&mut me, acquire(1, 9));
+    let mut time = VectorTime::new();
+    time.set(c(1), 1);
+    let notice = Message::LockGrant {
+        lock: l(1),
+        time: time.clone(),
+        records: vec![IntervalRecord {
+            owner: c(1),
+            index: 1,
+            pages: vec![p(3)].into(),
+        }],
+        diffs: vec![],
+        stored: 0,
+        tenure: 1,
+        contended: false,
+    };
+    run(&mut me, msg(1, notice));
+    assert_eq!(run(&mut me, msg(1, page_data(3))), vec![]);
+    assert_eq!(me.access(p(3)), Some(PageAccess::Invalid));
+    assert_eq!(me.stats().prefetches_dropped, 1);
+    assert_eq!(
+        run(&mut me, fault(3, 2)),
+        vec![Action::Send {
+            to: c(1),
+            msg: Message::GetPage {
+                page: p(3),
+                need: time
+            }
+        }]
+    );
+}
+
+/// A barrier arrival waits until the prefetches in flight have landed (no reply may
+/// cross a home migration at the departure).
+#[test]
+fn a_barrier_arrival_waits_for_prefetches_in_flight() {
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 8);
+    cfg.barrier_manager = c(1);
+    let mut me = Machine::new(c(0), cfg).unwrap();
+    run(&mut me, fault(1, 1));
+    run(&mut me, msg(1, page_data(1)));
+    let arrivals = |a: &[Action]| {
+        a.iter()
+            .filter(|a| {
+                matches!(
+                    a,
+                    Action::Send {
+                        msg: Message::BarrierArrive { .. },
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    let a = run(
+        &mut me,
+        Event::Barrier {
+            token: SyncToken(5),
+        },
+    );
+    assert_eq!(arrivals(&a), 0, "{a:?}");
+    assert_eq!(arrivals(&run(&mut me, msg(1, page_data(3)))), 0);
+    assert_eq!(arrivals(&run(&mut me, msg(1, page_data(5)))), 0);
+    assert_eq!(arrivals(&run(&mut me, msg(1, page_data(7)))), 1);
 }
 
 fn acquire(lock: u32, token: u64) -> Event {
@@ -339,7 +488,9 @@ fn flush(page: u32, keep_open: bool) -> Action {
 /// write-protected and closed at the next; a write fault never waits for the home.
 #[test]
 fn release_flushes_open_pages_and_does_not_wait_for_the_home() {
-    let cfg = Config::new(Protocol::Hlrc, 2, 4);
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
+    cfg.prefetch = 0; // see the prefetch tests
+
     let mut me = Machine::new(c(0), cfg).unwrap();
     run(
         &mut me,
@@ -487,7 +638,9 @@ fn release_flushes_open_pages_and_does_not_wait_for_the_home() {
 /// the diff to the next holder, which applies it to its copy instead of dropping it.
 #[test]
 fn home_writes_travel_as_diffs_once_shared() {
-    let cfg = Config::new(Protocol::Hlrc, 2, 4);
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
+    cfg.prefetch = 0; // see the prefetch tests
+
     let mut home = Machine::new(c(0), cfg.clone()).unwrap();
     let mut other = Machine::new(c(1), cfg).unwrap();
     let write = |t| Event::WriteFault {
@@ -942,6 +1095,44 @@ fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
             attached_len
         }),
     ]
+}
+
+/// Records are checked on receipt: a forged record of the receiver's own that it
+/// never made, or one naming a page outside the region, is an error (found by the
+/// fuzz test below: the forged record went into the receiver's log and a later
+/// barrier arrival indexed the page table with its page).
+#[test]
+fn forged_records_are_errors() {
+    let cfg = Config::new(Protocol::Hlrc, 2, 3);
+    let forged = |owner: u16, index: u32, page: u32| Message::LockGrant {
+        lock: l(1),
+        time: VectorTime::new(),
+        records: vec![IntervalRecord {
+            owner: c(owner),
+            index,
+            pages: vec![PageId::new(page).unwrap()].into(),
+        }],
+        diffs: vec![],
+        stored: 0,
+        tenure: 1,
+        contended: false,
+    };
+    for (msg, want) in [
+        (
+            forged(0, 1, 0),
+            "a record of this cluster that it never made",
+        ),
+        (forged(1, 1, 3), "no such page"),
+    ] {
+        let mut me = Machine::new(c(0), cfg.clone()).unwrap();
+        run(&mut me, acquire(1, 1));
+        let mut out = Vec::new();
+        let e = me.handle(self::msg(1, msg), &mut out).unwrap_err();
+        assert!(
+            e.to_string().contains(want) || format!("{e:?}").contains("NoSuchPage"),
+            "{e}"
+        );
+    }
 }
 
 proptest! {

@@ -118,6 +118,8 @@ fn program(rng: &mut StdRng, protocol: Protocol, policy: HomePolicy) -> Spec {
             prog.push(Op::Barrier);
         }
     }
+    // Drawn last, so that the programs of earlier seeds are unchanged.
+    cfg.prefetch = [0, 1, 7][rng.random_range(0..3)];
     Spec {
         cfg,
         words,
@@ -242,6 +244,10 @@ fn random_programs_exercise_the_protocol() {
         seen.lock_recall |= s.lock_recall;
         seen.lock_push |= s.lock_push;
         seen.stale_lock_request |= s.stale_lock_request;
+        seen.prefetch_installed |= s.prefetch_installed;
+        seen.prefetch_dropped |= s.prefetch_dropped;
+        seen.prefetch_hit |= s.prefetch_hit;
+        seen.arrival_held |= s.arrival_held;
     }
     eprintln!("checked reads: {reads}, seen: {seen:?}");
     assert!(reads > 1000, "only {reads} race-free reads checked");
@@ -258,6 +264,9 @@ fn random_programs_exercise_the_protocol() {
             && seen.private_home_write
             && seen.home_page_shared
             && seen.local_lock_acquire
+            && seen.prefetch_installed
+            && seen.prefetch_hit
+            && seen.arrival_held
             && seen.lock_recall
             && seen.lock_push
             && seen.stale_lock_request,

@@ -167,6 +167,10 @@ pub struct ClusterStats {
     pub barriers: u64,
     /// Time threads spent waiting in barriers.
     pub barrier_wait_ns: u64,
+    /// Clusters whose protocol thread ran at real-time priority (0 or 1 for a
+    /// cluster; see `dsm.protocol_priority`).
+    #[serde(default)]
+    pub realtime_protocol_threads: u64,
     /// Where the threads' time went (see [`PhaseTimes`]).
     #[serde(default)]
     pub time: PhaseTimes,
@@ -204,6 +208,7 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         self.lock_wait_ns += o.lock_wait_ns;
         self.barriers += o.barriers;
         self.barrier_wait_ns += o.barrier_wait_ns;
+        self.realtime_protocol_threads += o.realtime_protocol_threads;
         self.time += &o.time;
         for (k, v) in &o.messages_sent {
             *self.messages_sent.entry(k.clone()).or_default() += v;
@@ -331,6 +336,7 @@ impl Counters {
             fault_ns: g(&self.fault_ns),
             remote_fault_ns: g(&self.remote_fault_ns),
             remote_fetches: protocol.remote_fetches,
+            realtime_protocol_threads: 0,
             pages_installed: g(&self.pages_installed),
             twins: protocol.twins,
             diffs_sent: protocol.diffs_sent,

@@ -184,13 +184,14 @@ fn concurrent_faults_on_one_page_cause_one_fetch() {
     let (_, s1) = stats.iter().find(|(c, _)| *c == 1).unwrap();
     // One fetch of page 2, however many of the eight threads faulted on it: those that
     // faulted while it was being fetched joined that fetch (coalesced), those that
-    // faulted just after it was installed were answered at once (spurious).
+    // faulted just after it was installed were answered at once (spurious). (The
+    // other fetches are prefetches of the next pages homed at cluster 0.)
     let p = &s1.protocol;
     println!(
-        "read faults {}, coalesced {}, spurious {}, fetches {}",
-        s1.read_faults, p.coalesced_faults, p.spurious_faults, p.remote_fetches
+        "read faults {}, coalesced {}, spurious {}, fetches {}, prefetches {}",
+        s1.read_faults, p.coalesced_faults, p.spurious_faults, p.remote_fetches, p.prefetches
     );
-    assert_eq!(p.remote_fetches, 1, "{s1:?}");
+    assert_eq!(p.remote_fetches - p.prefetches, 1, "{s1:?}");
     assert!(s1.read_faults >= 1 && s1.read_faults <= 8, "{s1:?}");
     assert_eq!(
         s1.read_faults,

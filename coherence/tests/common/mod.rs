@@ -162,6 +162,14 @@ pub struct Seen {
     pub lock_push: bool,
     /// A lock manager dropped a request that a push had answered.
     pub stale_lock_request: bool,
+    /// hlrc: a prefetched page was installed with no fault waiting for it.
+    pub prefetch_installed: bool,
+    /// hlrc: a prefetch made stale by a write notice was dropped on arrival.
+    pub prefetch_dropped: bool,
+    /// hlrc: a fault found its page being prefetched and waited for it.
+    pub prefetch_hit: bool,
+    /// hlrc: a barrier arrival waited for a prefetch in flight.
+    pub arrival_held: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -549,6 +557,10 @@ impl World {
         self.seen.lock_recall |= st.lock_recalls > 0;
         self.seen.lock_push |= st.lock_pushes_received > 0;
         self.seen.stale_lock_request |= st.lock_stale_requests > 0;
+        self.seen.prefetch_installed |= st.prefetches_installed > 0;
+        self.seen.prefetch_dropped |= st.prefetches_dropped > 0;
+        self.seen.prefetch_hit |= st.prefetch_hits > 0;
+        self.seen.arrival_held |= st.arrivals_held > 0;
     }
 
     fn send(&mut self, c: usize, to: ClusterId, msg: &Message, attach: Option<Vec<u8>>) {

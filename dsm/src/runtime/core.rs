@@ -175,6 +175,8 @@ pub(crate) struct Core {
     /// runtime, cleared by the protocol thread: while it keeps being set, the protocol
     /// thread leaves the queue to them (see [`Core::serve`]).
     pub(crate) polled: CachePadded<AtomicBool>,
+    /// Whether the protocol thread runs at real-time priority (see `sched`).
+    pub(crate) realtime: AtomicBool,
 }
 
 fn next_runtime_id() -> u64 {
@@ -221,6 +223,7 @@ impl Core {
             epoch: Instant::now(),
             barrier_arrival_sent: std::sync::atomic::AtomicU64::new(0),
             polled: CachePadded::new(AtomicBool::new(false)),
+            realtime: AtomicBool::new(false),
         }
     }
 
@@ -685,6 +688,7 @@ impl Core {
 
     fn alloc_buffer(&self, ep: &Endpoint, pending: &mut Pending) -> Result<TagOnBuf, DsmError> {
         let mut since = Instant::now();
+        let backoff = crossbeam_utils::Backoff::new();
         loop {
             match ep.alloc() {
                 Ok(b) => return Ok(b),
@@ -700,7 +704,13 @@ impl Core {
                         })?;
                         since = Instant::now();
                     }
-                    std::thread::yield_now();
+                    // Sleep once spinning is over: a real-time protocol thread that only
+                    // yielded would keep the threads that free buffers off its CPU.
+                    if backoff.is_completed() {
+                        std::thread::sleep(Duration::from_micros(50));
+                    } else {
+                        backoff.snooze();
+                    }
                 }
             }
         }
@@ -1192,8 +1202,12 @@ impl Core {
 
     pub(crate) fn snapshot(&self) -> ClusterStats {
         let protocol = ProtocolStats::from(*self.state.lock().machine.stats());
-        self.counters
-            .snapshot(self.me, protocol, LayerStats::from(self.site.stats()))
+        ClusterStats {
+            realtime_protocol_threads: u64::from(self.realtime.load(Ordering::Relaxed)),
+            ..self
+                .counters
+                .snapshot(self.me, protocol, LayerStats::from(self.site.stats()))
+        }
     }
 
     /// Notes that a thread of this cluster is polling the protocol queue from inside

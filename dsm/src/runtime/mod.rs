@@ -3,6 +3,7 @@
 //! [`LockGuard`].
 
 pub(crate) mod core;
+mod sched;
 pub(crate) mod slots;
 pub(crate) mod sync;
 
@@ -15,7 +16,9 @@ use crate::transport::{PROTOCOL_QUEUE, Transport, WAKE_QUEUES};
 use crate::uffd::{Backing, PAGE_SIZE, Region, RegionConfig};
 use crate::wire::RuntimeOp;
 use bytemuck::Pod;
-use multigrain_cluster_config::{HomePolicy, JobConfig, Link, Protocol as CfgProtocol};
+use multigrain_cluster_config::{
+    HomePolicy, JobConfig, Link, Protocol as CfgProtocol, ProtocolPriority,
+};
 use multigrain_coherence::{
     ClusterId, Config, Event, HomePolicy as Homes, LockId, MAX_LOCKS, Machine, Protocol,
 };
@@ -153,6 +156,7 @@ fn coherence_config(cfg: &JobConfig, me: usize) -> Result<Config, DsmError> {
         CfgProtocol::Sc => Protocol::Sc,
     };
     let mut c = Config::new(protocol, cfg.clusters.len() as u16, pages);
+    c.prefetch = cfg.dsm.prefetch;
     c.home_policy = match cfg.dsm.home {
         HomePolicy::RoundRobin => Homes::RoundRobin,
         HomePolicy::Block => Homes::Block,
@@ -357,16 +361,57 @@ impl Dsm {
             Duration::ZERO
         });
         dsm.live = true;
+        let priority = cfg.dsm.protocol_priority;
+        let (started, start) = std::sync::mpsc::channel();
         dsm.server = Some(
             std::thread::Builder::new()
                 .name(format!("dsm-protocol-{me}"))
-                .spawn(move || core.serve(&region, spin))
+                .spawn(move || {
+                    let realtime = match priority {
+                        ProtocolPriority::Normal => Ok(false),
+                        ProtocolPriority::Auto | ProtocolPriority::Realtime => {
+                            sched::make_realtime().map(|()| true)
+                        }
+                    };
+                    let ok = realtime.is_ok() || priority != ProtocolPriority::Realtime;
+                    let realtime = realtime.map_err(|e| e.to_string());
+                    let _ = started.send(realtime.clone());
+                    if !ok {
+                        return;
+                    }
+                    let realtime = realtime.unwrap_or(false);
+                    core.realtime.store(realtime, Ordering::Relaxed);
+                    // A real-time thread never polls: it would keep the compute
+                    // threads off its CPU.
+                    core.serve(&region, if realtime { Duration::ZERO } else { spin })
+                })
                 .map_err(|source| DsmError::Spawn {
                     cluster: me,
                     what: "the protocol thread",
                     source,
                 })?,
         );
+        match start.recv() {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => {
+                tracing::debug!("cluster {me}: the protocol thread runs at normal priority");
+            }
+            Ok(Err(e)) if priority == ProtocolPriority::Realtime => {
+                return Err(config_err(format!(
+                    "dsm.protocol_priority = \"realtime\": the protocol thread cannot run \
+                     real-time ({e}); run as root, give the executable CAP_SYS_NICE, raise \
+                     RLIMIT_RTPRIO (`ulimit -r 1`), or set dsm.protocol_priority = \"auto\""
+                )));
+            }
+            Ok(Err(e)) => tracing::info!(
+                "cluster {me}: the protocol thread runs at normal priority ({e}: real-time \
+                 priority needs root, CAP_SYS_NICE or RLIMIT_RTPRIO ≥ 1); requests that \
+                 arrive while every thread computes wait for the scheduler"
+            ),
+            Err(_) => {
+                return Err(config_err("the protocol thread ended at its start".into()));
+            }
+        }
         Ok(dsm)
     }
 

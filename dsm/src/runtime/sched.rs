@@ -1,0 +1,61 @@
+//! The scheduling priority of the protocol thread.
+//!
+//! A request that reaches a cluster while all of its threads compute waits for the
+//! protocol thread to run. Woken at normal priority, that thread waits for the
+//! scheduler to preempt a compute thread, which with more runnable threads than cores
+//! can take the rest of a time slice (milliseconds). At real-time priority the
+//! wake-up preempts at once, like the interrupt that starts a message handler on a
+//! network interface. The protocol thread never busy-waits at that priority: it
+//! handles what has arrived and sleeps (see `Core::serve`).
+
+use std::io;
+
+/// Makes the calling thread a real-time thread (`SCHED_FIFO`, priority 1, the lowest
+/// real-time priority).
+///
+/// # Errors
+///
+/// The OS error: `EPERM` when the process may not (it needs root, `CAP_SYS_NICE`, or
+/// an `RLIMIT_RTPRIO` of at least 1).
+pub(crate) fn make_realtime() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: `pthread_self()` names the calling thread, which is alive for the whole
+    // call; `param` is an initialized `sched_param` that outlives the call, and the
+    // function only reads it.
+    let r = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(r))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Either the thread becomes real-time, or the refusal is a permission error.
+    #[test]
+    fn realtime_or_a_permission_error() {
+        std::thread::spawn(|| match make_realtime() {
+            Ok(()) => {
+                // SAFETY: as in `make_realtime`; `policy` and `param` are valid
+                // out-pointers for the call.
+                let policy = unsafe {
+                    let mut policy = 0;
+                    let mut param = libc::sched_param { sched_priority: 0 };
+                    assert_eq!(
+                        libc::pthread_getschedparam(libc::pthread_self(), &mut policy, &mut param),
+                        0
+                    );
+                    assert_eq!(param.sched_priority, 1);
+                    policy
+                };
+                assert_eq!(policy, libc::SCHED_FIFO);
+            }
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}"),
+        })
+        .join()
+        .unwrap();
+    }
+}
