@@ -238,6 +238,9 @@ impl Pair {
         cfg.dsm.protocol = protocol;
         cfg.dsm.home = HomePolicy::Block;
         cfg.dsm.region_size = Self::REGION as u64;
+        // Each timed fault is one request and one page: no prefetch of the next pages
+        // (which the following samples read).
+        cfg.dsm.prefetch = 0;
         cfg.ini.mtu = 8972;
         let config_error = |cluster: usize, reason: String| DsmError::Config { cluster, reason };
         let (ts, inis) = if network {
