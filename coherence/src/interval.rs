@@ -316,29 +316,7 @@ impl IntervalLog {
         after: &VectorTime,
         upto: &VectorTime,
     ) -> Result<Vec<IntervalRecord>, GapError> {
-        let mut out = Vec::new();
-        for (j, &hi) in upto.entries().iter().enumerate() {
-            let Some(c) = ClusterId::new(j as u16) else {
-                continue;
-            };
-            let lo = after.get(c);
-            if hi <= lo {
-                continue;
-            }
-            let empty = OwnerLog::default();
-            let log = self.owners.get(j).unwrap_or(&empty);
-            if lo < log.base || hi > log.top() {
-                return Err(GapError {
-                    owner: c,
-                    index: if lo < log.base { lo + 1 } else { hi },
-                    known: log.top(),
-                });
-            }
-            for k in lo + 1..=hi {
-                out.push(log.records[(k - log.base - 1) as usize].clone());
-            }
-        }
-        Ok(out)
+        self.between_with(&IntervalLog::default(), after, upto)
     }
 
     /// Record `(owner, index)`, if held.

@@ -1237,16 +1237,19 @@ impl Core {
         let ep = self.new_endpoint(Duration::ZERO);
         let mut reported = false;
         let mut last = Instant::now();
+        let mut handle = |m, last: &mut Instant| {
+            *last = Instant::now();
+            if let Err(e) = self.dispatch(ops, &ep, m)
+                && !reported
+            {
+                reported = true;
+                self.fail_with(&ep, &e);
+                tracing::error!("cluster {}: protocol thread: {e}", self.me);
+            }
+        };
         while !self.stop.load(Ordering::Acquire) {
             if let Some(m) = ep.try_recv() {
-                last = Instant::now();
-                if let Err(e) = self.dispatch(ops, &ep, m)
-                    && !reported
-                {
-                    reported = true;
-                    self.fail_with(&ep, &e);
-                    tracing::error!("cluster {}: protocol thread: {e}", self.me);
-                }
+                handle(m, &mut last);
                 continue;
             }
             if self.polled.swap(false, Ordering::Relaxed) {
@@ -1258,14 +1261,7 @@ impl Core {
                 continue;
             }
             if let Some(m) = ep.recv_timeout(Duration::from_millis(100)) {
-                last = Instant::now();
-                if let Err(e) = self.dispatch(ops, &ep, m)
-                    && !reported
-                {
-                    reported = true;
-                    self.fail_with(&ep, &e);
-                    tracing::error!("cluster {}: protocol thread: {e}", self.me);
-                }
+                handle(m, &mut last);
             }
         }
     }

@@ -322,6 +322,12 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "faults waiting on a cluster", &|c| c.remote_faults);
     row(&mut s, "time in faults (ms)", &|c| ms(c.fault_ns));
     row(&mut s, "remote fetches (pages)", &|c| c.remote_fetches);
+    row(&mut s, "  prefetched (dsm.prefetch)", &|c| {
+        c.protocol.prefetches
+    });
+    row(&mut s, "  prefetches a fault waited for", &|c| {
+        c.protocol.prefetch_hits
+    });
     row(&mut s, "pages installed", &|c| c.pages_installed);
     row(&mut s, "twins", &|c| c.twins);
     row(&mut s, "home writes to private pages", &|c| {
@@ -358,7 +364,7 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "  global part (one thread)", &|c| {
         ms(c.time.barrier_global_ns)
     });
-    row(&mut s, "    flush, diffs acknowledged", &|c| {
+    row(&mut s, "    flush before the arrival", &|c| {
         ms(c.time.barrier_flush_ns)
     });
     row(&mut s, "handling messages (any thread)", &|c| {
@@ -366,6 +372,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     });
     row(&mut s, "  messages handled", &|c| c.time.dispatched);
     row(&mut s, "asleep while waiting", &|c| ms(c.time.sleep_ns));
+    row(&mut s, "real-time protocol thread", &|c| {
+        c.realtime_protocol_threads
+    });
     row(&mut s, "  times", &|c| c.time.sleeps);
     header(&mut s, "messages sent, by kind");
     for kind in stats.total.messages_sent.keys() {
