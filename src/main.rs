@@ -35,6 +35,9 @@ enum Command {
     Hello(HelloArgs),
     Selftest(SelftestArgs),
     Run(commands::run::RunArgs),
+    /// Read the per-message INI traces a job wrote (paper 002 §4.4.2).
+    #[command(subcommand)]
+    Trace(TraceCommand),
 }
 
 /// Check a job's network end to end: every compute thread of every cluster sends Express and
@@ -231,6 +234,22 @@ enum ConfigCommand {
     },
 }
 
+#[derive(Subcommand, Debug)]
+enum TraceCommand {
+    /// Summarize the trace files of one job (one per cluster): per INI the message length,
+    /// time in the INI, queue length seen by arrivals and utilization (paper 002 Tables
+    /// 5.3/5.4); per cluster the mis-scheduled time rate and count rate (Tables 5.6/5.7).
+    Summarize {
+        /// The clusters' trace files (`MGTRACE1` format; one per cluster of the job).
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// Also write the summary as JSON to this file (`-`: standard output instead of
+        /// the tables).
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
+}
+
 fn main() {
     // A re-executed copy of this binary may be the peer of a cross-process benchmark.
     if multigrain_messaging::bench::cross_process::run_peer_if_requested() {
@@ -294,6 +313,9 @@ fn run(cli: Cli) -> Result<()> {
             command: a.command,
         }),
         Command::Run(a) => commands::run::run(a),
+        Command::Trace(TraceCommand::Summarize { files, json }) => {
+            commands::trace::summarize_files(&files, json.as_deref())
+        }
         Command::Hello(a) => commands::hello::run(&commands::hello::Options {
             config: a.config,
             sleep: std::time::Duration::from_millis(a.sleep_ms),

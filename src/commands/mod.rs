@@ -8,6 +8,7 @@ pub mod config;
 pub mod hello;
 pub mod run;
 pub mod selftest;
+pub mod trace;
 
 use anyhow::{Result, anyhow};
 use multigrain_cluster_config::JobConfig;

@@ -23,6 +23,7 @@ pub mod poll;
 mod reseq;
 pub mod stats;
 mod thread;
+pub mod trace;
 
 pub use stats::IniReport;
 
