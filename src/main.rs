@@ -9,6 +9,7 @@ mod progress;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
+use multigrain_cluster_config::Override;
 use std::path::PathBuf;
 
 /// multigrain: a distributed shared memory system for clusters of SMPs.
@@ -53,6 +54,11 @@ struct SelftestArgs {
     /// The job's TOML file (default: $MULTIGRAIN_CONFIG, set by `multigrain launch`).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Change one configuration value, e.g. `--set ini.policy=round-robin --set
+    /// local.clusters=4 --set cluster.1.threads=2` (repeatable; later wins). Checked like the
+    /// file; errors name the flag.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<Override>,
     /// Express messages from each cluster to each other cluster.
     #[arg(long, default_value_t = 100_000)]
     express: u64,
@@ -96,6 +102,12 @@ struct LaunchArgs {
     /// The job's TOML file (see cluster-config/examples/).
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
+    /// Change one configuration value, e.g. `--set ini.policy=round-robin --set
+    /// local.clusters=4 --set cluster.1.threads=2` (repeatable; later wins). Checked like the
+    /// file; errors name the flag. The clusters read the resolved job from a temporary
+    /// file, so every cluster must run on this host.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<Override>,
     /// Command prefix that runs a command on a remote host, split at whitespace; overrides the
     /// config's `launch.ssh` (default `ssh -o BatchMode=yes`).
     #[arg(long, value_name = "CMD")]
@@ -119,6 +131,11 @@ struct HelloArgs {
     /// The job's TOML file; default: $MULTIGRAIN_CONFIG (set by `multigrain launch`).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Change one configuration value, e.g. `--set ini.policy=round-robin --set
+    /// local.clusters=4 --set cluster.1.threads=2` (repeatable; later wins). Checked like the
+    /// file; errors name the flag.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<Override>,
     /// After the barrier, wait this many milliseconds (watching for failures) before finishing.
     #[arg(long, value_name = "N", default_value_t = 0)]
     sleep_ms: u64,
@@ -226,11 +243,21 @@ enum ConfigCommand {
     Check {
         /// The TOML file (see cluster-config/examples/).
         file: PathBuf,
+        /// Change one configuration value, e.g. `--set ini.policy=round-robin --set
+        /// local.clusters=4 --set cluster.1.threads=2` (repeatable; later wins). Checked like the
+        /// file; errors name the flag.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<Override>,
     },
     /// Print a topology file as a table of clusters, hosts, ports, threads, INIs, policy.
     Show {
         /// The TOML file (see cluster-config/examples/).
         file: PathBuf,
+        /// Change one configuration value, e.g. `--set ini.policy=round-robin --set
+        /// local.clusters=4 --set cluster.1.threads=2` (repeatable; later wins). Checked like the
+        /// file; errors name the flag.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<Override>,
     },
 }
 
@@ -296,7 +323,7 @@ fn run(cli: Cli) -> Result<()> {
         ),
         Command::Bench(BenchCommand::Apps(a)) => commands::bench_apps::run(&a),
         Command::Selftest(a) => {
-            let cfg = commands::job_config(a.config.as_deref(), "selftest")?;
+            let cfg = commands::job_config(a.config.as_deref(), "selftest", &a.set)?;
             let opts = commands::selftest::Options {
                 express: a.express,
                 tag_on: a.tag_on,
@@ -304,10 +331,11 @@ fn run(cli: Cli) -> Result<()> {
             };
             commands::selftest::run(&cfg, opts, a.stats, a.stats_json.as_deref())
         }
-        Command::Config(ConfigCommand::Check { file }) => commands::config::check(&file),
-        Command::Config(ConfigCommand::Show { file }) => commands::config::show(&file),
+        Command::Config(ConfigCommand::Check { file, set }) => commands::config::check(&file, &set),
+        Command::Config(ConfigCommand::Show { file, set }) => commands::config::show(&file, &set),
         Command::Launch(a) => launch::run(launch::Options {
             config: a.config,
+            set: a.set,
             ssh: a.ssh,
             grace: std::time::Duration::from_millis(a.grace_ms),
             command: a.command,
@@ -318,6 +346,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Hello(a) => commands::hello::run(&commands::hello::Options {
             config: a.config,
+            set: a.set,
             sleep: std::time::Duration::from_millis(a.sleep_ms),
             fail: a.fail,
         }),

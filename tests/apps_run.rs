@@ -488,6 +488,41 @@ fn failing(name: &str, args: &[&str], code: i32) -> String {
 }
 
 #[test]
+fn set_values_change_the_job_every_cluster_runs() {
+    let _one = one_job_at_a_time();
+    let args = [
+        "water",
+        "--set",
+        "local.clusters=3",
+        "--set",
+        "local.threads=1",
+        "--set",
+        "ini.policy=round-robin",
+        "--molecules",
+        "64",
+        "--steps",
+        "1",
+    ];
+    let (report, _p) = run_ok("water --set", &args, Some(3));
+    let b = &report["backend"];
+    assert_eq!(b["threads"], serde_json::json!([1, 1, 1]), "{b}");
+    assert_eq!(b["policy"], "round-robin", "{b}");
+    assert!(
+        b["config"]
+            .as_str()
+            .is_some_and(|c| c.contains("--set ini.policy=round-robin")),
+        "{b}"
+    );
+    let e = failing("bad --set", &["water", "--set", "local.clusters=0"], 1);
+    assert!(
+        e.contains("--set local.clusters=0: local.clusters = 0: must be between 1 and 1024"),
+        "{e}"
+    );
+    let e = failing("not KEY=VALUE", &["water", "--set", "local.clusters"], 2);
+    assert!(e.contains("is not KEY=VALUE"), "{e}");
+}
+
+#[test]
 fn bad_input_is_reported_naming_the_flag_file_or_value() {
     let dir = TempDir::new("apps-bad");
     let e = failing("not a cube", &["water", "--molecules", "500"], 1);

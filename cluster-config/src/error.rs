@@ -18,7 +18,8 @@ pub struct Location {
     /// Where the text came from: a file path, or the label given to
     /// [`JobConfig::from_str_named`](crate::JobConfig::from_str_named).
     pub origin: String,
-    /// Line number, counted from 1.
+    /// Line number, counted from 1; 0 when `origin` is a command-line flag
+    /// (`--set KEY=VALUE`) rather than a text.
     pub line: usize,
     /// Column number in characters, counted from 1.
     pub column: usize,
@@ -43,6 +44,10 @@ impl Location {
 
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            // A command-line flag (`--set KEY=VALUE`), not a position in a text.
+            return f.write_str(&self.origin);
+        }
         write!(f, "{}:{}:{}", self.origin, self.line, self.column)
     }
 }
@@ -151,6 +156,8 @@ impl ConfigError {
 pub(crate) struct Source<'a> {
     pub origin: &'a str,
     pub text: &'a str,
+    /// `--set` values appended after the file's text, located at their flags.
+    pub overrides: Option<&'a crate::overrides::Combined>,
 }
 
 /// Longest value excerpt quoted in an error, in characters.
@@ -158,11 +165,17 @@ const MAX_VALUE_CHARS: usize = 60;
 
 impl Source<'_> {
     pub fn location(&self, offset: usize) -> Location {
-        Location::of_offset(self.origin, self.text, offset)
+        match self.overrides.and_then(|c| c.region_of(offset)) {
+            Some((flag, _)) => crate::overrides::flag_location(flag),
+            None => Location::of_offset(self.origin, self.text, offset),
+        }
     }
 
     /// The text of `span`, trimmed and shortened to one line for quoting.
     pub fn excerpt(&self, span: Range<usize>) -> String {
+        if let Some(v) = self.overrides.and_then(|c| c.value_at(span.start)) {
+            return v.to_owned();
+        }
         let raw = self.text.get(span).unwrap_or("").trim();
         let first_line = raw.lines().next().unwrap_or("");
         let mut out: String = first_line.chars().take(MAX_VALUE_CHARS).collect();
@@ -199,7 +212,10 @@ impl Source<'_> {
                 message,
             };
         }
-        let mut path = key_segments_at(self.text, span.start);
+        let mut path = match self.overrides.and_then(|c| c.region_of(span.start)) {
+            Some((_, key)) => vec![Segment::Key(key.to_owned())],
+            None => key_segments_at(self.text, span.start),
+        };
         if let Some(rest) = message.strip_prefix("unknown field `")
             && let Some((name, expected)) = rest.split_once('`')
         {

@@ -12,6 +12,10 @@
 //! jobs/2x2.toml:14:10: ini.window = 0: must be between 1 and 2147483648 (half the 32-bit sequence space)
 //! ```
 //!
+//! [`JobConfig::from_str_with_overrides`] applies `--set KEY=VALUE` values
+//! ([`Override`]) over a file and validates the result as one file; errors
+//! in them name the flag instead of a file position.
+//!
 //! `examples/*.toml` in this crate are ready topologies; `examples/2x2.toml`
 //! is [`JobConfig::embedded_default`] and comments every key.
 //!
@@ -68,6 +72,7 @@
 mod error;
 mod launcher;
 mod model;
+mod overrides;
 mod raw;
 mod render;
 mod resolve;
@@ -84,6 +89,7 @@ pub use model::{
     MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol, ProtocolPriority, Substrate,
     USER_SPACE_END, is_loopback, same_host,
 };
+pub use overrides::{BadOverride, Override};
 pub use size::{ParseSizeError, format_bytes, parse_byte_size};
 
 /// The text of `examples/2x2.toml`, the default job: 2 clusters × 2 compute
@@ -127,11 +133,73 @@ impl JobConfig {
     /// # Ok::<(), multigrain_cluster_config::ConfigError>(())
     /// ```
     pub fn from_str_named(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let src = error::Source { origin, text };
+        Self::from_str_with_overrides(text, origin, &[])
+    }
+
+    /// As [`JobConfig::from_path`], with `overrides` (`--set KEY=VALUE`) applied over the
+    /// file before validation.
+    ///
+    /// # Errors
+    /// As [`JobConfig::from_str_with_overrides`].
+    pub fn from_path_with_overrides(
+        path: &Path,
+        overrides: &[Override],
+    ) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        Self::from_str_with_overrides(&text, &path.display().to_string(), overrides)
+    }
+
+    /// Parses a configuration text, sets each of `overrides` over it (creating tables as
+    /// needed; a later override of a key wins) and validates the result as one file.
+    ///
+    /// # Errors
+    /// As [`JobConfig::from_str_named`]; an error in an override's value, or one the
+    /// schema finds at it, is located at the flag:
+    ///
+    /// ```
+    /// use multigrain_cluster_config::{JobConfig, Override};
+    /// let set = |s: &str| s.parse::<Override>().unwrap();
+    /// let text = "[local]\nclusters = 2\n";
+    /// let cfg = JobConfig::from_str_with_overrides(text, "job.toml", &[set("ini.policy=round-robin")])?;
+    /// assert_eq!(cfg.ini.policy.as_str(), "round-robin");
+    /// let err = JobConfig::from_str_with_overrides(text, "job.toml", &[set("local.clusters=0")]).unwrap_err();
+    /// assert_eq!(err.to_string(), "--set local.clusters=0: local.clusters = 0: must be between 1 and 1024");
+    /// # Ok::<(), multigrain_cluster_config::ConfigError>(())
+    /// ```
+    pub fn from_str_with_overrides(
+        text: &str,
+        origin: &str,
+        overrides: &[Override],
+    ) -> Result<Self, ConfigError> {
+        let plain = error::Source {
+            origin,
+            text,
+            overrides: None,
+        };
         if let Err(e) = toml::de::DeTable::parse(text) {
-            return Err(src.toml_error(&e, true));
+            return Err(plain.toml_error(&e, true));
         }
-        let raw: raw::RawFile = toml::from_str(text).map_err(|e| src.toml_error(&e, false))?;
+        if overrides.is_empty() {
+            let raw: raw::RawFile =
+                toml::from_str(text).map_err(|e| plain.toml_error(&e, false))?;
+            return resolve::resolve(raw, &plain);
+        }
+        let combined = overrides::Combined::new(text, overrides);
+        let src = error::Source {
+            origin,
+            text: &combined.text,
+            overrides: Some(&combined),
+        };
+        // The file again, from the combined text, so that it and the values share a lifetime.
+        let mut root = toml::de::DeTable::parse(&combined.text[..text.len()])
+            .map_err(|e| plain.toml_error(&e, true))?;
+        overrides::apply(root.get_mut(), &combined, overrides)?;
+        let de = toml::de::Deserializer::from(root);
+        let raw = <raw::RawFile as serde::Deserialize>::deserialize(de)
+            .map_err(|e| src.toml_error(&e, false))?;
         resolve::resolve(raw, &src)
     }
 

@@ -1,12 +1,12 @@
 //! `multigrain config check|show FILE`.
 
 use anyhow::Result;
-use multigrain_cluster_config::JobConfig;
+use multigrain_cluster_config::{JobConfig, Override};
 use std::path::Path;
 
-/// Validates `path`; prints a one-line summary.
-pub fn check(path: &Path) -> Result<()> {
-    let cfg = JobConfig::from_path(path)?;
+/// Validates `path` with `sets` applied; prints a one-line summary.
+pub fn check(path: &Path, sets: &[Override]) -> Result<()> {
+    let cfg = JobConfig::from_path_with_overrides(path, sets)?;
     println!(
         "{}: ok — {} cluster(s), {} compute thread(s), {} INI(s) per cluster, policy {}, substrate {}, protocol {}",
         path.display(),
@@ -20,9 +20,9 @@ pub fn check(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Validates `path` and prints its topology table.
-pub fn show(path: &Path) -> Result<()> {
-    let cfg = JobConfig::from_path(path)?;
+/// Validates `path` with `sets` applied and prints its topology table.
+pub fn show(path: &Path, sets: &[Override]) -> Result<()> {
+    let cfg = JobConfig::from_path_with_overrides(path, sets)?;
     print!("{}", cfg.render_table());
     Ok(())
 }

@@ -5,16 +5,18 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, bail};
 use multigrain_cluster_config::JobConfig;
 use multigrain_messaging::control::{
-    Control, ControlError, ENV_CONFIG, EXIT_PEER_FAILED, Identity, Registration,
+    Control, ControlError, EXIT_PEER_FAILED, Identity, Registration,
 };
 
 /// What `multigrain hello` was asked to do.
 pub struct Options {
     /// The job's TOML file; `None` means `$MULTIGRAIN_CONFIG`.
     pub config: Option<PathBuf>,
+    /// `--set KEY=VALUE` values applied over it.
+    pub set: Vec<multigrain_cluster_config::Override>,
     /// Sleep this long after the barrier (watching for failures).
     pub sleep: Duration,
     /// `Some(None)`: every cluster fails; `Some(Some(c))`: cluster `c` fails.
@@ -26,18 +28,7 @@ pub struct Options {
 /// prints `multigrain: error: cluster N failed: REASON` and exits with
 /// [`EXIT_PEER_FAILED`].
 pub fn run(opts: &Options) -> Result<()> {
-    let path = match &opts.config {
-        Some(p) => p.clone(),
-        None => std::env::var_os(ENV_CONFIG)
-            .map(PathBuf::from)
-            .ok_or_else(|| {
-                anyhow!(
-                    "no job configuration: pass --config FILE, or start the job with \
-                 `multigrain launch --config FILE -- multigrain hello`, which sets {ENV_CONFIG}"
-                )
-            })?,
-    };
-    let cfg = JobConfig::from_path(&path)?;
+    let cfg = super::job_config(opts.config.as_deref(), "hello", &opts.set)?;
     let id = Identity::from_env(&cfg)?;
     let me = id.cluster;
     match hello(opts, &cfg, &id) {

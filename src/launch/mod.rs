@@ -41,6 +41,9 @@ const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 pub struct Options {
     /// The job's TOML file.
     pub config: PathBuf,
+    /// `--set KEY=VALUE` values applied over it; the clusters then read the resolved job
+    /// from a scratch file (so all must run on this host).
+    pub set: Vec<multigrain_cluster_config::Override>,
     /// Replaces the config's `launch.ssh` prefix; split at whitespace.
     pub ssh: Option<String>,
     /// From a failure (or signal) to SIGKILL: stragglers get SIGTERM
@@ -119,9 +122,29 @@ pub fn run(opts: Options) -> Result<()> {
             "no command to launch: give it after `--`, e.g. `multigrain launch --config job.toml -- multigrain hello`"
         );
     }
-    let cfg = JobConfig::from_path(&opts.config)?;
-    let config = std::fs::canonicalize(&opts.config)
-        .with_context(|| format!("cannot resolve the path of {}", opts.config.display()))?;
+    let cfg = JobConfig::from_path_with_overrides(&opts.config, &opts.set)?;
+    // With --set, the clusters read the resolved job from a scratch file of this host.
+    let scratch = if opts.set.is_empty() {
+        None
+    } else {
+        if let Some(c) = cfg.clusters.iter().find(|c| !c.is_loopback()) {
+            bail!(
+                "--set with a cluster on another host ({}): the clusters read the job from a file of this host; write the values into {} instead",
+                c.host,
+                opts.config.display()
+            );
+        }
+        let dir = crate::commands::run::spawn::ScratchDir::new()?;
+        let p = dir.path().join("job.toml");
+        std::fs::write(&p, cfg.to_toml_string())
+            .with_context(|| format!("writing {}", p.display()))?;
+        Some((dir, p))
+    };
+    let config_file = scratch
+        .as_ref()
+        .map_or(opts.config.as_path(), |(_, p)| p.as_path());
+    let config = std::fs::canonicalize(config_file)
+        .with_context(|| format!("cannot resolve the path of {}", config_file.display()))?;
     let n = cfg.clusters.len();
     let ssh: Vec<String> = match &opts.ssh {
         Some(s) => s.split_whitespace().map(str::to_owned).collect(),

@@ -19,7 +19,7 @@ use multigrain_apps::progress::Progress;
 use multigrain_apps::team::{Runtime, Topology};
 use multigrain_apps::threads::ThreadsRuntime;
 use multigrain_apps::{conformance, em3d, water};
-use multigrain_cluster_config::{JobConfig, detect_rank_from_env};
+use multigrain_cluster_config::{EMBEDDED_DEFAULT_TOML, JobConfig, Override, detect_rank_from_env};
 use multigrain_messaging::control::{ENV_CLUSTER, ENV_CONFIG};
 use report::{Backend, CheckResult, Outcome, Report};
 use std::path::{Path, PathBuf};
@@ -75,6 +75,11 @@ pub struct CommonArgs {
     /// in a cluster process started by `multigrain launch`, else the embedded 2×2 job.
     #[arg(long, value_name = "FILE", conflicts_with = "threads")]
     pub config: Option<PathBuf>,
+    /// Change one configuration value, e.g. `--set ini.policy=round-robin --set
+    /// local.clusters=4 --set cluster.1.threads=2` (repeatable; later wins). Checked like the
+    /// file; errors name the flag.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<Override>,
     /// Run the sequential reference in this process, without the DSM.
     #[arg(long, conflicts_with = "threads")]
     pub sequential: bool,
@@ -473,7 +478,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     // The job's configuration: --config, else the launcher's, else the embedded default.
     let (cfg, config_path, label) = match &common.config {
         Some(p) => (
-            JobConfig::from_path(p)?,
+            JobConfig::from_path_with_overrides(p, &common.set)?,
             Some(p.clone()),
             p.display().to_string(),
         ),
@@ -487,12 +492,20 @@ pub fn run(args: RunArgs) -> Result<()> {
                 )
             }
             _ => (
-                JobConfig::embedded_default(),
+                JobConfig::from_str_with_overrides(
+                    EMBEDDED_DEFAULT_TOML,
+                    "embedded default job",
+                    &common.set,
+                )?,
                 None,
                 "embedded default job, examples/2x2.toml".to_owned(),
             ),
         },
     };
+    let label = std::iter::once(label)
+        .chain(common.set.iter().map(Override::flag))
+        .collect::<Vec<_>>()
+        .join(" ");
     let topology = topology_of(&cfg)?;
     if common.sequential {
         let outcome = shown(spec.name(), |d| {
@@ -518,7 +531,8 @@ pub fn run(args: RunArgs) -> Result<()> {
         );
     }
     spec.precheck(&topology)?;
-    spawn::run(&spec, &cfg, config_path.as_deref(), json)
+    // The cluster processes read the job from a file: with --set, the resolved one.
+    spawn::run(&spec, &cfg, config_path.as_deref(), &common.set, json)
 }
 
 /// Runs `f` with its progress shown under `label`.

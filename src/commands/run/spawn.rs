@@ -12,7 +12,7 @@ use super::watch::{self, Display};
 use super::{AppSpec, RESULT_FILE, SOCKET_FILE};
 use crate::launch;
 use anyhow::{Context, Result, anyhow};
-use multigrain_cluster_config::JobConfig;
+use multigrain_cluster_config::{JobConfig, Override};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -76,16 +76,26 @@ impl Drop for ScratchDir {
 }
 
 /// Spawns the job described by `cfg` (read from `config`, or the embedded default when
-/// `None`) running `app`, and prints cluster 0's report.
+/// `None`) running `app`, and prints cluster 0's report. When `sets` (`--set` values)
+/// changed `cfg`, the cluster processes read `cfg` as written out into the scratch
+/// directory instead.
 pub fn run(
     app: &AppSpec,
     cfg: &JobConfig,
     config: Option<&Path>,
+    sets: &[Override],
     json: Option<&Path>,
 ) -> Result<()> {
+    let resolved = !sets.is_empty();
     let started = Instant::now();
     let dir = ScratchDir::new()?;
     let config_path = match config {
+        _ if resolved => {
+            let p = dir.path().join("job.toml");
+            std::fs::write(&p, cfg.to_toml_string())
+                .with_context(|| format!("writing {}", p.display()))?;
+            p
+        }
         Some(p) => p.to_path_buf(),
         None => {
             let p = dir.path().join("2x2.toml");
@@ -106,11 +116,12 @@ pub fn run(
     }
     let n = cfg.clusters.len();
     eprintln!(
-        "multigrain run: starting {n} cluster process(es) of {} ({} compute threads); their own messages are prefixed [cN]",
+        "multigrain run: starting {n} cluster process(es) of {}{} ({} compute threads); their own messages are prefixed [cN]",
         config.map_or_else(
             || "the embedded default job (examples/2x2.toml)".to_owned(),
             |p| p.display().to_string()
         ),
+        if resolved { " with --set values" } else { "" },
         cfg.total_threads()
     );
     let stop = Arc::new(AtomicBool::new(false));
@@ -127,6 +138,7 @@ pub fn run(
     };
     let launched = launch::run(launch::Options {
         config: config_path,
+        set: Vec::new(),
         ssh: None,
         grace: std::time::Duration::from_secs(2),
         command,
@@ -151,10 +163,13 @@ pub fn run(
     report.wall_s = started.elapsed().as_secs_f64();
     if let Backend::Dsm { config: label, .. } = &mut report.backend {
         // The clusters read the configuration from a file this process chose.
-        *label = config.map_or_else(
+        *label = std::iter::once(config.map_or_else(
             || "embedded default job, examples/2x2.toml".to_owned(),
             |p| p.display().to_string(),
-        );
+        ))
+        .chain(sets.iter().map(Override::flag))
+        .collect::<Vec<_>>()
+        .join(" ");
     }
     super::deliver(&report, json)
 }
