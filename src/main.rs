@@ -4,6 +4,7 @@
 
 mod commands;
 mod launch;
+mod logging;
 mod measure;
 mod progress;
 
@@ -22,6 +23,15 @@ use std::path::PathBuf;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// More log output on stderr: -v info, -vv debug (join, address exchange, INI
+    /// connections), -vvv trace. RUST_LOG (EnvFilter syntax, e.g.
+    /// `RUST_LOG=multigrain_messaging=debug`) takes precedence. Cluster processes started
+    /// by `run` and `launch` log at the same level.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Only errors on stderr (no warnings).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -282,14 +292,12 @@ fn main() {
     if multigrain_messaging::bench::cross_process::run_peer_if_requested() {
         return;
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("MULTIGRAIN_LOG"))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = Cli::parse();
+    logging::init(logging::filter_for(cli.verbose, cli.quiet, |k| {
+        std::env::var(k).ok().filter(|v| !v.is_empty())
+    }));
     if let Err(e) = run(cli) {
-        eprintln!("multigrain: error: {e:#}");
+        logging::print_error(&e);
         std::process::exit(1);
     }
 }

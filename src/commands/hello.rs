@@ -37,7 +37,7 @@ pub fn run(opts: &Options) -> Result<()> {
                 .and_then(ControlError::failure)
                 .is_some_and(|f| f.cluster != me) =>
         {
-            eprintln!("multigrain: error: {e:#}");
+            crate::logging::print_error(&e);
             std::process::exit(EXIT_PEER_FAILED);
         }
         other => other,

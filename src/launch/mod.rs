@@ -193,12 +193,16 @@ pub fn run(opts: Options) -> Result<()> {
         .clusters
         .iter()
         .map(|c| {
-            let env = vec![
+            let mut env = vec![
                 (ENV_CLUSTER.to_owned(), c.id.to_string()),
                 (ENV_CLUSTERS.to_owned(), n.to_string()),
                 (ENV_COORDINATOR.to_owned(), coordinator.clone()),
                 (ENV_CONFIG.to_owned(), config.to_string_lossy().into_owned()),
             ];
+            // The clusters log as this process does (-v/-q or RUST_LOG).
+            if let Some(f) = crate::logging::filter() {
+                env.push(("RUST_LOG".to_owned(), f.to_owned()));
+            }
             if c.is_loopback() {
                 Plan::local(c.id, &c.host, &opts.command, env)
             } else {

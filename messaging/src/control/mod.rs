@@ -563,11 +563,31 @@ impl Control {
                 me.cluster, id.cluster
             )));
         }
-        if id.cluster == 0 {
+        tracing::debug!(
+            cluster = id.cluster,
+            "joining the job as cluster {} of {} (coordinator {})",
+            id.cluster,
+            id.clusters,
+            id.coordinator
+        );
+        let joined = if id.cluster == 0 {
             Self::join_coordinator(id, settings, me)
         } else {
             Self::join_member(id, settings, me)
+        };
+        if let Ok((_, regs)) = &joined {
+            for r in regs {
+                tracing::debug!(
+                    cluster = id.cluster,
+                    "address exchange: cluster {} is pid {} on {} ({} bytes of addresses)",
+                    r.cluster,
+                    r.pid,
+                    r.host,
+                    r.payload.len()
+                );
+            }
         }
+        joined
     }
 
     fn join_coordinator(

@@ -102,7 +102,7 @@ pub fn run(app: &AppSpec, cfg: &JobConfig, backend: Backend, delivery: &Delivery
         Err(e) => {
             sink.abandon();
             if blamed_peer(&e, me).is_some() {
-                eprintln!("multigrain: error: {e:#}");
+                crate::logging::print_error(&e);
                 std::process::exit(EXIT_PEER_FAILED);
             }
             return Err(e);
