@@ -522,6 +522,88 @@ fn set_values_change_the_job_every_cluster_runs() {
     assert!(e.contains("is not KEY=VALUE"), "{e}");
 }
 
+/// A traced job over UDP with dedicated INI threads (paper 002 chapter 3): every cluster
+/// writes its trace file, every message is found at both ends, the run report carries the
+/// summary `multigrain trace summarize` prints from the same files, and the energies
+/// still agree with the sequential run.
+#[test]
+fn traced_dedicated_inis_report_message_times_from_both_ends() {
+    let _one = one_job_at_a_time();
+    let dir = TempDir::new("apps-trace");
+    let trace_dir = dir.path().join("traces");
+    let trace_set = format!("ini.trace_dir={}", trace_dir.display());
+    let common = ["water", "--molecules", "64", "--steps", "2"];
+    let (seq, _) = run_ok(
+        "water sequential",
+        &[&common[..], &["--sequential"]].concat(),
+        None,
+    );
+    let mut args: Vec<&str> = common.to_vec();
+    for set in [
+        "local.clusters=2",
+        "local.threads=2",
+        "ini.substrate=udp",
+        "ini.per_cluster=2",
+        "ini.policy=least-loaded",
+        "ini.inline=false",
+        &trace_set,
+    ] {
+        args.extend(["--set", set]);
+    }
+    let (report, _p) = run_ok("water traced", &args, Some(2));
+    for (a, b) in energies(&report)
+        .iter()
+        .flatten()
+        .zip(energies(&seq).iter().flatten())
+    {
+        assert!(
+            digits(*a, *b) >= 9.0,
+            "traced run: {a:e} vs sequential {b:e}"
+        );
+    }
+    let t = &report["trace"];
+    let messages = t["messages"].as_u64().expect("trace.messages");
+    assert!(messages > 100, "too few traced messages: {t}");
+    assert_eq!(
+        t["joined"], t["messages"],
+        "every message at both ends: {t}"
+    );
+    assert_eq!(t["dropped"], 0, "{t}");
+    let inis = t["inis"].as_array().expect("trace.inis");
+    assert_eq!(inis.len(), 4, "2 clusters × 2 INIs: {t}");
+    for i in inis {
+        assert!(
+            i["sent"].as_u64().unwrap_or(0) > 0,
+            "an INI sent nothing: {i}"
+        );
+        let util = i["utilization"].as_f64().unwrap_or(-1.0);
+        assert!((0.0..=1.0).contains(&util), "utilization {util}: {i}");
+    }
+    let time = t["mean_message_time_us"].as_f64().unwrap_or(-1.0);
+    assert!(time > 0.0 && time.is_finite(), "message time {time}: {t}");
+    // The command-line summary of the same files says the same.
+    let files: Vec<String> = (0..2)
+        .map(|c| {
+            trace_dir
+                .join(format!("trace-cluster-{c}.mgtrace"))
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    let out = dir.path().join("summary.json");
+    let mut cmd = Command::new(bin());
+    cmd.args(["trace", "summarize"])
+        .args(&files)
+        .arg("--json")
+        .arg(&out);
+    let mut p = Proc::spawn("trace summarize", cmd);
+    assert!(p.wait_exit(HANG).success(), "{}", p.transcript());
+    let again: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("summary written"))
+            .expect("valid JSON");
+    assert_eq!(&again, t, "the report and `trace summarize` disagree");
+}
+
 #[test]
 fn bad_input_is_reported_naming_the_flag_file_or_value() {
     let dir = TempDir::new("apps-bad");

@@ -43,6 +43,9 @@
 //! | `ini.ack_timeout_us` | 200 | ≥ 1 µs, < `ini.send_timeout_us` |
 //! | `ini.mtu` | 1472 | 512 ..= 65507 bytes |
 //! | `ini.queue_capacity` | 4096 | 1 ..= 2^32−1 messages |
+//! | `ini.inline` | `true` | `true` (compute threads run free INIs' passes), `false` (dedicated INI threads) |
+//! | `ini.trace_dir` | `""` (off) | directory for per-message INI traces (`trace-cluster-<id>.mgtrace`) |
+//! | `ini.trace_records` | 262144 | 1 ..= 2^24 records of 64 bytes per INI |
 //! | `dsm.protocol` | `"hlrc"` | `hlrc`, `sc` |
 //! | `dsm.home` | `"round-robin"` | `round-robin`, `block`, `first-touch` |
 //! | `dsm.region_base` | `0x5000_0000_0000` | page-aligned, 0x10000 ..= 2^47 − 4096 |
@@ -85,9 +88,9 @@ pub use launcher::{LaunchRank, Launcher, RankError, detect_rank, detect_rank_fro
 pub use model::{
     ClusterSpec, DEFAULT_JOB_KEY, DEFAULT_PREFETCH, DsmConfig, EmulationConfig, FaultConfig,
     HomePolicy, IniConfig, IniPolicy, JobConfig, JobSettings, LOCAL_HOST, LaunchConfig, Link,
-    MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH, MAX_THREADS_PER_CLUSTER, MAX_WINDOW,
-    MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol, ProtocolPriority, Substrate,
-    USER_SPACE_END, is_loopback, same_host,
+    MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH, MAX_THREADS_PER_CLUSTER,
+    MAX_TRACE_RECORDS, MAX_WINDOW, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol,
+    ProtocolPriority, Substrate, USER_SPACE_END, is_loopback, same_host,
 };
 pub use overrides::{BadOverride, Override};
 pub use size::{ParseSizeError, format_bytes, parse_byte_size};

@@ -306,7 +306,25 @@ pub struct IniConfig {
     /// `queue_capacity`: messages each INI send queue holds, ≥ 1.
     /// Default: 4096.
     pub queue_capacity: usize,
+    /// `inline`: a compute thread that hands a message to a free INI runs the INI's
+    /// pass itself (its message leaves without a thread hand-over), and waiting
+    /// threads poll the network. `false` makes the INI threads dedicated protocol
+    /// processors, as in paper 002 chapter 3: compute threads only enqueue and return.
+    /// Default: `true` (faster on few cores; `multigrain experiment` runs use `false`).
+    pub inline: bool,
+    /// `trace_dir`: when not empty, every INI records a 64-byte trace record per
+    /// inter-cluster message (paper 002 §4.4.2) and each cluster writes
+    /// `trace-cluster-<id>.mgtrace` into this directory at the end of the job
+    /// (`multigrain trace summarize` reads them). Default: empty (no trace).
+    pub trace_dir: String,
+    /// `trace_records`: records each INI keeps (64 bytes each, reserved at start);
+    /// later messages are counted as dropped. 1 to [`MAX_TRACE_RECORDS`].
+    /// Default: 262,144 (16 MiB per INI).
+    pub trace_records: usize,
 }
+
+/// Largest `ini.trace_records` (1 GiB of records per INI).
+pub const MAX_TRACE_RECORDS: usize = 1 << 24;
 
 impl Default for IniConfig {
     fn default() -> Self {
@@ -319,6 +337,9 @@ impl Default for IniConfig {
             ack_timeout_us: 200,
             mtu: 1_472,
             queue_capacity: 4_096,
+            inline: true,
+            trace_dir: String::new(),
+            trace_records: 1 << 18,
         }
     }
 }

@@ -65,6 +65,9 @@ pub(crate) struct RawIni {
     pub ack_timeout_us: Field<Int>,
     pub mtu: Field<Int>,
     pub queue_capacity: Field<Int>,
+    pub inline: Field<bool>,
+    pub trace_dir: Field<Text>,
+    pub trace_records: Field<Int>,
 }
 
 /// `[dsm]`

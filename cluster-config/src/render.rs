@@ -139,6 +139,27 @@ impl JobConfig {
                 ini.window, ini.send_timeout_us, ini.ack_timeout_us, ini.mtu, ini.queue_capacity
             ),
         ));
+        if !ini.inline || !ini.trace_dir.is_empty() {
+            lines.push((
+                "",
+                format!(
+                    "{}; {}",
+                    if ini.inline {
+                        "compute threads run free INIs' passes (inline)"
+                    } else {
+                        "dedicated INI threads (inline = false)"
+                    },
+                    if ini.trace_dir.is_empty() {
+                        "no message trace".to_owned()
+                    } else {
+                        format!(
+                            "message trace into {} (up to {} records per INI)",
+                            ini.trace_dir, ini.trace_records
+                        )
+                    }
+                ),
+            ));
+        }
         let e = &self.emulation;
         if e.is_enabled() {
             lines.push((
@@ -231,7 +252,8 @@ impl JobConfig {
         let _ = writeln!(
             out,
             "\n[ini]\nper_cluster = {}\npolicy = \"{}\"\nsubstrate = \"{}\"\nwindow = {}\n\
-             send_timeout_us = {}\nack_timeout_us = {}\nmtu = {}\nqueue_capacity = {}",
+             send_timeout_us = {}\nack_timeout_us = {}\nmtu = {}\nqueue_capacity = {}\n\
+             inline = {}\ntrace_dir = {}\ntrace_records = {}",
             ini.per_cluster,
             ini.policy,
             ini.substrate,
@@ -239,7 +261,10 @@ impl JobConfig {
             ini.send_timeout_us,
             ini.ack_timeout_us,
             ini.mtu,
-            ini.queue_capacity
+            ini.queue_capacity,
+            ini.inline,
+            toml_str(&ini.trace_dir),
+            ini.trace_records
         );
         let dsm = &self.dsm;
         let _ = writeln!(

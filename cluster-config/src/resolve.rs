@@ -101,6 +101,9 @@ pub(crate) fn resolve(raw: RawFile, src: &Source<'_>) -> Result<JobConfig, Confi
             ack_timeout_us: ini.ack_timeout_us.value,
             mtu: ini.mtu,
             queue_capacity: ini.queue_capacity,
+            inline: ini.inline,
+            trace_dir: ini.trace_dir,
+            trace_records: ini.trace_records,
         },
         dsm,
         emulation,
@@ -125,6 +128,9 @@ struct Ini {
     ack_timeout_us: Val<u64>,
     mtu: usize,
     queue_capacity: usize,
+    inline: bool,
+    trace_dir: String,
+    trace_records: usize,
 }
 
 struct Resolver<'a, 'b> {
@@ -372,6 +378,9 @@ impl Resolver<'_, '_> {
             ack_timeout_us: None,
             mtu: None,
             queue_capacity: None,
+            inline: None,
+            trace_dir: None,
+            trace_records: None,
         };
         let raw = raw.unwrap_or(&empty);
         let timeout = || Bounds::between(1, u64::MAX.into()).because(" (microseconds)");
@@ -423,6 +432,20 @@ impl Resolver<'_, '_> {
                     "ini.queue_capacity",
                     d.queue_capacity,
                     Bounds::between(1, u32::MAX.into()).because(" (messages)"),
+                )?
+                .value,
+            inline: raw.inline.as_ref().map_or(d.inline, |b| *b.get_ref()),
+            trace_dir: raw
+                .trace_dir
+                .as_ref()
+                .map_or(d.trace_dir, |t| t.get_ref().0.clone()),
+            trace_records: self
+                .int(
+                    &raw.trace_records,
+                    "ini.trace_records",
+                    d.trace_records,
+                    Bounds::between(1, crate::MAX_TRACE_RECORDS as i128)
+                        .because(" (records of 64 bytes per INI)"),
                 )?
                 .value,
         })

@@ -3,8 +3,8 @@
 
 use multigrain_cluster_config::{
     ClusterSpec, DsmConfig, EMBEDDED_DEFAULT_TOML, EmulationConfig, FaultConfig, HomePolicy,
-    IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig, MAX_PREFETCH, PAGE_SIZE, Protocol,
-    ProtocolPriority, Substrate,
+    IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig, MAX_PREFETCH, MAX_TRACE_RECORDS,
+    PAGE_SIZE, Protocol, ProtocolPriority, Substrate,
 };
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -44,6 +44,9 @@ prop_compose! {
         window in 1u32..=(1 << 31),
         mtu in 512usize..=65507,
         queue in 1usize..100_000,
+        inline in any::<bool>(),
+        trace_dir in "[a-zA-Z0-9/ ._\"-]{0,12}",
+        trace_records in 1usize..=MAX_TRACE_RECORDS,
         protocol in choice(Protocol::ALL),
         home in choice(HomePolicy::ALL),
         prefetch in 0u32..=MAX_PREFETCH,
@@ -80,6 +83,9 @@ prop_compose! {
                 ack_timeout_us: ack,
                 mtu,
                 queue_capacity: queue,
+                inline,
+                trace_dir,
+                trace_records,
             },
             dsm: DsmConfig {
                 protocol,

@@ -52,7 +52,8 @@ fn unknown_keys_are_rejected_with_the_allowed_keys() {
     assert_eq!(
         err(&with_local("[ini]\nwindw = 3")),
         "jobs/t.toml:2:1: ini.windw: unknown key; allowed here: per_cluster, policy, substrate, \
-         window, send_timeout_us, ack_timeout_us, mtu, queue_capacity (did you mean `window`?)"
+         window, send_timeout_us, ack_timeout_us, mtu, queue_capacity, inline, trace_dir, \
+         trace_records (did you mean `window`?)"
     );
     assert_eq!(
         err("[[clusters]]\nhost = 'a'\n"),
@@ -137,6 +138,19 @@ fn local_and_explicit_clusters_are_exclusive() {
         "jobs/t.toml:3:1: local: [local] and [[cluster]] cannot both be given ([[cluster]] is at \
          line 1): use [local] for N clusters on 127.0.0.1, or one [[cluster]] per cluster"
     );
+}
+
+#[test]
+fn ini_trace_and_inline_keys() {
+    let e = err(&with_local("[ini]\ntrace_records = 0"));
+    assert!(
+        e.starts_with("jobs/t.toml:2:17: ini.trace_records = 0: must be between 1 and 16777216"),
+        "{e}"
+    );
+    let e = err(&with_local("[ini]\ninline = 'no'"));
+    assert!(e.contains("ini.inline") && e.contains("bool"), "{e}");
+    let e = err(&with_local("[ini]\ntrace_dir = 3"));
+    assert!(e.contains("ini.trace_dir") && e.contains("string"), "{e}");
 }
 
 #[test]

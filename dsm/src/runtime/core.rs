@@ -276,6 +276,8 @@ impl Core {
         match s.ep.try_lock() {
             Some(mut guard) => {
                 let ep = guard.get_or_insert_with(|| self.slot_endpoint(slot.slot));
+                // Slots are reused by later threads: name the current one each time.
+                ep.set_thread_index(super::slots::compute_index().unwrap_or(slot.slot as usize));
                 f(slot.slot, ep)
             }
             // Used further up this thread's stack (never expected): a temporary handle.
@@ -1233,8 +1235,11 @@ impl Core {
     /// over shared memory: a protocol thread spinning after every message, as before,
     /// took a quarter of each core; one always asleep on the doorbell made every
     /// message a futex wake-up; see the README.)
-    pub(crate) fn serve(&self, ops: &RegionOps, spin: Duration) {
+    ///
+    /// `thread_index` is the protocol thread's index for the `static` INI policy.
+    pub(crate) fn serve(&self, ops: &RegionOps, spin: Duration, thread_index: usize) {
         let ep = self.new_endpoint(Duration::ZERO);
+        ep.set_thread_index(thread_index);
         let mut reported = false;
         let mut last = Instant::now();
         let mut handle = |m, last: &mut Instant| {

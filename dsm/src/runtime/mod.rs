@@ -362,6 +362,9 @@ impl Dsm {
         });
         dsm.live = true;
         let priority = cfg.dsm.protocol_priority;
+        // The `static` INI policy maps compute thread i to INI i mod K; the protocol
+        // thread counts as the thread after the cluster's compute threads.
+        let protocol_thread_index = dsm.inner.threads[me];
         let (started, start) = std::sync::mpsc::channel();
         dsm.server = Some(
             std::thread::Builder::new()
@@ -383,7 +386,11 @@ impl Dsm {
                     core.realtime.store(realtime, Ordering::Relaxed);
                     // A real-time thread never polls: it would keep the compute
                     // threads off its CPU.
-                    core.serve(&region, if realtime { Duration::ZERO } else { spin })
+                    core.serve(
+                        &region,
+                        if realtime { Duration::ZERO } else { spin },
+                        protocol_thread_index,
+                    )
                 })
                 .map_err(|source| DsmError::Spawn {
                     cluster: me,
@@ -595,6 +602,7 @@ impl Dsm {
                 // A panic aborts the job at once (from the panicking thread), so that the
                 // other threads, here and elsewhere, stop waiting for this one.
                 let run_one = move || {
+                    slots::set_compute_index(Some(local));
                     catch_unwind(AssertUnwindSafe(|| body(&worker))).map_err(|payload| {
                         let message = payload
                             .downcast_ref::<&str>()

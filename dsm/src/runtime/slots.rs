@@ -131,6 +131,19 @@ impl Drop for Claim {
 
 thread_local! {
     static CLAIMS: RefCell<Vec<Claim>> = const { RefCell::new(Vec::new()) };
+    static COMPUTE_INDEX: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Records that this thread is compute thread `index` of its cluster (in
+/// [`crate::Dsm::run`]); the `static` INI policy sends its messages through INI
+/// `index mod K` (paper 002 §3.1).
+pub(crate) fn set_compute_index(index: Option<usize>) {
+    COMPUTE_INDEX.with(|c| c.set(index));
+}
+
+/// This thread's compute-thread index in its cluster, if it is one.
+pub(crate) fn compute_index() -> Option<usize> {
+    COMPUTE_INDEX.with(std::cell::Cell::get)
 }
 
 /// This thread's slot in `core`, claimed on first use. `None` when every slot is taken

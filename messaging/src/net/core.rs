@@ -14,11 +14,12 @@
 use super::faults::{FaultShim, Verdict};
 use super::frame::{Frame, FrameKind, HEADER};
 use super::handoff::{Handoff, NO_SLOT, OutMsg};
-use super::reseq::Delivery;
+use super::reseq::{Arrival, Delivery, Ready};
 use super::stats::IniReport;
+use super::tracer::IniTracer;
 use super::{Net, spin_for};
 use crate::layout::MappedSite;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::window::{ConnHandle, EnqueueError, Event, Ini, Micros};
 use crate::word::{Word, WordKind};
 use parking_lot::Mutex;
@@ -40,6 +41,11 @@ pub(crate) struct IniSlot {
     pub(crate) socket_fd: UdpSocket,
     pub(crate) core: Mutex<IniCore>,
     pub(crate) handoff: Handoff,
+    /// Messages this INI holds for its sliding windows (connection send queues and the
+    /// one waiting outside a full queue), as of its last pass.
+    pub(crate) backlog: AtomicU64,
+    /// 1 while a pass that has messages to move is running.
+    pub(crate) busy: AtomicU32,
     /// When the sleeping INI thread will wake by itself (µs on the net clock); 0 while awake.
     pub(crate) sleep_until_us: AtomicU64,
     pub(crate) report: Mutex<IniReport>,
@@ -51,7 +57,7 @@ impl IniSlot {
     #[inline]
     pub(crate) fn try_pass(&self, net: &Net, poll_socket: bool) -> Option<bool> {
         let mut core = self.core.try_lock()?;
-        let work = core.pass(net, &self.handoff, poll_socket);
+        let work = self.run_pass(&mut core, net, poll_socket);
         // Wake a sleeping INI thread if this pass created a timer it would sleep through.
         if let Some(due) = core.ini.poll_timeout() {
             let until = self.sleep_until_us.load(Ordering::Acquire);
@@ -60,6 +66,34 @@ impl IniSlot {
             }
         }
         Some(work)
+    }
+}
+
+impl IniSlot {
+    /// The outstanding work `least-loaded` compares: hand-off queue + window backlog +
+    /// 1 while serving.
+    #[inline]
+    pub(crate) fn load(&self) -> usize {
+        self.handoff.len()
+            + self.backlog.load(Ordering::Relaxed) as usize
+            + self.busy.load(Ordering::Relaxed) as usize
+    }
+
+    /// Runs one pass of `core` (this slot's, locked by the caller), publishing whether
+    /// it is serving and its window backlog for [`IniSlot::load`].
+    #[inline]
+    pub(crate) fn run_pass(&self, core: &mut IniCore, net: &Net, poll_socket: bool) -> bool {
+        let serving = !self.handoff.ring.is_empty() || core.stalled.is_some();
+        if serving {
+            self.busy.store(1, Ordering::Relaxed);
+        }
+        let work = core.pass(net, &self.handoff, poll_socket);
+        let backlog = core.ini.total_queued() + usize::from(core.stalled.is_some());
+        self.backlog.store(backlog as u64, Ordering::Relaxed);
+        if serving {
+            self.busy.store(0, Ordering::Relaxed);
+        }
+        work
     }
 }
 
@@ -96,6 +130,11 @@ pub(crate) struct IniCore {
     pub(crate) buf: Vec<u8>,
     pub(crate) c: Counters,
     pub(crate) started: Instant,
+    /// The per-message trace, when the job asks for one (`ini.trace_dir`).
+    pub(crate) trace: Option<Box<IniTracer>>,
+    /// When the datagram being processed was read (or released from the emulated
+    /// latency), ns on the group's clock; stamped only while tracing.
+    pub(crate) rx_ns: u64,
 }
 
 impl IniCore {
@@ -104,9 +143,9 @@ impl IniCore {
         let t0 = Instant::now();
         let now = net.now();
         let mut work = self.pull(net, handoff);
-        work |= self.transmit(now);
+        work |= self.transmit(net, now);
         if poll_socket {
-            work |= self.receive(now);
+            work |= self.receive(net, now);
         }
         work |= self.release_delayed(net);
         if self.ini.poll_timeout().is_some_and(|t| t <= now) {
@@ -117,7 +156,7 @@ impl IniCore {
         if net.held.load(Ordering::Relaxed) > 0 {
             work |= self.retry_held(net);
         }
-        work |= self.transmit(now);
+        work |= self.transmit(net, now);
         if work {
             self.c.busy_ns += t0.elapsed().as_nanos() as u64;
         }
@@ -145,12 +184,22 @@ impl IniCore {
         let mut work = false;
         if let Some((conn, bytes)) = self.stalled.take() {
             match self.ini.enqueue(conn, bytes) {
-                Ok(()) => work = true,
+                Ok(()) => {
+                    work = true;
+                    if let Some(t) = self.trace.as_mut() {
+                        t.unstall(conn);
+                    }
+                }
                 Err(EnqueueError::Full(b)) => {
                     self.stalled = Some((conn, b));
                     return false;
                 }
-                Err(e) => self.undeliverable(net, conn, &e.to_string()),
+                Err(e) => {
+                    if let Some(t) = self.trace.as_mut() {
+                        t.drop_stalled();
+                    }
+                    self.undeliverable(net, conn, &e.to_string());
+                }
             }
         }
         let now_ns = net.now_ns();
@@ -175,10 +224,21 @@ impl IniCore {
                 );
                 continue;
             };
+            let record = self
+                .trace
+                .as_ref()
+                .map(|t| t.dequeued(&m, self.ini.peer(conn), bytes.len() - HEADER, net.now_ns()));
             match self.ini.enqueue(conn, bytes) {
-                Ok(()) => {}
+                Ok(()) => {
+                    if let (Some(t), Some(r)) = (self.trace.as_mut(), record) {
+                        t.queued(conn, r);
+                    }
+                }
                 Err(EnqueueError::Full(b)) => {
                     self.stalled = Some((conn, b));
+                    if let (Some(t), Some(r)) = (self.trace.as_mut(), record) {
+                        t.stall(r);
+                    }
                     break;
                 }
                 Err(e) => self.undeliverable(net, conn, &e.to_string()),
@@ -198,11 +258,13 @@ impl IniCore {
         );
     }
 
-    fn transmit(&mut self, now: Micros) -> bool {
+    fn transmit(&mut self, net: &Net, now: Micros) -> bool {
         let mut work = false;
         let emulate_gap = !self.gap.is_zero() || self.per_byte_ns > 0.0;
         while let Some(t) = self.ini.poll_transmit(now, &mut self.buf) {
             work = true;
+            let traced = t.starts_message && self.trace.is_some();
+            let windowed_ns = if traced { net.now_ns() } else { 0 };
             let addr = self.peer_addrs[t.conn.index()];
             if emulate_gap {
                 let wait = self.next_inject.saturating_duration_since(Instant::now());
@@ -224,18 +286,27 @@ impl IniCore {
                 ));
                 self.next_inject = Instant::now() + g;
             }
+            if traced && let Some(tr) = self.trace.as_mut() {
+                tr.on_wire(t.conn, windowed_ns, net.now_ns());
+            }
         }
         work
     }
 
-    fn receive(&mut self, now: Micros) -> bool {
+    /// Reads datagrams; a message they complete is delivered at once (so that its trace
+    /// record's arrival is the read of its last datagram).
+    fn receive(&mut self, net: &Net, now: Micros) -> bool {
         let mut got = false;
         for _ in 0..RECV_BUDGET {
             match self.socket.recv_from(&mut self.buf) {
                 Ok((n, _)) => {
                     got = true;
                     if self.latency.is_zero() {
+                        if self.trace.is_some() {
+                            self.rx_ns = net.now_ns();
+                        }
                         let _ = self.ini.handle_datagram(now, &self.buf[..n]);
+                        self.events(net);
                     } else {
                         self.delayed
                             .push_back((Instant::now() + self.latency, self.buf[..n].to_vec()));
@@ -254,7 +325,11 @@ impl IniCore {
         let t = Instant::now();
         while self.delayed.front().is_some_and(|(due, _)| *due <= t) {
             let (_, d) = self.delayed.pop_front().expect("front exists");
+            if self.trace.is_some() {
+                self.rx_ns = net.now_ns();
+            }
             let _ = self.ini.handle_datagram(net.now(), &d);
+            self.events(net);
             work = true;
         }
         work
@@ -265,18 +340,23 @@ impl IniCore {
         while let Some(ev) = self.ini.poll_event() {
             work = true;
             match ev {
-                Event::Delivered { msg, .. } => match Frame::decode(&msg, net.own.pool.slot_size())
-                {
-                    Ok(f) => {
-                        let ro = self.recv_overhead;
-                        let n = net
-                            .reseq
-                            .accept(&f, |k, q, w, t, d| deliver(&net.own, ro, k, q, w, t, d));
-                        self.c.delivered += n as u64;
-                        net.held.store(net.reseq.held() as u64, Ordering::Relaxed);
+                Event::Delivered { msg, conn } => {
+                    match Frame::decode(&msg, net.own.pool.slot_size()) {
+                        Ok(f) => {
+                            let arrival = Arrival {
+                                peer_ini: self.ini.peer(conn).ini,
+                                arrived_ns: self.rx_ns,
+                            };
+                            let (ro, trace) = (self.recv_overhead, &mut self.trace);
+                            let n = net
+                                .reseq
+                                .accept(&f, arrival, |r| deliver_traced(net, ro, trace, r));
+                            self.c.delivered += n as u64;
+                            net.held.store(net.reseq.held() as u64, Ordering::Relaxed);
+                        }
+                        Err(_) => self.c.rejected += 1,
                     }
-                    Err(_) => self.c.rejected += 1,
-                },
+                }
                 Event::PeerUnresponsive { peer, .. } => {
                     net.fail(
                         peer.site,
@@ -292,10 +372,8 @@ impl IniCore {
     }
 
     fn retry_held(&mut self, net: &Net) -> bool {
-        let ro = self.recv_overhead;
-        let n = net
-            .reseq
-            .retry(|k, q, w, t, d| deliver(&net.own, ro, k, q, w, t, d));
+        let (ro, trace) = (self.recv_overhead, &mut self.trace);
+        let n = net.reseq.retry(|r| deliver_traced(net, ro, trace, r));
         self.c.delivered += n as u64;
         net.held.store(net.reseq.held() as u64, Ordering::Relaxed);
         n > 0
@@ -386,20 +464,36 @@ fn frame(net: &Net, m: &OutMsg) -> Option<Vec<u8>> {
     )
 }
 
-/// Delivers one arrived message into this site's receive queue `queue`: Express words
+/// [`deliver`], and the trace record of a delivered message when tracing.
+fn deliver_traced(
+    net: &Net,
+    recv_overhead: Duration,
+    trace: &mut Option<Box<IniTracer>>,
+    r: &Ready<'_>,
+) -> Delivery {
+    let d = deliver(&net.own, recv_overhead, r);
+    if d == Delivery::Done
+        && let Some(t) = trace.as_mut()
+    {
+        t.delivered(r, net.now_ns());
+    }
+    d
+}
+
+/// Delivers one arrived message into this site's receive queue `r.queue`: Express words
 /// directly; Tag-On and bulk data copied into a slot of this site's pool (the header is
 /// re-pointed at it); Basic payloads into the Basic ring. A full queue or empty pool asks
 /// for a retry; an impossible destination or a corrupt word is dropped (counted by the
 /// caller as delivered-and-rejected: it can never be delivered).
-fn deliver(
-    own: &MappedSite,
-    recv_overhead: Duration,
-    kind: FrameKind,
-    queue: u16,
-    word: u64,
-    tag: u64,
-    data: &[u8],
-) -> Delivery {
+fn deliver(own: &MappedSite, recv_overhead: Duration, r: &Ready<'_>) -> Delivery {
+    let Ready {
+        kind,
+        queue,
+        word,
+        tag,
+        data,
+        ..
+    } = *r;
     let q = usize::from(queue);
     let (Some(ring), Some(basic)) = (own.express.get(q), own.basic.get(q)) else {
         return Delivery::Done;

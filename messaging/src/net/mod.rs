@@ -19,11 +19,13 @@ mod core;
 pub mod faults;
 pub mod frame;
 pub(crate) mod handoff;
+mod policy;
 pub mod poll;
 mod reseq;
 pub mod stats;
 mod thread;
 pub mod trace;
+mod tracer;
 
 pub use stats::IniReport;
 
@@ -39,6 +41,7 @@ use multigrain_cluster_config::{EmulationConfig, FaultConfig, IniPolicy, JobConf
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use parking_lot::Mutex;
+use policy::pick;
 use reseq::Resequencer;
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -64,6 +67,25 @@ pub struct NetConfig {
     pub faults: FaultConfig,
     /// How long an idle INI keeps polling before it sleeps.
     pub spin: Duration,
+    /// Compute threads run a free INI's pass themselves (`ini.inline`); `false`: only
+    /// the INI threads do (dedicated protocol processors, paper 002 chapter 3).
+    pub inline: bool,
+    /// Per-message traces (`ini.trace_dir`, `ini.trace_records`); `None`: off.
+    pub trace: Option<TraceConfig>,
+}
+
+/// Where and how much each INI traces (see [`trace`]).
+#[derive(Clone, Debug)]
+pub struct TraceConfig {
+    /// Directory for the cluster's trace file, [`trace_file_name`].
+    pub dir: std::path::PathBuf,
+    /// Records kept per INI (64 bytes each, reserved at start).
+    pub records: usize,
+}
+
+/// The name of cluster `cluster`'s trace file in the trace directory.
+pub fn trace_file_name(cluster: u16) -> String {
+    format!("trace-cluster-{cluster}.mgtrace")
 }
 
 impl NetConfig {
@@ -90,6 +112,11 @@ impl NetConfig {
             emulation: cfg.emulation,
             faults: cfg.faults,
             spin: Duration::from_micros(50),
+            inline: cfg.ini.inline,
+            trace: (!cfg.ini.trace_dir.is_empty()).then(|| TraceConfig {
+                dir: cfg.ini.trace_dir.clone().into(),
+                records: cfg.ini.trace_records,
+            }),
         }
     }
 }
@@ -150,6 +177,8 @@ pub(crate) struct Net {
     pub(crate) policy: IniPolicy,
     /// Emulated send overhead *o* (paper 001 §3.2), busy-waited by the sending thread.
     pub(crate) send_overhead: Duration,
+    /// Compute threads may run INI passes (see [`NetConfig::inline`]).
+    pub(crate) inline: bool,
     /// Per site: non-zero once the site is known dead (its messages are refused).
     pub(crate) dead: Box<[AtomicU32]>,
     pub(crate) reseq: Resequencer,
@@ -196,6 +225,9 @@ impl Net {
         deadline: Instant,
         mut check: impl FnMut() -> Option<T>,
     ) -> Result<Option<T>, ()> {
+        if !self.inline {
+            return Err(());
+        }
         let mut cores = Vec::with_capacity(self.slots.len());
         for s in self.slots.iter() {
             cores.push(s.core.try_lock().ok_or(())?);
@@ -203,7 +235,7 @@ impl Net {
         let mut events = [EpollEvent::empty(); 8];
         loop {
             for (slot, core) in self.slots.iter().zip(cores.iter_mut()) {
-                core.pass(self, &slot.handoff, true);
+                slot.run_pass(core, self, true);
             }
             if let Some(m) = check() {
                 return Ok(Some(m));
@@ -304,34 +336,18 @@ impl Net {
         }
     }
 
-    /// Picks an INI: `static` maps compute thread i to INI i mod K; `round-robin` rotates
-    /// per sending endpoint; `least-loaded` takes the shortest hand-off queue (paper 002
-    /// §3.1). Also says whether the choice is mis-scheduled: the chosen queue is not empty
-    /// while another one is.
+    /// Picks an INI for a message of compute thread `thread_index` (see [`pick`]) and
+    /// says whether the choice is mis-scheduled: the chosen INI has work while another
+    /// INI of this cluster is idle (paper 002 §5.3).
     #[inline]
     pub(crate) fn choose(&self, thread_index: usize, rr: &Cell<usize>) -> (usize, bool) {
         let k = self.slots.len();
         if k == 1 {
             return (0, false);
         }
-        let i = match self.policy {
-            IniPolicy::Static => thread_index % k,
-            IniPolicy::RoundRobin => {
-                let i = rr.get() % k;
-                rr.set(i + 1);
-                i
-            }
-            IniPolicy::LeastLoaded => {
-                let start = rr.get() % k;
-                rr.set(start + 1);
-                (0..k)
-                    .map(|j| (start + j) % k)
-                    .min_by_key(|&j| self.slots[j].handoff.len())
-                    .unwrap_or(0)
-            }
-        };
-        let mis =
-            self.slots[i].handoff.len() > 0 && self.slots.iter().any(|s| s.handoff.len() == 0);
+        let load = |j: usize| self.slots[j].load();
+        let i = pick(self.policy, k, thread_index, rr, load);
+        let mis = load(i) > 0 && (0..k).any(|j| j != i && load(j) == 0);
         (i, mis)
     }
 
@@ -349,13 +365,18 @@ impl Net {
     pub(crate) fn submit(&self, ini: usize, msg: OutMsg) -> Result<(), OutMsg> {
         let slot = &self.slots[ini];
         slot.handoff.push(msg)?;
-        let _ = slot.try_pass(self, false);
+        if self.inline {
+            let _ = slot.try_pass(self, false);
+        }
         Ok(())
     }
 
     /// One network poll from a receiving thread (paper 000 §3.4): a pass of every INI that
     /// is free. Returns whether anything arrived or moved.
     pub(crate) fn poll(&self) -> bool {
+        if !self.inline {
+            return false;
+        }
         let mut work = false;
         for slot in self.slots.iter() {
             work |= slot.try_pass(self, true).unwrap_or(false);
@@ -514,12 +535,26 @@ impl BoundInis {
                 buf: vec![0; 65_536],
                 c: Counters::default(),
                 started: epoch,
+                trace: None,
+                rx_ns: 0,
             };
+            let mut core = core;
+            if let Some(t) = &cfg.trace {
+                core.trace = Some(Box::new(tracer::IniTracer::new(
+                    self.site.0,
+                    i as u16,
+                    core.ini.num_connections(),
+                    t.records,
+                    0,
+                )));
+            }
             let socket_fd = core.socket.try_clone()?;
             slots.push(Arc::new(IniSlot {
                 socket_fd,
                 core: Mutex::new(core),
                 handoff: Handoff::new(cfg.queue_capacity)?,
+                backlog: AtomicU64::new(0),
+                busy: AtomicU32::new(0),
                 sleep_until_us: AtomicU64::new(0),
                 report: Mutex::new(IniReport {
                     site: self.site.0,
@@ -535,6 +570,7 @@ impl BoundInis {
             slots: slots.into(),
             policy: cfg.policy,
             send_overhead: Duration::from_secs_f64(cfg.emulation.send_overhead_us / 1e6),
+            inline: cfg.inline,
             dead: (0..max_sites).map(|_| AtomicU32::new(0)).collect(),
             reseq: Resequencer::default(),
             held: AtomicU64::new(0),
@@ -569,7 +605,11 @@ impl BoundInis {
             }
         }
         let _ = inner.net.set(net.clone());
-        Ok(IniGroup { net, threads })
+        Ok(IniGroup {
+            net,
+            threads,
+            trace_dir: cfg.trace.as_ref().map(|t| t.dir.clone()),
+        })
     }
 }
 
@@ -607,6 +647,8 @@ pub fn connect_loopback(
 pub struct IniGroup {
     net: Arc<Net>,
     threads: Vec<JoinHandle<()>>,
+    /// Where [`IniGroup::shutdown`] writes the cluster's trace file, when tracing.
+    trace_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for IniGroup {
@@ -695,11 +737,61 @@ impl IniGroup {
             .iter()
             .map(|s| s.report.lock().clone())
             .collect();
+        if let Some(dir) = self.trace_dir.clone()
+            && let Err(e) = self.write_trace(&dir)
+        {
+            tracing::error!(
+                cluster = self.net.site.0,
+                "cannot write the INI trace into {}: {e}",
+                dir.display()
+            );
+        }
         if drained {
             Ok(reports)
         } else {
             Err(NetError::DrainTimeout(timeout))
         }
+    }
+
+    /// The INIs' traces so far, closed now (`None` when the job does not trace).
+    pub fn trace(&self) -> Option<trace::ClusterTrace> {
+        self.trace_dir.as_ref()?;
+        let now = self.net.now_ns();
+        let cores: Vec<_> = self.net.slots.iter().map(|s| s.core.lock()).collect();
+        let mut bufs = Vec::with_capacity(cores.len());
+        for mut c in cores {
+            let t = c.trace.as_mut()?;
+            bufs.push(trace::ClusterTrace::from_buffers(
+                self.net.site.0,
+                [t.finish(now)],
+            ));
+        }
+        Some(trace::ClusterTrace {
+            cluster: self.net.site.0,
+            inis: bufs.into_iter().flat_map(|b| b.inis).collect(),
+        })
+    }
+
+    /// Writes this cluster's trace file, [`trace_file_name`], into `dir` (created if
+    /// missing; written under a temporary name, then renamed).
+    fn write_trace(&self, dir: &std::path::Path) -> Result<(), trace::TraceError> {
+        let Some(t) = self.trace() else {
+            return Ok(());
+        };
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(trace_file_name(self.net.site.0));
+        let tmp = dir.join(format!(".{}.tmp", trace_file_name(self.net.site.0)));
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        t.write(&mut w)?;
+        std::io::Write::flush(&mut w)?;
+        drop(w);
+        std::fs::rename(&tmp, &path)?;
+        tracing::debug!(
+            cluster = self.net.site.0,
+            "INI trace written to {}",
+            path.display()
+        );
+        Ok(())
     }
 
     fn join(&mut self) {

@@ -11,6 +11,29 @@ use super::frame::{Frame, FrameKind};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 
+/// Where and when a frame arrived (carried into the trace record of its delivery).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Arrival {
+    /// The sending INI of the origin site.
+    pub(crate) peer_ini: u8,
+    /// When its last datagram was read, ns on the INI group's clock.
+    pub(crate) arrived_ns: u64,
+}
+
+/// A frame ready for its receive queue: what delivery needs, and who sent it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ready<'a> {
+    pub(crate) kind: FrameKind,
+    pub(crate) queue: u16,
+    pub(crate) word: u64,
+    pub(crate) tag: u64,
+    pub(crate) data: &'a [u8],
+    pub(crate) origin: u16,
+    pub(crate) lane: u16,
+    pub(crate) seq: u32,
+    pub(crate) arrival: Arrival,
+}
+
 /// An owned copy of a frame held back for ordering or because its queue was full.
 #[derive(Clone, Debug)]
 pub(crate) struct Held {
@@ -19,16 +42,32 @@ pub(crate) struct Held {
     pub(crate) word: u64,
     pub(crate) tag: u64,
     pub(crate) data: Vec<u8>,
+    pub(crate) arrival: Arrival,
 }
 
 impl Held {
-    fn of(f: &Frame<'_>) -> Held {
+    fn of(f: &Frame<'_>, arrival: Arrival) -> Held {
         Held {
             kind: f.kind,
             queue: f.queue,
             word: f.word,
             tag: f.tag,
             data: f.data.to_vec(),
+            arrival,
+        }
+    }
+
+    fn ready(&self, origin: u16, lane: u16, seq: u32) -> Ready<'_> {
+        Ready {
+            kind: self.kind,
+            queue: self.queue,
+            word: self.word,
+            tag: self.tag,
+            data: &self.data,
+            origin,
+            lane,
+            seq,
+            arrival: self.arrival,
         }
     }
 }
@@ -60,12 +99,13 @@ fn before(a: u32, b: u32) -> bool {
 }
 
 impl Resequencer {
-    /// Accepts one frame; delivers it and any held successors that are now in order.
-    /// Returns the number delivered.
+    /// Accepts one frame that arrived as `arrival` says; delivers it and any held
+    /// successors that are now in order. Returns the number delivered.
     pub(crate) fn accept(
         &self,
         f: &Frame<'_>,
-        mut deliver: impl FnMut(FrameKind, u16, u64, u64, &[u8]) -> Delivery,
+        arrival: Arrival,
+        mut deliver: impl FnMut(&Ready<'_>) -> Delivery,
     ) -> usize {
         let mut lanes = self.lanes.lock();
         let lane = lanes.entry((f.origin, f.lane)).or_default();
@@ -75,24 +115,36 @@ impl Resequencer {
             return 0;
         }
         if f.seq == lane.next && lane.held.is_empty() {
-            if deliver(f.kind, f.queue, f.word, f.tag, f.data) == Delivery::Retry {
-                lane.held.insert(f.seq, Held::of(f));
+            let ready = Ready {
+                kind: f.kind,
+                queue: f.queue,
+                word: f.word,
+                tag: f.tag,
+                data: f.data,
+                origin: f.origin,
+                lane: f.lane,
+                seq: f.seq,
+                arrival,
+            };
+            if deliver(&ready) == Delivery::Retry {
+                lane.held.insert(f.seq, Held::of(f, arrival));
                 return 0;
             }
             lane.next = lane.next.wrapping_add(1);
             return 1;
         }
-        lane.held.insert(f.seq, Held::of(f));
-        Self::drain(lane, &mut deliver)
+        lane.held.insert(f.seq, Held::of(f, arrival));
+        Self::drain((f.origin, f.lane), lane, &mut deliver)
     }
 
     fn drain(
+        (origin, id): (u16, u16),
         lane: &mut Lane,
-        deliver: &mut impl FnMut(FrameKind, u16, u64, u64, &[u8]) -> Delivery,
+        deliver: &mut impl FnMut(&Ready<'_>) -> Delivery,
     ) -> usize {
         let mut n = 0;
         while let Some(h) = lane.held.get(&lane.next) {
-            if deliver(h.kind, h.queue, h.word, h.tag, &h.data) == Delivery::Retry {
+            if deliver(&h.ready(origin, id, lane.next)) == Delivery::Retry {
                 break;
             }
             lane.held.remove(&lane.next);
@@ -103,14 +155,11 @@ impl Resequencer {
     }
 
     /// Retries every lane whose next message is held (after queues drained).
-    pub(crate) fn retry(
-        &self,
-        mut deliver: impl FnMut(FrameKind, u16, u64, u64, &[u8]) -> Delivery,
-    ) -> usize {
+    pub(crate) fn retry(&self, mut deliver: impl FnMut(&Ready<'_>) -> Delivery) -> usize {
         let mut lanes = self.lanes.lock();
         lanes
-            .values_mut()
-            .map(|lane| Self::drain(lane, &mut deliver))
+            .iter_mut()
+            .map(|(&key, lane)| Self::drain(key, lane, &mut deliver))
             .sum()
     }
 
@@ -142,23 +191,37 @@ mod tests {
         let r = Resequencer::default();
         let out = std::cell::RefCell::new(Vec::new());
         let full = std::cell::Cell::new(false);
-        let d = |_: FrameKind, _: u16, w: u64, _: u64, _: &[u8]| {
+        let d = |r: &Ready<'_>| {
             if full.get() {
                 Delivery::Retry
             } else {
-                out.borrow_mut().push(w);
+                assert_eq!(
+                    u64::from(r.seq),
+                    r.word,
+                    "the sequence number travels along"
+                );
+                out.borrow_mut().push(r.word);
                 Delivery::Done
             }
         };
-        assert_eq!(r.accept(&frame(0, 1), d), 0);
-        assert_eq!(r.accept(&frame(0, 2), d), 0);
-        assert_eq!(r.accept(&frame(5, 0), d), 1, "another lane is independent");
-        assert_eq!(r.accept(&frame(0, 0), d), 3);
-        assert_eq!(r.accept(&frame(0, 1), d), 0, "an old duplicate is dropped");
+        let a = Arrival::default();
+        assert_eq!(r.accept(&frame(0, 1), a, d), 0);
+        assert_eq!(r.accept(&frame(0, 2), a, d), 0);
+        assert_eq!(
+            r.accept(&frame(5, 0), a, d),
+            1,
+            "another lane is independent"
+        );
+        assert_eq!(r.accept(&frame(0, 0), a, d), 3);
+        assert_eq!(
+            r.accept(&frame(0, 1), a, d),
+            0,
+            "an old duplicate is dropped"
+        );
         assert_eq!(*out.borrow(), vec![0, 0, 1, 2]);
         full.set(true);
-        assert_eq!(r.accept(&frame(0, 3), d), 0);
-        assert_eq!(r.accept(&frame(0, 4), d), 0);
+        assert_eq!(r.accept(&frame(0, 3), a, d), 0);
+        assert_eq!(r.accept(&frame(0, 4), a, d), 0);
         assert_eq!(r.held(), 2);
         full.set(false);
         assert_eq!(r.retry(d), 2);

@@ -18,11 +18,16 @@ pub struct IniReport {
     /// Mean message length, bytes.
     pub mean_message_bytes: f64,
     /// Mean time a message waited in this INI's hand-off queue before the INI framed it
-    /// into the sliding window, µs.
+    /// into the sliding window, µs (only the queue: the thesis's message time through the
+    /// INI, to the wire and from arrival to delivery, comes from the per-message trace,
+    /// `ini.trace_dir`).
     pub mean_time_in_ini_us: f64,
     /// Mean length of the hand-off queue as seen by arriving messages.
     pub mean_queue_len_at_arrival: f64,
-    /// Fraction of wall time the INI thread spent doing work (not polling idle or sleeping).
+    /// Fraction of wall time spent in passes of this INI that did work (not polling idle
+    /// or sleeping), whichever thread ran them: the INI thread, or a compute thread in
+    /// the inline variant (`ini.inline`). The trace's utilization counts only the time
+    /// messages were in service.
     pub utilization: f64,
     /// Messages put in this INI's queue while another INI of the cluster had an empty
     /// queue (mis-scheduled, paper 002 §5.3).
@@ -46,7 +51,7 @@ impl IniReport {
     pub fn line(&self) -> String {
         let c = &self.window.connections;
         format!(
-            "c{}/ini{}  msgs {:>9}  bytes {:>12}  mean len {:>7.1}  in-INI {:>8.1} µs  queue {:>6.2}  util {:>5.1}%  missched {:>7}  retx {:>6}  NAK {:>5}/{:<5}  dup {:>5}  crc {:>5}",
+            "c{}/ini{}  msgs {:>9}  bytes {:>12}  mean len {:>7.1}  hand-off wait {:>6.1} µs  queue {:>6.2}  util {:>5.1}%  missched {:>7}  retx {:>6}  NAK {:>5}/{:<5}  dup {:>5}  crc {:>5}",
             self.site,
             self.ini,
             self.messages,

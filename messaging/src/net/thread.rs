@@ -41,7 +41,7 @@ pub(crate) fn run(net: Arc<Net>, slot: Arc<IniSlot>, index: usize, spin: Duratio
                 return;
             }
             let poll_socket = poller.tick();
-            let work = core.pass(&net, &slot.handoff, poll_socket);
+            let work = slot.run_pass(&mut core, &net, poll_socket);
             if poll_socket {
                 poller.record(work);
             }

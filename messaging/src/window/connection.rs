@@ -201,6 +201,9 @@ pub(crate) struct Connection {
     snd_base: u32,
     /// Sequence numbers to retransmit (NAK or SEND timeout), deduplicated by `retx_queued`.
     retx: VecDeque<u32>,
+    /// The last datagram [`poll_write`](Self::poll_write) wrote is the first fragment
+    /// of a message (its first transmission): the message entered the window.
+    pub(crate) started_message: bool,
     /// Last time the window moved (or became non-empty); liveness is measured from here.
     last_progress: Micros,
     pub(crate) liveness_armed: bool,
@@ -237,6 +240,7 @@ impl Connection {
             frames: VecDeque::new(),
             snd_base: p.initial_seq,
             retx: VecDeque::new(),
+            started_message: false,
             last_progress: Micros::ZERO,
             liveness_armed: false,
             unresponsive: false,
@@ -333,6 +337,7 @@ impl Connection {
         buf: &mut [u8],
         send_timers: &mut TimerList<SendTimer>,
     ) -> Option<usize> {
+        self.started_message = false;
         while let Some(seq) = self.naks.pop_front() {
             if self.still_missing(seq, p) {
                 self.stats.naks_sent += 1;
@@ -395,6 +400,7 @@ impl Connection {
         let m = self.msgs.back_mut()?;
         let frag_index = m.next_frag;
         m.next_frag += 1;
+        self.started_message = frag_index == 0;
         if m.next_frag == m.frag_count {
             self.stats.msgs_sent += 1;
             self.stats.bytes_sent += m.data.len() as u64;

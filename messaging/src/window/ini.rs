@@ -60,6 +60,10 @@ pub struct Transmit {
     pub peer: IniAddr,
     /// Datagram length in bytes, at most [`WindowConfig::mtu`].
     pub len: usize,
+    /// This datagram is the first transmission of a message's first fragment: the
+    /// message has just entered the sliding window (messages of one connection enter it
+    /// in the order they were enqueued). Per-message traces use it (paper 002 §4.4.2).
+    pub starts_message: bool,
 }
 
 /// [`Ini::enqueue`] refused a message; it is handed back, never dropped (style practice 4).
@@ -335,6 +339,7 @@ impl Ini {
                 conn: c.handle(),
                 peer: c.peer(),
                 len,
+                starts_message: c.started_message,
             };
             self.schedule(idx);
             self.stats.datagrams_sent += 1;

@@ -118,6 +118,7 @@ pub fn run(app: &AppSpec, cfg: &JobConfig, backend: Backend, delivery: &Delivery
         wall_s: started.elapsed().as_secs_f64(),
         stats: Some(stats),
         inis,
+        trace: None,
     };
     match delivery.report_to {
         Some(dir) => {

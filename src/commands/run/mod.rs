@@ -559,6 +559,7 @@ fn finish_local(
         wall_s: started.elapsed().as_secs_f64(),
         stats: None,
         inis: Vec::new(),
+        trace: None,
     };
     deliver(&report, json)
 }

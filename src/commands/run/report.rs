@@ -4,6 +4,7 @@
 use multigrain_apps::{em3d, water};
 use multigrain_dsm::{ClusterStats, JobStats};
 use multigrain_messaging::net::IniReport;
+use multigrain_messaging::net::trace::TraceSummary;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
@@ -151,6 +152,10 @@ pub struct Report {
     pub stats: Option<JobStats>,
     /// Every cluster's INIs, up to the end of the computation (DSM runs over UDP).
     pub inis: Vec<IniEntry>,
+    /// What the INIs' per-message traces say (runs with `ini.trace_dir`), summarized
+    /// by the same code as `multigrain trace summarize` once every cluster has ended.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceSummary>,
 }
 
 impl Outcome {
@@ -282,6 +287,10 @@ pub fn render(r: &Report) -> String {
         None => {
             let _ = writeln!(s, "\n(no DSM statistics: this run did not use the DSM)");
         }
+    }
+    if let Some(t) = &r.trace {
+        let _ = writeln!(s, "\nINI message traces (paper 002 §4.4.2):");
+        s.push_str(&t.render());
     }
     s
 }

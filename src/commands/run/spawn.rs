@@ -13,6 +13,8 @@ use super::{AppSpec, RESULT_FILE, SOCKET_FILE};
 use crate::launch;
 use anyhow::{Context, Result, anyhow};
 use multigrain_cluster_config::{JobConfig, Override};
+use multigrain_messaging::net::trace::{ClusterTrace, TraceSummary, summarize};
+use multigrain_messaging::net::trace_file_name;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -171,5 +173,24 @@ pub fn run(
         .collect::<Vec<_>>()
         .join(" ");
     }
+    if !cfg.ini.trace_dir.is_empty() {
+        report.trace = Some(read_traces(Path::new(&cfg.ini.trace_dir), n)?);
+    }
     super::deliver(&report, json)
+}
+
+/// Summarizes the trace files the `clusters` clusters of a job wrote into `dir`
+/// (`ini.trace_dir`). A cluster without INIs (every peer over shared memory) writes none.
+fn read_traces(dir: &Path, clusters: usize) -> Result<TraceSummary> {
+    let mut traces = Vec::with_capacity(clusters);
+    for c in 0..clusters {
+        let path = dir.join(trace_file_name(c as u16));
+        match std::fs::read(&path) {
+            Ok(bytes) => traces
+                .push(ClusterTrace::parse(&bytes).with_context(|| format!("{}", path.display()))?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+    Ok(summarize(&traces))
 }
