@@ -526,6 +526,72 @@ fn set_values_change_the_job_every_cluster_runs() {
 /// writes its trace file, every message is found at both ends, the run report carries the
 /// summary `multigrain trace summarize` prints from the same files, and the energies
 /// still agree with the sequential run.
+/// `report`'s Water energies agree with the sequential run's `seq` to at least 9
+/// significant digits (parallel sums are added in another order).
+fn assert_energies_agree(report: &serde_json::Value, seq: &serde_json::Value, what: &str) {
+    let (a, b) = (energies(report), energies(seq));
+    assert_eq!(a.len(), b.len(), "{what}: steps differ");
+    for (a, b) in a.iter().flatten().zip(b.iter().flatten()) {
+        assert!(digits(*a, *b) >= 9.0, "{what}: {a:e} vs sequential {b:e}");
+    }
+}
+
+#[test]
+fn clusters_with_different_ini_counts_use_every_ini_both_ways() {
+    let _one = one_job_at_a_time();
+    let dir = TempDir::new("apps-inis");
+    let trace_dir = dir.path().join("traces");
+    let config = dir.path().join("inis.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[cluster]]\nhost = \"127.0.0.1\"\ninis = 1\n\
+             [[cluster]]\nhost = \"127.0.0.1\"\ninis = 2\n\
+             [[cluster]]\nhost = \"127.0.0.1\"\ninis = 3\nthreads = 2\n\
+             [ini]\nsubstrate = \"udp\"\npolicy = \"round-robin\"\ninline = false\n\
+             mtu = 8972\ntrace_dir = \"{}\"\n",
+            trace_dir.display()
+        ),
+    )
+    .expect("write the config");
+    let common = ["water", "--molecules", "64", "--steps", "2"];
+    let (seq, _) = run_ok(
+        "water sequential",
+        &[&common[..], &["--sequential"]].concat(),
+        None,
+    );
+    let config = config.to_string_lossy().into_owned();
+    let (report, _p) = run_ok(
+        "water 1+2+3 INIs",
+        &[&common[..], &["--config", &config]].concat(),
+        Some(3),
+    );
+    assert_energies_agree(&report, &seq, "1+2+3 INIs");
+    assert_eq!(
+        report["backend"]["inis"],
+        serde_json::json!([1, 2, 3]),
+        "{}",
+        report["backend"]
+    );
+    let t = &report["trace"];
+    assert_eq!(
+        t["joined"], t["messages"],
+        "every message at both ends: {t}"
+    );
+    let inis = t["inis"].as_array().expect("trace.inis");
+    assert_eq!(inis.len(), 6, "1 + 2 + 3 INIs: {t}");
+    for i in inis {
+        for dir in ["sent", "received"] {
+            assert!(
+                i[dir].as_u64().unwrap_or(0) > 0,
+                "INI {}/{} {dir} nothing: any INI must reach any remote INI: {t}",
+                i["cluster"],
+                i["ini"]
+            );
+        }
+    }
+}
+
 #[test]
 fn traced_dedicated_inis_report_message_times_from_both_ends() {
     let _one = one_job_at_a_time();
@@ -551,16 +617,7 @@ fn traced_dedicated_inis_report_message_times_from_both_ends() {
         args.extend(["--set", set]);
     }
     let (report, _p) = run_ok("water traced", &args, Some(2));
-    for (a, b) in energies(&report)
-        .iter()
-        .flatten()
-        .zip(energies(&seq).iter().flatten())
-    {
-        assert!(
-            digits(*a, *b) >= 9.0,
-            "traced run: {a:e} vs sequential {b:e}"
-        );
-    }
+    assert_energies_agree(&report, &seq, "traced run");
     let t = &report["trace"];
     let messages = t["messages"].as_u64().expect("trace.messages");
     assert!(messages > 100, "too few traced messages: {t}");

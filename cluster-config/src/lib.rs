@@ -35,6 +35,7 @@
 //! | `cluster[i].host` | required | hostname or IP: letters, digits, `.-_:%`, not starting with `-` |
 //! | `cluster[i].port` | 0 (any free port) | 0 ..= 65535; INI *k* uses port + *k* |
 //! | `cluster[i].threads` | 1 | 1 ..= 1024 |
+//! | `cluster[i].inis` | `ini.per_cluster` | 1 ..= 64 INI threads of this cluster (counts may differ between clusters) |
 //! | `ini.per_cluster` | 1 | 1 ..= 64 |
 //! | `ini.policy` | `"static"` | `static`, `round-robin`, `least-loaded` |
 //! | `ini.substrate` | `"auto"` | `auto`, `shm`, `udp` |

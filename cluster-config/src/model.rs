@@ -260,6 +260,11 @@ pub struct ClusterSpec {
     pub port: u16,
     /// Number of compute threads, at least 1.
     pub threads: usize,
+    /// `inis`: this cluster's INI (protocol) threads when it differs from
+    /// `ini.per_cluster` (paper 002 Tables 5.8/5.9 give clusters of different
+    /// sizes different INI counts); `None` uses `ini.per_cluster`. See
+    /// [`JobConfig::inis_of`].
+    pub inis: Option<usize>,
 }
 
 impl ClusterSpec {
@@ -564,7 +569,23 @@ impl JobConfig {
 
     /// INI threads summed over all clusters.
     pub fn total_inis(&self) -> usize {
-        self.clusters.len() * self.ini.per_cluster
+        (0..self.clusters.len()).map(|c| self.inis_of(c)).sum()
+    }
+
+    /// INI threads of cluster `cluster`: its `[[cluster]] inis`, else
+    /// `ini.per_cluster`.
+    ///
+    /// # Panics
+    ///
+    /// If `cluster` is not a cluster id.
+    pub fn inis_of(&self, cluster: usize) -> usize {
+        self.clusters[cluster].inis.unwrap_or(self.ini.per_cluster)
+    }
+
+    /// Whether every cluster has `ini.per_cluster` INIs (no `[[cluster]] inis`
+    /// that differs).
+    pub fn uniform_inis(&self) -> bool {
+        (0..self.clusters.len()).all(|c| self.inis_of(c) == self.ini.per_cluster)
     }
 
     /// Whether clusters `a` and `b` run on the same host (see [`same_host`]).
@@ -608,6 +629,7 @@ pub(crate) fn local_clusters(clusters: usize, threads: usize) -> Vec<ClusterSpec
             host: LOCAL_HOST.to_owned(),
             port: 0,
             threads,
+            inis: None,
         })
         .collect()
 }
@@ -701,6 +723,7 @@ mod tests {
             host: "h".into(),
             port: 7000,
             threads: 1,
+            inis: None,
         };
         assert_eq!(c.ini_ports(3), Some(7000..=7002));
         assert_eq!(ClusterSpec { port: 0, ..c }.ini_ports(3), None);
@@ -717,7 +740,8 @@ mod tests {
                 id: 2,
                 host: LOCAL_HOST.into(),
                 port: 0,
-                threads: 4
+                threads: 4,
+                inis: None,
             }
         );
         assert_eq!(cfg.dsm.pages(), (1 << 30) / 4096);

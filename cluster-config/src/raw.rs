@@ -51,6 +51,7 @@ pub(crate) struct RawCluster {
     pub host: Spanned<Text>,
     pub port: Field<Int>,
     pub threads: Field<Int>,
+    pub inis: Field<Int>,
 }
 
 /// `[ini]`

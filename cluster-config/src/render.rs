@@ -76,7 +76,7 @@ impl JobConfig {
             .to_vec(),
         ];
         for c in &self.clusters {
-            let port = match c.ini_ports(ini.per_cluster) {
+            let port = match c.ini_ports(self.inis_of(c.id)) {
                 None => "auto".to_owned(),
                 Some(r) if r.start() == r.end() => r.start().to_string(),
                 Some(r) => format!("{}-{}", r.start(), r.end()),
@@ -86,7 +86,7 @@ impl JobConfig {
                 c.host.clone(),
                 port,
                 c.threads.to_string(),
-                ini.per_cluster.to_string(),
+                self.inis_of(c.id).to_string(),
                 ini.policy.to_string(),
                 self.substrate_cell(c.id),
             ]);
@@ -247,6 +247,9 @@ impl JobConfig {
                 c.port,
                 c.threads
             );
+            if let Some(k) = c.inis {
+                let _ = writeln!(out, "inis = {k}");
+            }
         }
         let ini = &self.ini;
         let _ = writeln!(

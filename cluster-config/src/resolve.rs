@@ -333,11 +333,25 @@ impl Resolver<'_, '_> {
                 1usize,
                 Bounds::between(1, MAX_THREADS_PER_CLUSTER as i128),
             )?;
+            let inis = match &raw.inis {
+                None => None,
+                Some(_) => Some(
+                    self.int(
+                        &raw.inis,
+                        &format!("cluster[{id}].inis"),
+                        1usize,
+                        Bounds::between(1, MAX_INIS_PER_CLUSTER as i128)
+                            .because(" (this cluster's INI threads; default ini.per_cluster)"),
+                    )?
+                    .value,
+                ),
+            };
             clusters.push(ClusterSpec {
                 id,
                 host,
                 port: port.value,
                 threads: threads.value,
+                inis,
             });
             port_spans.push(port.span);
         }
@@ -632,22 +646,24 @@ impl Resolver<'_, '_> {
         &self,
         clusters: &[ClusterSpec],
         spans: &[Option<Range<usize>>],
-        inis: usize,
+        per_cluster: usize,
     ) -> Result<(), ConfigError> {
-        let last_port = |c: &ClusterSpec| usize::from(c.port) + inis - 1;
+        let inis_of = |c: &ClusterSpec| c.inis.unwrap_or(per_cluster);
+        let last_port = |c: &ClusterSpec| usize::from(c.port) + inis_of(c) - 1;
         let val = |c: &ClusterSpec| Val {
             value: c.port,
             span: spans[c.id].clone(),
         };
         for c in clusters.iter().filter(|c| c.port != 0) {
             let key = format!("cluster[{}].port", c.id);
+            let inis = inis_of(c);
             if last_port(c) > usize::from(u16::MAX) {
                 return Err(self.invalid(
                     &val(c),
                     &key,
                     format!(
-                        "with {inis} INIs per cluster (ini.per_cluster) this cluster would use \
-                         ports {}..={}, past 65535: INI k uses base port + k",
+                        "with {inis} INIs this cluster would use ports {}..={}, past 65535: \
+                         INI k uses base port + k",
                         c.port,
                         last_port(c)
                     ),
@@ -660,7 +676,7 @@ impl Resolver<'_, '_> {
                     && usize::from(o.port) <= last_port(c)
             });
             if let Some(o) = clash {
-                let allowed = if inis == 1 {
+                let allowed = if inis == 1 && inis_of(o) == 1 {
                     format!(
                         "cluster[{}] on the same host ({}) already uses port {}: give each \
                          cluster on a host its own port, or 0 to pick a free one",
@@ -669,8 +685,8 @@ impl Resolver<'_, '_> {
                 } else {
                     format!(
                         "INI ports {}..={} overlap ports {}..={} of cluster[{}] on the same \
-                         host ({}): INI k uses base port + k, with {inis} INIs per cluster \
-                         (ini.per_cluster); use base ports at least {inis} apart, or 0",
+                         host ({}): INI k uses base port + k (INIs per cluster: ini.per_cluster \
+                         or the cluster's inis); use base ports further apart, or 0",
                         c.port,
                         last_port(c),
                         o.port,

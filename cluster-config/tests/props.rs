@@ -33,6 +33,7 @@ prop_compose! {
         hosts in prop::collection::vec(select(&HOSTS[..]), 6),
         threads in prop::collection::vec(1usize..64, 6),
         fixed_ports in prop::collection::vec(any::<bool>(), 6),
+        cluster_inis in prop::collection::vec(prop::option::of(1usize..=8), 6),
         name in prop::option::of("[a-zA-Z0-9 _\"'\\\\-]{0,12}"),
         key in any::<u64>(),
         startup in 1u64..1_000_000,
@@ -64,6 +65,7 @@ prop_compose! {
             host: if single_host { hosts[0] } else { hosts[id] }.to_owned(),
             port: if fixed_ports[id] { u16::try_from(20_000 + id * 10).unwrap() } else { 0 },
             threads: threads[id],
+            inis: cluster_inis[id],
         }).collect();
         let send = ack + send_extra;
         JobConfig {

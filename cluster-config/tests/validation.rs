@@ -62,7 +62,7 @@ fn unknown_keys_are_rejected_with_the_allowed_keys() {
     );
     assert_eq!(
         err("[[cluster]]\nhost = 'a'\n[[cluster]]\nhost = 'b'\ncores = 4\n"),
-        "jobs/t.toml:5:1: cluster[1].cores: unknown key; allowed here: host, port, threads"
+        "jobs/t.toml:5:1: cluster[1].cores: unknown key; allowed here: host, port, threads, inis"
     );
     assert_eq!(
         err(&with_local("[dsm]\nregion = 5")),
@@ -207,8 +207,42 @@ fn ports_are_16_bit() {
     );
     assert_eq!(
         err("[ini]\nper_cluster = 2\n[[cluster]]\nhost = 'a'\nport = 65535\n"),
-        "jobs/t.toml:5:8: cluster[0].port = 65535: with 2 INIs per cluster (ini.per_cluster) this \
-         cluster would use ports 65535..=65536, past 65535: INI k uses base port + k"
+        "jobs/t.toml:5:8: cluster[0].port = 65535: with 2 INIs this cluster would use ports \
+         65535..=65536, past 65535: INI k uses base port + k"
+    );
+    // A cluster's own INI count decides its port range.
+    assert_eq!(
+        err("[[cluster]]\nhost = 'a'\nport = 65534\ninis = 3\n"),
+        "jobs/t.toml:3:8: cluster[0].port = 65534: with 3 INIs this cluster would use ports \
+         65534..=65536, past 65535: INI k uses base port + k"
+    );
+}
+
+#[test]
+fn cluster_ini_counts_may_differ() {
+    let cfg = ok(
+        "[ini]\nper_cluster = 2\n[[cluster]]\nhost = 'h'\nport = 7000\ninis = 1\n\
+         [[cluster]]\nhost = 'h'\nport = 7001\nthreads = 4\n[[cluster]]\nhost = 'h'\n\
+         inis = 4\n",
+    );
+    assert_eq!(
+        (0..3).map(|c| cfg.inis_of(c)).collect::<Vec<_>>(),
+        vec![1, 2, 4]
+    );
+    assert_eq!(cfg.total_inis(), 7);
+    assert!(!cfg.uniform_inis());
+    assert_eq!(
+        err("[[cluster]]\nhost = 'a'\ninis = 0\n"),
+        "jobs/t.toml:3:8: cluster[0].inis = 0: must be between 1 and 64 (this cluster's INI \
+         threads; default ini.per_cluster)"
+    );
+    // Its port range is its own: cluster 1 (7001) no longer overlaps cluster 0's one INI.
+    assert!(
+        err(
+            "[[cluster]]\nhost = 'h'\nport = 7000\ninis = 2\n[[cluster]]\nhost = 'h'\nport = \
+             7001\n"
+        )
+        .starts_with("jobs/t.toml:7:8: cluster[1].port = 7001: INI ports 7001..=7001 overlap ports 7000..=7001 of cluster[0]")
     );
 }
 
@@ -226,8 +260,8 @@ fn clusters_on_one_host_need_distinct_ports() {
              [[cluster]]\nhost = '127.0.0.1'\nport = 7001\n"
         ),
         "jobs/t.toml:8:8: cluster[1].port = 7001: INI ports 7001..=7002 overlap ports \
-         7000..=7001 of cluster[0] on the same host (localhost): INI k uses base port + k, with 2 \
-         INIs per cluster (ini.per_cluster); use base ports at least 2 apart, or 0"
+         7000..=7001 of cluster[0] on the same host (localhost): INI k uses base port + k (INIs per \
+         cluster: ini.per_cluster or the cluster's inis); use base ports further apart, or 0"
     );
     // A clash with a cluster that is not the previous one, lower base port.
     assert!(

@@ -116,7 +116,7 @@ impl Job {
                 SiteId(me as u16),
                 &spec.host,
                 spec.port,
-                cfg.ini.per_cluster,
+                cfg.inis_of(me),
             )?)
         } else {
             None
@@ -155,11 +155,11 @@ impl Job {
                     site.attach_peer(SiteId(p as u16), &seg)?;
                 }
                 Link::Network => {
-                    if theirs.inis.len() != cfg.ini.per_cluster {
+                    if theirs.inis.len() != cfg.inis_of(p) {
                         return Err(JobError::Topology(format!(
-                            "cluster {p} has {} INIs, this cluster {}",
+                            "cluster {p} registered {} INIs but the job gives it {}",
                             theirs.inis.len(),
-                            cfg.ini.per_cluster
+                            cfg.inis_of(p)
                         )));
                     }
                     remote[p] = Some(theirs.inis);

@@ -7,12 +7,16 @@ use std::path::Path;
 /// Validates `path` with `sets` applied; prints a one-line summary.
 pub fn check(path: &Path, sets: &[Override]) -> Result<()> {
     let cfg = JobConfig::from_path_with_overrides(path, sets)?;
+    let inis = if cfg.uniform_inis() {
+        format!("{} INI(s) per cluster", cfg.ini.per_cluster)
+    } else {
+        format!("{} INIs in all", cfg.total_inis())
+    };
     println!(
-        "{}: ok — {} cluster(s), {} compute thread(s), {} INI(s) per cluster, policy {}, substrate {}, protocol {}",
+        "{}: ok — {} cluster(s), {} compute thread(s), {inis}, policy {}, substrate {}, protocol {}",
         path.display(),
         cfg.clusters.len(),
         cfg.total_threads(),
-        cfg.ini.per_cluster,
         cfg.ini.policy,
         cfg.ini.substrate,
         cfg.dsm.protocol

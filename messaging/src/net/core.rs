@@ -112,13 +112,16 @@ pub(crate) struct Counters {
 /// The protocol state of one INI (see the module docs).
 pub(crate) struct IniCore {
     pub(crate) index: u8,
-    pub(crate) inis_per_site: u8,
+    /// INIs of this cluster (K).
+    pub(crate) local_inis: u8,
     pub(crate) ini: Ini,
     pub(crate) socket: UdpSocket,
     /// Address of each connection's peer, by connection index.
     pub(crate) peer_addrs: Vec<SocketAddr>,
-    /// Connection to INI `j` of site `s` at `[s * inis_per_site + j]`.
-    pub(crate) conns: Vec<Option<ConnHandle>>,
+    /// Connections to the INIs of site `s` at `[s]`, INI 0 first (empty: no route).
+    pub(crate) conns: Vec<Vec<ConnHandle>>,
+    /// Per site, the next of this INI's remote INIs to send to (see `conn_for`).
+    pub(crate) next_remote: Vec<u8>,
     pub(crate) faults: FaultShim,
     pub(crate) gap: Duration,
     pub(crate) per_byte_ns: f64,
@@ -171,12 +174,20 @@ impl IniCore {
             && self.ini.is_idle()
     }
 
-    fn conn_for(&self, site: u16) -> Option<ConnHandle> {
-        let j = usize::from(self.index % self.inis_per_site);
-        self.conns
-            .get(usize::from(site) * usize::from(self.inis_per_site) + j)
-            .copied()
-            .flatten()
+    /// The connection a message to `site` leaves on: this INI's next remote INI of that
+    /// cluster by [`policy::remote_ini`]. Order across INIs is restored by the receiver's
+    /// resequencer.
+    fn conn_for(&mut self, site: u16) -> Option<ConnHandle> {
+        let s = usize::from(site);
+        let remote = self.conns.get(s).filter(|c| !c.is_empty())?;
+        let (j, next) = super::policy::remote_ini(
+            usize::from(self.index),
+            usize::from(self.local_inis),
+            remote.len(),
+            usize::from(self.next_remote[s]),
+        );
+        self.next_remote[s] = next as u8;
+        Some(remote[j])
     }
 
     /// Frames hand-off messages into the window (paper 002 §3.1).

@@ -461,11 +461,12 @@ impl BoundInis {
     }
 
     /// Starts the INI threads and gives `site` a network route to every site `s` with
-    /// `remote[s] = Some(its INI addresses)` (every cluster must use the same number of
-    /// INIs).
+    /// `remote[s] = Some(its INI addresses)`. Each INI gets a connection to every remote
+    /// INI; clusters may have different INI counts (see `IniCore::conn_for` for which
+    /// remote INI a message goes to).
     ///
     /// # Errors
-    /// [`NetError::Config`] for inconsistent INI counts or window parameters.
+    /// [`NetError::Config`] for an INI count outside 1..=255 or bad window parameters.
     pub fn start(
         self,
         site: &Site,
@@ -473,18 +474,16 @@ impl BoundInis {
         remote: &[Option<Vec<SocketAddr>>],
     ) -> Result<IniGroup, NetError> {
         let k = self.sockets.len();
-        if k == 0 || k > usize::from(u8::MAX) {
-            return Err(NetError::Config(format!(
-                "{k} INIs per cluster; 1..=255 allowed"
-            )));
-        }
-        for (s, addrs) in remote.iter().enumerate() {
-            if let Some(a) = addrs
-                && a.len() != k
-            {
+        for (s, addrs) in std::iter::once((usize::from(self.site.0), &self.addrs)).chain(
+            remote
+                .iter()
+                .enumerate()
+                .filter_map(|(s, a)| Some((s, a.as_ref()?))),
+        ) {
+            if addrs.is_empty() || addrs.len() > usize::from(u8::MAX) {
                 return Err(NetError::Config(format!(
-                    "cluster {s} has {} INIs, this cluster {k}: every cluster needs the same number",
-                    a.len()
+                    "cluster {s} has {} INIs; 1..=255 allowed",
+                    addrs.len()
                 )));
             }
         }
@@ -503,7 +502,7 @@ impl BoundInis {
                 crate::window::Ini::new(IniAddr::new(self.site.0, i as u8), cfg.window.clone())
                     .map_err(|e| NetError::Config(e.to_string()))?;
             let mut peer_addrs = Vec::new();
-            let mut conns = vec![None; remote.len() * k];
+            let mut conns = vec![Vec::new(); remote.len()];
             for (s, addrs) in remote.iter().enumerate() {
                 let Some(addrs) = addrs else { continue };
                 for (j, a) in addrs.iter().enumerate() {
@@ -511,16 +510,17 @@ impl BoundInis {
                         .add_peer(IniAddr::new(s as u16, j as u8))
                         .map_err(|e| NetError::Config(e.to_string()))?;
                     peer_addrs.push(*a);
-                    conns[s * k + j] = Some(c);
+                    conns[s].push(c);
                 }
             }
             let core = IniCore {
                 index: i as u8,
-                inis_per_site: k as u8,
+                local_inis: k as u8,
                 ini,
                 socket,
                 peer_addrs,
                 conns,
+                next_remote: vec![0; remote.len()],
                 faults: faults::FaultShim::new(
                     &cfg.faults,
                     (u64::from(self.site.0) << 8) | i as u64,

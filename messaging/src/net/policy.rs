@@ -35,6 +35,25 @@ pub(crate) fn pick(
     }
 }
 
+/// The remote INI (of `r`) that local INI `i` (of `k`) sends its next message to a
+/// cluster through, and the turn to use next time (`turn` starts at 0). Every local INI
+/// has a connection to every remote INI (paper 002 §3.1) and the INI counts may differ
+/// (Tables 5.8/5.9): when `k ≥ r`, INI `i` always sends to remote INI `i mod r`; when
+/// `k < r`, it takes turns, message by message, over the remote INIs `i, i + k, i + 2k,
+/// …` below `r`, so every remote INI receives and the receive load stays balanced.
+///
+/// # Panics
+/// If `r == 0` or `i ≥ k`.
+pub(crate) fn remote_ini(i: usize, k: usize, r: usize, turn: usize) -> (usize, usize) {
+    assert!(r > 0 && i < k, "remote_ini({i}, {k}, {r})");
+    if k >= r {
+        return (i % r, 0);
+    }
+    let mine = (r - i).div_ceil(k);
+    let turn = turn % mine;
+    (i + turn * k, (turn + 1) % mine)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +92,40 @@ mod tests {
             picks(IniPolicy::LeastLoaded, 0, &[0, 0, 0], 3),
             vec![0, 1, 2]
         );
+    }
+
+    fn remote_sequence(i: usize, k: usize, r: usize, n: usize) -> Vec<usize> {
+        let mut turn = 0;
+        (0..n)
+            .map(|_| {
+                let (j, next) = remote_ini(i, k, r, turn);
+                turn = next;
+                j
+            })
+            .collect()
+    }
+
+    #[test]
+    fn remote_ini_covers_every_remote_ini_once_per_round() {
+        // Equal counts: INI i talks to remote INI i.
+        assert_eq!(remote_sequence(1, 3, 3, 3), vec![1, 1, 1]);
+        // More local INIs than remote: i mod r.
+        assert_eq!(remote_sequence(3, 4, 2, 2), vec![1, 1]);
+        // Fewer: INI 0 of 2 rotates over 0, 2, 4 of 5; INI 1 over 1, 3.
+        assert_eq!(remote_sequence(0, 2, 5, 6), vec![0, 2, 4, 0, 2, 4]);
+        assert_eq!(remote_sequence(1, 2, 5, 4), vec![1, 3, 1, 3]);
+        // One local INI reaches every remote INI in turn.
+        assert_eq!(remote_sequence(0, 1, 4, 5), vec![0, 1, 2, 3, 0]);
+        // Over all local INIs, each remote INI is some INI's target.
+        for (k, r) in [(1, 1), (2, 3), (3, 8), (4, 4), (5, 2), (3, 7)] {
+            let mut hit = vec![false; r];
+            for i in 0..k {
+                for j in remote_sequence(i, k, r, r) {
+                    assert!(j < r);
+                    hit[j] = true;
+                }
+            }
+            assert!(hit.iter().all(|&h| h), "k={k} r={r}: {hit:?}");
+        }
     }
 }

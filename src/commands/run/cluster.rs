@@ -171,7 +171,8 @@ fn on_dsm(
 /// the section's closing barrier.
 fn gather_inis(rt: &mut DsmRuntime, job: &Job, cfg: &JobConfig) -> Result<Vec<IniEntry>> {
     let (me, n) = (job.cluster(), job.clusters());
-    let per = 1 + cfg.ini.per_cluster.max(1) * WORDS_PER_INI;
+    let most = (0..n).map(|c| cfg.inis_of(c)).max().unwrap_or(1).max(1);
+    let per = 1 + most * WORDS_PER_INI;
     let area = rt.dsm_mut().alloc::<u64>(n * per)?;
     let mut mine: Vec<IniEntry> = job.ini_reports().iter().map(IniEntry::of).collect();
     let mut bytes = serde_json::to_vec(&mine)?;

@@ -453,7 +453,7 @@ fn dsm_backend(cfg: &JobConfig, label: String) -> Backend {
         protocol: cfg.dsm.protocol.as_str().to_owned(),
         home: cfg.dsm.home.as_str().to_owned(),
         substrate: cfg.ini.substrate.as_str().to_owned(),
-        inis_per_cluster: cfg.ini.per_cluster,
+        inis: (0..cfg.clusters.len()).map(|c| cfg.inis_of(c)).collect(),
         policy: cfg.ini.policy.as_str().to_owned(),
     }
 }

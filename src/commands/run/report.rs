@@ -31,8 +31,8 @@ pub enum Backend {
         home: String,
         /// Substrate policy between clusters.
         substrate: String,
-        /// INIs per cluster.
-        inis_per_cluster: usize,
+        /// INI threads of each cluster.
+        inis: Vec<usize>,
         /// INI scheduling policy.
         policy: String,
     },
@@ -52,7 +52,7 @@ impl Backend {
                 protocol,
                 home,
                 substrate,
-                inis_per_cluster,
+                inis,
                 policy,
             } => {
                 let shape = if threads.iter().all(|&t| t == threads[0]) {
@@ -60,9 +60,14 @@ impl Backend {
                 } else {
                     format!("{} clusters with {threads:?} threads", threads.len())
                 };
+                let inis = if inis.iter().all(|&k| k == inis[0]) {
+                    format!("{} INI(s) per cluster", inis[0])
+                } else {
+                    format!("INIs per cluster {inis:?}")
+                };
                 format!(
                     "DSM: {shape} ({config}); protocol {protocol}, homes {home}, \
-                     {inis_per_cluster} INI(s) per cluster ({policy}), substrate {substrate}"
+                     {inis} ({policy}), substrate {substrate}"
                 )
             }
         }
