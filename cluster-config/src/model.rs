@@ -432,7 +432,10 @@ pub struct EmulationConfig {
     pub recv_overhead_us: f64,
     /// `gap_us`: *g*, µs an INI stalls after each injection.
     pub gap_us: f64,
-    /// `latency_us`: *L*, µs a datagram waits before delivery.
+    /// `latency_us`: *L*, µs a message waits before delivery: in the INIs on the
+    /// network path, and at the receiving endpoint for messages between clusters over
+    /// shared memory (each message held *L* from when it is first polled, none behind
+    /// another: the thesis's "IO delay", paper 002 Table 5.3).
     pub latency_us: f64,
     /// `per_byte_gap_ns`: *G*, ns of gap per byte of payload.
     pub per_byte_gap_ns: f64,

@@ -15,6 +15,7 @@
 use crate::basic::BasicRing;
 use crate::basic::BasicTooLong;
 use crate::bulk::{FRAGMENT_HEADER, FragmentHeader, FragmentReject};
+use crate::delay::DelayLine;
 use crate::message::{BasicSendError, BulkMsg, BulkSendError, Message, SendError, TagOnMsg};
 use crate::names::{Destination, DestinationTable, QueueId, SiteId, VirtualName};
 use crate::net::Net;
@@ -27,7 +28,7 @@ use crate::site::{Route, SiteInner, Substrate};
 use crate::stats::{EndpointCounters, KindCounters};
 use crate::sync::{Backoff, spin_hint};
 use crate::word::{Express, Handler, SourceId, Word, WordKind};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,7 +63,15 @@ pub struct Endpoint {
     counters: Arc<EndpointCounters>,
     spin: Duration,
     net: NetState,
+    /// Messages from shared-memory peers held for the emulated latency *L* (`None`: off).
+    delay: Option<RefCell<DelayLine>>,
     _not_sync: PhantomData<Cell<()>>,
+}
+
+/// The endpoint's delay line when the site emulates latency on shared-memory links.
+fn delay_line(site: &SiteInner) -> Option<RefCell<DelayLine>> {
+    let l = site.config.shm_latency;
+    (!l.is_zero()).then(|| RefCell::new(DelayLine::new(l)))
 }
 
 /// Per-endpoint state of the network path.
@@ -151,6 +160,7 @@ impl Endpoint {
             net: NetState::new(&site),
             counters,
             spin: DEFAULT_SPIN,
+            delay: delay_line(&site),
             _not_sync: PhantomData,
             site,
         }
@@ -170,6 +180,7 @@ impl Endpoint {
             counters,
             spin: self.spin,
             net: NetState::new(&self.site),
+            delay: delay_line(&self.site),
             _not_sync: PhantomData,
         }
     }
@@ -608,11 +619,63 @@ impl Endpoint {
     /// the order given at creation; within a queue, Express before Basic), or `None` at once.
     #[inline]
     pub fn try_recv(&self) -> Option<Message> {
+        if self.delay.is_some() {
+            return self.try_recv_delayed();
+        }
+        self.try_recv_now()
+    }
+
+    /// [`Endpoint::try_recv`] without the emulated shared-memory latency.
+    #[inline(always)]
+    fn try_recv_now(&self) -> Option<Message> {
         if let Some(m) = self.poll_local() {
             return Some(m);
         }
         self.site.net.get()?;
         self.poll_network()
+    }
+
+    /// [`Endpoint::try_recv`] with emulated latency *L* on shared-memory links (see
+    /// [`crate::delay`]): what is waiting now is taken, messages from shared-memory peers
+    /// are held until *L* after this poll, and the oldest held message whose time has
+    /// come, or else a message that needs no delay, is returned.
+    #[inline(never)]
+    fn try_recv_delayed(&self) -> Option<Message> {
+        let line = self.delay.as_ref()?;
+        let now = Instant::now();
+        // Bounded, so a flood cannot keep the poll from returning.
+        for _ in 0..64 {
+            let Some(m) = self.try_recv_now() else { break };
+            if self.from_shm_peer(&m) {
+                line.borrow_mut().hold(now, m);
+            } else {
+                return Some(m);
+            }
+        }
+        line.borrow_mut().due(now)
+    }
+
+    /// Whether `m` came from another site over shared memory: its source, looked up in
+    /// this endpoint's destination table, is a site reached through a peer's segment. A
+    /// source the table does not name is not delayed.
+    fn from_shm_peer(&self, m: &Message) -> bool {
+        self.table
+            .lookup(m.source().into())
+            .and_then(|d| self.site.route(d.site))
+            .is_some_and(|r| {
+                matches!(
+                    r,
+                    Route::Segment {
+                        substrate: Substrate::Shm,
+                        ..
+                    }
+                )
+            })
+    }
+
+    /// When the oldest message held for the emulated latency is due, if any is held.
+    fn next_held(&self) -> Option<Instant> {
+        self.delay.as_ref()?.borrow().next_due()
     }
 
     /// The rest of [`Endpoint::try_recv`] on a site with INIs, out of line. Paper 000 §3.4:
@@ -701,6 +764,14 @@ impl Endpoint {
             let now = Instant::now();
             if now >= deadline {
                 return None;
+            }
+            // A message held for the emulated latency is due soon (L is µs): wait for it
+            // here rather than sleep past it.
+            if let Some(due) = self.next_held() {
+                while Instant::now() < due.min(deadline) {
+                    spin_hint();
+                }
+                continue;
             }
             // With INIs, wait on the network sockets themselves when they are free, so a
             // datagram wakes this thread directly.

@@ -109,6 +109,7 @@ impl Job {
         site_config.site = SiteId(me as u16);
         site_config.max_sites = site_config.max_sites.max(n);
         site_config.shared = n > 1 && cfg.ini.substrate != Policy::Udp;
+        site_config.shm_latency = Duration::from_secs_f64(cfg.emulation.latency_us / 1e6);
         let site = Site::new(site_config)?;
         let spec = &cfg.clusters[me];
         let bound = if n > 1 {

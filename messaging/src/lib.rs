@@ -25,6 +25,7 @@ mod basic;
 pub mod bench;
 pub mod bulk;
 pub mod control;
+mod delay;
 pub mod dispatch;
 mod doorbell;
 mod endpoint;

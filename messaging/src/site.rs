@@ -42,6 +42,10 @@ pub struct SiteConfig {
     pub max_reassemblies: usize,
     /// Names per destination table.
     pub table_capacity: usize,
+    /// Emulated latency *L* on shared-memory links (paper 001 §3.2; the job's
+    /// `emulation.latency_us`): every message from another site over shared memory is
+    /// held this long by the receiving endpoint before delivery. Zero (the default): off.
+    pub shm_latency: std::time::Duration,
 }
 
 impl Default for SiteConfig {
@@ -56,6 +60,7 @@ impl Default for SiteConfig {
             max_bulk: 1 << 20,
             max_reassemblies: 64,
             table_capacity: 1024,
+            shm_latency: std::time::Duration::ZERO,
         }
     }
 }
