@@ -646,7 +646,7 @@ impl Endpoint {
         // Bounded, so a flood cannot keep the poll from returning.
         for _ in 0..64 {
             let Some(m) = self.try_recv_now() else { break };
-            if self.from_shm_peer(&m) {
+            if self.came_over_shm(&m) {
                 line.borrow_mut().hold(now, m);
             } else {
                 return Some(m);
@@ -658,7 +658,7 @@ impl Endpoint {
     /// Whether `m` came from another site over shared memory: its source, looked up in
     /// this endpoint's destination table, is a site reached through a peer's segment. A
     /// source the table does not name is not delayed.
-    fn from_shm_peer(&self, m: &Message) -> bool {
+    fn came_over_shm(&self, m: &Message) -> bool {
         self.table
             .lookup(m.source().into())
             .and_then(|d| self.site.route(d.site))
