@@ -21,10 +21,14 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+/// The job's control plane (re-exported from `multigrain-control`).
+pub use multigrain_control as control;
+/// The sliding-window protocol, sans I/O (re-exported from `multigrain-window`).
+pub use multigrain_window as window;
+
 mod basic;
 pub mod bench;
 pub mod bulk;
-pub mod control;
 mod delay;
 pub mod dispatch;
 mod doorbell;
@@ -61,4 +65,3 @@ pub use word::{Express, ExpressMsg, Handler, PayloadTooWide, SourceId, Word, Wor
 
 #[cfg(all(test, not(loom)))]
 mod tests;
-pub mod window;

@@ -3,10 +3,8 @@
 
 use std::io::Cursor;
 
-use multigrain_messaging::control::Registration;
-use multigrain_messaging::control::wire::{
-    self, FrameError, HEADER_LEN, MAX_FRAME, Message, ReadError,
-};
+use multigrain_control::Registration;
+use multigrain_control::wire::{self, FrameError, HEADER_LEN, MAX_FRAME, Message, ReadError};
 use proptest::prelude::*;
 
 const KEY: u64 = 0x6d75_6c74_6900_0001;

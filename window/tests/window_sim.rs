@@ -3,8 +3,8 @@
 //! sequence wrap-around; dead-peer detection; no head-of-line blocking across
 //! connections; reproducibility from the seed.
 
-use multigrain_messaging::window::sim::{Sim, SimConfig, SimStats};
-use multigrain_messaging::window::{
+use multigrain_window::sim::{Sim, SimConfig, SimStats};
+use multigrain_window::{
     ConnHandle, ConnStats, EnqueueError, Event, Ini, IniAddr, IniStats, Micros, WindowConfig,
 };
 use proptest::prelude::*;

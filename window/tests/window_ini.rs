@@ -1,8 +1,8 @@
 //! Protocol rules of the INI core, one at a time, by feeding hand-made datagrams to one
 //! [`Ini`] and decoding what it sends (thesis §3.1, §3.2.1, §3.2.2).
 
-use multigrain_messaging::window::wire::{self, ConnId, FrameKind, Header};
-use multigrain_messaging::window::{
+use multigrain_window::wire::{self, ConnId, FrameKind, Header};
+use multigrain_window::{
     AddPeerError, ConnHandle, EnqueueError, Event, Ini, IniAddr, Micros, Rejected, WindowConfig,
 };
 use proptest::prelude::*;

@@ -20,6 +20,8 @@
 //!
 //! A deterministic network simulator for tests and benchmarks lives in [`sim`].
 
+#![forbid(unsafe_code)]
+
 mod connection;
 mod ini;
 pub mod sim;

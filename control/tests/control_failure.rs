@@ -9,8 +9,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use multigrain_cluster_config::JobSettings;
-use multigrain_messaging::control::wire::{self, Message};
-use multigrain_messaging::control::{
+use multigrain_control::wire::{self, Message};
+use multigrain_control::{
     Control, ControlError, Failure, Identity, Registration, free_loopback_port,
 };
 

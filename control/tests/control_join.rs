@@ -11,9 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use multigrain_cluster_config::JobSettings;
-use multigrain_messaging::control::{
-    Control, ControlError, Identity, Registration, free_loopback_port,
-};
+use multigrain_control::{Control, ControlError, Identity, Registration, free_loopback_port};
 
 /// Every wait on a cluster thread is bounded by this.
 const HANG: Duration = Duration::from_secs(30);

@@ -54,7 +54,7 @@ impl Identity {
     ///
     /// ```
     /// use multigrain_cluster_config::JobConfig;
-    /// use multigrain_messaging::control::Identity;
+    /// use multigrain_control::Identity;
     /// let cfg = JobConfig::from_str_named(
     ///     "[[cluster]]\nhost = \"127.0.0.1\"\nport = 7000\n[[cluster]]\nhost = \"127.0.0.1\"\nport = 7010\n",
     ///     "inline",

@@ -9,10 +9,8 @@
 //! so the allocations left are the receiver's one per delivered message.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use multigrain_messaging::window::sim::{Sim, SimConfig};
-use multigrain_messaging::window::{
-    ConnHandle, EnqueueError, Event, Ini, IniAddr, Micros, WindowConfig,
-};
+use multigrain_window::sim::{Sim, SimConfig};
+use multigrain_window::{ConnHandle, EnqueueError, Event, Ini, IniAddr, Micros, WindowConfig};
 use std::hint::black_box;
 use std::time::Duration;
 

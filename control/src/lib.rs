@@ -33,7 +33,7 @@
 //!
 //! ```no_run
 //! use multigrain_cluster_config::JobConfig;
-//! use multigrain_messaging::control::{Control, Identity, Registration};
+//! use multigrain_control::{Control, Identity, Registration};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let cfg = JobConfig::from_path("job.toml".as_ref())?;
 //! let id = Identity::from_env(&cfg)?;
@@ -44,6 +44,8 @@
 //! control.finish(cfg.job.startup_timeout())?;
 //! # Ok(()) }
 //! ```
+
+#![forbid(unsafe_code)]
 
 mod error;
 mod identity;
