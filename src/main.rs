@@ -49,6 +49,24 @@ enum Command {
     /// Read the per-message INI traces a job wrote (paper 002 §4.4.2).
     #[command(subcommand)]
     Trace(TraceCommand),
+    /// Print a shell completion script on stdout.
+    #[command(
+        after_help = "Examples:\n  multigrain completions bash > ~/.local/share/bash-completion/completions/multigrain\n  multigrain completions zsh > ~/.zfunc/_multigrain\n  multigrain completions fish > ~/.config/fish/completions/multigrain.fish"
+    )]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (roff): multigrain.1 and one per subcommand, e.g. multigrain-run.1.
+    #[command(
+        after_help = "Example: multigrain man --out ~/.local/share/man/man1 && man multigrain-run"
+    )]
+    Man {
+        /// Directory to write the pages into (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 /// Check a job's network end to end: every compute thread of every cluster sends Express and
@@ -351,6 +369,26 @@ fn run(cli: Cli) -> Result<()> {
         Command::Run(a) => commands::run::run(a),
         Command::Trace(TraceCommand::Summarize { files, json }) => {
             commands::trace::summarize_files(&files, json.as_deref())
+        }
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "multigrain",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+        Command::Man { out } => {
+            use anyhow::Context as _;
+            use clap::CommandFactory as _;
+            std::fs::create_dir_all(&out)
+                .with_context(|| format!("--out: cannot create {}", out.display()))?;
+            clap_mangen::generate_to(Cli::command(), &out)
+                .with_context(|| format!("--out: cannot write man pages into {}", out.display()))?;
+            println!("man pages written to {}", out.display());
+            Ok(())
         }
         Command::Hello(a) => commands::hello::run(&commands::hello::Options {
             config: a.config,

@@ -386,11 +386,19 @@ pub fn interleave_with(
     Ok(data)
 }
 
-/// Writes `value` as pretty JSON to `path`, naming the file in an error.
+/// Writes `value` as pretty JSON to `path` (`-`: stdout), naming the file in an error.
 pub fn write_json(path: &std::path::Path, value: &impl Serialize) -> Result<()> {
     use anyhow::Context as _;
-    let text = serde_json::to_string_pretty(value)?;
-    std::fs::write(path, text + "\n").with_context(|| format!("--json: writing {}", path.display()))
+    use std::io::Write as _;
+    let text = serde_json::to_string_pretty(value)? + "\n";
+    if path.as_os_str() == "-" {
+        let mut out = std::io::stdout().lock();
+        return out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .context("--json -: writing to stdout");
+    }
+    std::fs::write(path, text).with_context(|| format!("--json: writing {}", path.display()))
 }
 
 #[cfg(test)]

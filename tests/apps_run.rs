@@ -781,3 +781,97 @@ fn plain_threads_run_on_one_process() {
         p.transcript()
     );
 }
+
+#[test]
+fn json_to_stdout_carries_metadata_and_no_sentinels() {
+    let _one = one_job_at_a_time();
+    let mut p = run_cmd(
+        "water --json -",
+        &[
+            "water",
+            "--molecules",
+            "64",
+            "--steps",
+            "1",
+            "--set",
+            "local.threads=1",
+            "--json",
+            "-",
+        ],
+    );
+    let pids = launched_pids(&p, 2);
+    p.adopt(&pids);
+    let status = p.wait_exit(JOB);
+    assert!(status.success(), "{status}: {}", p.transcript());
+    assert_gone(&pids, HANG, "clusters of the --json - run");
+    // stdout is the JSON alone (the text report went to stderr).
+    let out = p.lines(Stream::Out).join("\n");
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{out}"));
+    assert!(
+        p.lines(Stream::Err)
+            .iter()
+            .any(|l| l.starts_with("Water-Nsquared:")),
+        "the text report goes to stderr: {}",
+        p.transcript()
+    );
+    let meta = &report["meta"];
+    assert_eq!(meta["schema_version"], 1, "{meta}");
+    assert!(
+        meta["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')),
+        "{meta}"
+    );
+    assert_eq!(
+        meta["cluster_hosts"],
+        serde_json::json!(["127.0.0.1", "127.0.0.1"])
+    );
+    assert!(
+        meta["argv"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x == "--json")),
+        "{meta}"
+    );
+    let config = meta["config"].as_str().expect("the resolved config");
+    assert!(
+        config.contains("threads = 1") && config.contains("[ini]"),
+        "{config}"
+    );
+    // The job total has no cluster number; each cluster has its own.
+    let stats = &report["stats"];
+    assert!(
+        stats["total"].get("cluster").is_none(),
+        "{}",
+        stats["total"]
+    );
+    assert_eq!(stats["clusters"][1]["cluster"], 1);
+}
+
+#[test]
+fn completions_and_man_pages_are_generated() {
+    let dir = TempDir::new("apps-man");
+    let mut cmd = Command::new(bin());
+    cmd.args(["completions", "bash"]);
+    let mut p = Proc::spawn("completions bash", cmd);
+    assert!(p.wait_exit(HANG).success(), "{}", p.transcript());
+    let script = p.lines(Stream::Out).join("\n");
+    // Subcommands and their flags are completed.
+    for word in ["_multigrain", "summarize", "--molecules", "--json"] {
+        assert!(script.contains(word), "no {word} in the bash completions");
+    }
+    let mut cmd = Command::new(bin());
+    cmd.args(["man", "--out"]).arg(dir.path());
+    let mut p = Proc::spawn("man", cmd);
+    assert!(p.wait_exit(HANG).success(), "{}", p.transcript());
+    for page in [
+        "multigrain.1",
+        "multigrain-run.1",
+        "multigrain-trace-summarize.1",
+    ] {
+        let text = std::fs::read_to_string(dir.path().join(page))
+            .unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(
+            text.starts_with(".ie") || text.contains(".TH"),
+            "{page} is not roff"
+        );
+    }
+}

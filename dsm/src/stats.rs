@@ -125,8 +125,9 @@ impl AddAssign<&PhaseTimes> for PhaseTimes {
 /// are nanoseconds of wall-clock time summed over threads.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterStats {
-    /// The cluster (`usize::MAX` in a job total).
-    pub cluster: usize,
+    /// The cluster; `None` in a job total (absent from its JSON).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<usize>,
     /// Read faults taken by this cluster's threads.
     pub read_faults: u64,
     /// Write faults taken by this cluster's threads (write to a missing or read-only page).
@@ -229,7 +230,7 @@ impl AddAssign<&ClusterStats> for ClusterStats {
 pub struct JobStats {
     /// One entry per cluster, by cluster id.
     pub clusters: Vec<ClusterStats>,
-    /// The sum over all clusters (`cluster` is `usize::MAX`).
+    /// The sum over all clusters (`cluster` is `None`).
     pub total: ClusterStats,
 }
 
@@ -237,10 +238,7 @@ impl JobStats {
     /// Sums `clusters` (sorted by cluster id) into a job total.
     pub fn from_clusters(mut clusters: Vec<ClusterStats>) -> Self {
         clusters.sort_by_key(|c| c.cluster);
-        let mut total = ClusterStats {
-            cluster: usize::MAX,
-            ..ClusterStats::default()
-        };
+        let mut total = ClusterStats::default();
         for c in &clusters {
             total += c;
         }
@@ -329,7 +327,7 @@ impl Counters {
     ) -> ClusterStats {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         ClusterStats {
-            cluster,
+            cluster: Some(cluster),
             read_faults: g(&self.read_faults),
             write_faults: g(&self.write_faults),
             remote_faults: g(&self.remote_faults),
@@ -379,7 +377,7 @@ mod tests {
     #[test]
     fn job_totals_sum_every_field_and_round_trip_through_json() {
         let mut a = ClusterStats {
-            cluster: 1,
+            cluster: Some(1),
             read_faults: 3,
             lock_wait_ns: 10,
             ..Default::default()
@@ -388,10 +386,13 @@ mod tests {
         a.protocol.diffs_applied = 4;
         a.layer.express_sent = 7;
         let mut b = a.clone();
-        b.cluster = 0;
+        b.cluster = Some(0);
         b.messages_sent.insert("Diff".into(), 1);
         let job = JobStats::from_clusters(vec![a, b]);
-        assert_eq!(job.clusters[0].cluster, 0);
+        assert_eq!(job.clusters[0].cluster, Some(0));
+        assert_eq!(job.total.cluster, None);
+        let total = serde_json::to_value(&job.total).unwrap();
+        assert!(total.get("cluster").is_none(), "no sentinel: {total}");
         assert_eq!(job.total.read_faults, 6);
         assert_eq!(job.total.lock_wait_ns, 20);
         assert_eq!(job.total.messages_sent["GetPage"], 4);

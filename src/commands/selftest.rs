@@ -330,8 +330,7 @@ pub fn run(
         }
     }
     if let Some(path) = stats_json {
-        std::fs::write(path, serde_json::to_string_pretty(&reports)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        crate::measure::write_json(path, &reports)?;
     }
     Ok(())
 }

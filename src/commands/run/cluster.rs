@@ -128,7 +128,7 @@ pub fn run(app: &AppSpec, cfg: &JobConfig, backend: Backend, delivery: &Delivery
             std::fs::rename(&tmp, dir.join(RESULT_FILE))
                 .with_context(|| format!("writing {}", dir.join(RESULT_FILE).display()))?;
         }
-        None => super::deliver(&report, delivery.json)?,
+        None => super::deliver(&report, delivery.json, Some(cfg))?,
     }
     Ok(())
 }

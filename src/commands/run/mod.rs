@@ -9,6 +9,7 @@
 //! ([`report`]); progress goes to stderr ([`watch`]).
 
 pub mod cluster;
+pub mod meta;
 pub mod report;
 pub mod spawn;
 pub mod watch;
@@ -86,7 +87,9 @@ pub struct CommonArgs {
     /// Run on N plain threads in this process (hardware shared memory, no DSM).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub threads: Option<u64>,
-    /// Also write the results and statistics as JSON to FILE.
+    /// Also write the results and statistics as JSON to FILE (`-`: to stdout, with the
+    /// text report on stderr). The JSON carries `meta`: schema_version, multigrain_version,
+    /// timestamp (RFC 3339, UTC), host, cluster_hosts, argv and the resolved config (TOML).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// (Internal) the spawning process's directory for cluster 0's progress and report.
@@ -416,13 +419,39 @@ fn em3d_spec(a: &Em3dArgs) -> Result<AppSpec> {
     })
 }
 
-/// Prints `report` on stdout and writes it to `json` if given.
-pub fn deliver(report: &Report, json: Option<&Path>) -> Result<()> {
-    print!("{}", report::render(report));
+/// Prints `report` and writes it as JSON to `json` if given, with the run's [`meta::Meta`]
+/// (`cfg`: the resolved job of a DSM run). `json` = `-` writes the JSON to stdout and the
+/// text report to stderr, so that the JSON can be piped.
+pub fn deliver(report: &Report, json: Option<&Path>, cfg: Option<&JobConfig>) -> Result<()> {
+    #[derive(serde::Serialize)]
+    struct WithMeta<'a> {
+        meta: meta::Meta,
+        #[serde(flatten)]
+        report: &'a Report,
+    }
+    let to_stdout = json.is_some_and(|p| p.as_os_str() == "-");
+    if to_stdout {
+        eprint!("{}", report::render(report));
+    } else {
+        print!("{}", report::render(report));
+    }
     if let Some(path) = json {
-        let text = serde_json::to_string_pretty(report)?;
-        std::fs::write(path, text + "\n")
-            .with_context(|| format!("--json: cannot write {}", path.display()))?;
+        let out = WithMeta {
+            meta: meta::Meta::now(cfg),
+            report,
+        };
+        let text = serde_json::to_string_pretty(&out)? + "\n";
+        if to_stdout {
+            use std::io::Write as _;
+            let mut stdout = std::io::stdout().lock();
+            stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+                .context("--json -: cannot write to stdout")?;
+        } else {
+            std::fs::write(path, text)
+                .with_context(|| format!("--json: cannot write {}", path.display()))?;
+        }
     }
     Ok(())
 }
@@ -561,5 +590,5 @@ fn finish_local(
         inis: Vec::new(),
         trace: None,
     };
-    deliver(&report, json)
+    deliver(&report, json, None)
 }

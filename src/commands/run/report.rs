@@ -181,7 +181,7 @@ fn velocities(v: &water::VelocitySource) -> String {
     match v {
         water::VelocitySource::File(p) => format!("velocities from {}", p.display()),
         water::VelocitySource::Seeded(s) => {
-            format!("velocities from a seeded generator (seed {s:#x})")
+            format!("velocities from a seeded generator (seed {s}, as --seed takes it)")
         }
     }
 }
@@ -237,7 +237,7 @@ pub fn render(r: &Report) -> String {
             let [gx, gy, gz] = result.grid.dims;
             let _ = writeln!(
                 s,
-                "EM3D: {} partitions on a {gx}×{gy}×{gz} grid, {} E + {} H nodes each, degree {}, {}% remote edges, layout {:?}, variant {:?}, {} iterations, seed {:#x}",
+                "EM3D: {} partitions on a {gx}×{gy}×{gz} grid, {} E + {} H nodes each, degree {}, {}% remote edges, layout {:?}, variant {:?}, {} iterations, seed {}",
                 result.partitions,
                 p.nodes_per_thread,
                 p.nodes_per_thread,
@@ -318,8 +318,8 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     };
     let header = |s: &mut String, title: &str| {
         let _ = write!(s, "\n{title:<32}{:>12}", "total");
-        for c in cols {
-            let _ = write!(s, "{:>12}", format!("c{}", c.cluster));
+        for (i, c) in cols.iter().enumerate() {
+            let _ = write!(s, "{:>12}", format!("c{}", c.cluster.unwrap_or(i)));
         }
         s.push('\n');
     };

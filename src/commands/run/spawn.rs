@@ -176,7 +176,7 @@ pub fn run(
     if !cfg.ini.trace_dir.is_empty() {
         report.trace = Some(read_traces(Path::new(&cfg.ini.trace_dir), n)?);
     }
-    super::deliver(&report, json)
+    super::deliver(&report, json, Some(cfg))
 }
 
 /// Summarizes the trace files the `clusters` clusters of a job wrote into `dir`
