@@ -307,7 +307,7 @@ enum TraceCommand {
 
 fn main() {
     // A re-executed copy of this binary may be the peer of a cross-process benchmark.
-    if multigrain_messaging::bench::cross_process::run_peer_if_requested() {
+    if multigrain_bench::cross_process::run_peer_if_requested() {
         return;
     }
     let cli = Cli::parse();

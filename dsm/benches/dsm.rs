@@ -6,10 +6,10 @@
 //! only drives them with criterion and prints per-operation percentiles at the end.
 
 use criterion::Criterion;
+use multigrain_bench::network::UdpWait;
 use multigrain_cluster_config::Protocol;
 use multigrain_dsm::bench::{self, ApplyChoice, BareFault, Pair};
 use multigrain_dsm::uffd::Backing;
-use multigrain_messaging::bench::network::UdpWait;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;

@@ -31,9 +31,9 @@ use crate::uffd::{
     Backing, Fault, FaultKind, PAGE_SIZE, PageIndex, PageRange, Protection, Region, RegionConfig,
     RegionOps,
 };
+use multigrain_bench::network::UdpWait;
 use multigrain_cluster_config::{HomePolicy, JobConfig, Protocol};
 use multigrain_coherence::diff;
-use multigrain_messaging::bench::network::UdpWait;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,7 +96,7 @@ fn ns(d: Duration) -> u64 {
 /// # Panics
 /// If the sockets cannot be set up or a datagram is lost (loopback does not lose them).
 pub fn udp_round_trips(n: usize, wait: UdpWait) -> Vec<u64> {
-    multigrain_messaging::bench::network::udp_round_trips(n, 8, wait)
+    multigrain_bench::network::udp_round_trips(n, 8, wait)
 }
 
 /// Baseline: copying a 4 KiB page, what a page reply costs beyond its messages (into a
@@ -679,7 +679,7 @@ fn take_turns(
     last: u64,
 ) -> Result<Duration, HandoffError> {
     let me = w.cluster();
-    let _pin = multigrain_messaging::bench::pin_to_cpu(me);
+    let _pin = multigrain_bench::pin_to_cpu(me);
     // My next update after `done` updates.
     let next_mine = |done: u64| {
         if done % 2 == me as u64 {

@@ -4,9 +4,9 @@
 //! memory and over INIs, checking every value it reads; the copy and UDP baselines
 //! return one sample per operation.
 
+use multigrain_bench::network::UdpWait;
 use multigrain_cluster_config::Protocol;
 use multigrain_dsm::bench::{HANDOFF_WORDS, LockHandoff, PageCopy, handoff_words, udp_round_trips};
-use multigrain_messaging::bench::network::UdpWait;
 
 /// A region address private to one test of this binary.
 fn base(slot: usize) -> usize {

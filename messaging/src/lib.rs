@@ -27,7 +27,6 @@ pub use multigrain_control as control;
 pub use multigrain_window as window;
 
 mod basic;
-pub mod bench;
 pub mod bulk;
 mod delay;
 pub mod dispatch;

@@ -7,10 +7,10 @@
 
 use crate::measure::{Summary, Table, Target, interleave_with, sum_series, write_json};
 use anyhow::{Context, Result};
+use multigrain_bench::cross_process::PingPong;
+use multigrain_bench::network::{self as net, UdpWait};
 use multigrain_cluster_config::{IniPolicy, Protocol};
 use multigrain_dsm::bench::{self as kernels, BareFault, LockHandoff, PageCopy, Pair};
-use multigrain_messaging::bench::cross_process::PingPong;
-use multigrain_messaging::bench::network::{self as net, UdpWait};
 use std::time::Duration;
 
 /// How much work each row does.

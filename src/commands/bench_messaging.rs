@@ -3,7 +3,7 @@
 
 use crate::measure::{Kernel, Table, Target, interleave, ns_per, write_json};
 use anyhow::{Context, Result};
-use multigrain_messaging::bench;
+use multigrain_bench as bench;
 use std::time::Duration;
 
 /// How much work each sample does.

@@ -6,10 +6,10 @@
 
 use crate::measure::{Table, Target, interleave, write_json};
 use anyhow::Result;
-use multigrain_cluster_config::IniPolicy;
-use multigrain_messaging::bench::network::{
+use multigrain_bench::network::{
     EXPRESS_DATAGRAM, Pair, UdpWait, express_pingpong, tag_on_stream, udp_pingpong,
 };
+use multigrain_cluster_config::IniPolicy;
 
 /// How much work each sample does.
 #[derive(Clone, Copy, Debug)]

@@ -5,7 +5,7 @@
 //! Each iteration is one round trip; one-way latency is half the reported time.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use multigrain_messaging::bench;
+use multigrain_bench as bench;
 
 fn latency(c: &mut Criterion) {
     let mut g = c.benchmark_group("round_trip");

@@ -2,7 +2,7 @@
 //! receiver, beside crossbeam's `ArrayQueue` and a `Mutex<VecDeque>` (both capacity 1024).
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use multigrain_messaging::bench;
+use multigrain_bench as bench;
 
 const MESSAGES: u64 = 200_000;
 

@@ -4,7 +4,7 @@
 //! as the peer.
 
 use criterion::Criterion;
-use multigrain_messaging::bench::{self, cross_process};
+use multigrain_bench::{self as bench, cross_process};
 
 fn main() {
     if cross_process::run_peer_if_requested() {

@@ -3,7 +3,7 @@
 //! and out of a lock-guarded ring), paper 004 §6.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use multigrain_messaging::bench;
+use multigrain_bench as bench;
 
 fn pages(c: &mut Criterion) {
     let mut g = c.benchmark_group("page_4k");

@@ -5,10 +5,10 @@
 //! cluster (bytes/s; messages/s = bytes/s ÷ 4096).
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use multigrain_cluster_config::IniPolicy;
-use multigrain_messaging::bench::network::{
+use multigrain_bench::network::{
     EXPRESS_DATAGRAM, Pair, UdpWait, express_pingpong, tag_on_stream, udp_pingpong,
 };
+use multigrain_cluster_config::IniPolicy;
 
 fn latency(c: &mut Criterion) {
     let pair = Pair::new(1, IniPolicy::Static);
