@@ -18,11 +18,9 @@ use crate::bulk::{FRAGMENT_HEADER, FragmentHeader, FragmentReject};
 use crate::delay::DelayLine;
 use crate::message::{BasicSendError, BulkMsg, BulkSendError, Message, SendError, TagOnMsg};
 use crate::names::{Destination, DestinationTable, QueueId, SiteId, VirtualName};
-use crate::net::Net;
-use crate::net::frame::FrameKind;
-use crate::net::handoff::{NO_SLOT, OutMsg};
-use crate::net::poll::AdaptivePoller;
+use crate::poll::AdaptivePoller;
 use crate::pool::{PoolExhausted, TagOnBuf, TagOnData};
+use crate::remote::{Lane, Refused, RemoteKind, RemoteRoute};
 use crate::ring::RawRing;
 use crate::site::{Route, SiteInner, Substrate};
 use crate::stats::{EndpointCounters, KindCounters};
@@ -76,14 +74,8 @@ fn delay_line(site: &SiteInner) -> Option<RefCell<DelayLine>> {
 
 /// Per-endpoint state of the network path.
 struct NetState {
-    /// Unique per site: the unit whose order the receiving site restores.
-    lane: u16,
-    /// The compute thread this endpoint serves (the `static` policy maps it to an INI).
-    thread_index: Cell<usize>,
-    /// Rotation counter of the `round-robin` and `least-loaded` policies.
-    rr: Cell<usize>,
-    /// Next sequence number per destination site.
-    seqs: Box<[Cell<u32>]>,
+    /// The sender's lane: order, thread index, policy counter, sequence numbers.
+    lane: Lane,
     /// When this endpoint's receive loop polls the network (paper 000 §3.4).
     poller: Cell<AdaptivePoller>,
     /// Epoll set for waiting on the network (created on first use).
@@ -92,12 +84,8 @@ struct NetState {
 
 impl NetState {
     fn new(site: &SiteInner) -> NetState {
-        let lane = site.next_lane();
         NetState {
-            lane,
-            thread_index: Cell::new(usize::from(lane)),
-            rr: Cell::new(usize::from(lane)),
-            seqs: (0..site.config.max_sites).map(|_| Cell::new(0)).collect(),
+            lane: Lane::new(site.next_lane(), site.config.max_sites),
             poller: Cell::new(AdaptivePoller::default()),
             epoll: std::cell::OnceCell::new(),
         }
@@ -240,46 +228,32 @@ impl Endpoint {
     /// Says which compute thread this endpoint serves; the `static` INI scheduling policy
     /// sends thread i's inter-cluster messages through INI i mod K (paper 002 §3.1).
     pub fn set_thread_index(&self, index: usize) {
-        self.net.thread_index.set(index);
+        self.net.lane.thread_index.set(index);
     }
 
-    /// Hands a message for a remote site to an INI (chosen by the job's policy). The
-    /// buffer, if any, is named by `(pool, slot)`; on success the INI owns that reference.
+    /// Hands a message for a remote site to the route (an INI chosen by the job's
+    /// policy). The buffer, if any, is named by `(pool, slot)`; on success the route
+    /// owns that reference. `Err(())`: the hand-off queue is full (counted).
     #[inline]
     fn submit_remote(
         &self,
-        link: &Net,
+        link: &dyn RemoteRoute,
         dest: Destination,
-        kind: FrameKind,
+        kind: RemoteKind,
         word: Word,
         buffer: Option<(u16, u32)>,
     ) -> Result<(), ()> {
-        if link.is_dead(dest.site.0) {
-            return Err(());
+        match link.submit(&self.net.lane, dest, kind, word, buffer) {
+            Ok(()) => {
+                self.counters.network.add(1);
+                Ok(())
+            }
+            Err(Refused::Full) => {
+                self.counters.full.add(1);
+                Err(())
+            }
+            Err(Refused::Dead) => Err(()),
         }
-        link.emulate_send_overhead();
-        let (ini, misscheduled) = link.choose(self.net.thread_index.get(), &self.net.rr);
-        let seq = &self.net.seqs[usize::from(dest.site.0)];
-        let (pool, slot) = buffer.unwrap_or((0, NO_SLOT));
-        let out = OutMsg {
-            kind,
-            misscheduled,
-            dest_site: dest.site.0,
-            dest_queue: dest.queue.0,
-            lane: self.net.lane,
-            seq: seq.get(),
-            word: word.0,
-            pool,
-            slot,
-            enqueued_ns: link.now_ns(),
-        };
-        if link.submit(ini, out).is_err() {
-            self.counters.full.add(1);
-            return Err(());
-        }
-        seq.set(seq.get().wrapping_add(1));
-        self.counters.network.add(1);
-        Ok(())
     }
 
     /// Sends an Express message to `name`: one claim on the destination ring.
@@ -306,10 +280,10 @@ impl Endpoint {
                 Ok(())
             }
             Route::Network(link) => {
-                if link.is_dead(dest.site.0) {
+                if link.is_dead(dest.site) {
                     return Err(SendError::Unreachable(dest, msg));
                 }
-                self.submit_remote(link, dest, FrameKind::Express, word, None)
+                self.submit_remote(link.as_ref(), dest, RemoteKind::Express, word, None)
                     .map_err(|()| SendError::Full(msg))?;
                 self.counts_sent().express.add(1);
                 self.counts_sent().bytes.add(8);
@@ -416,18 +390,18 @@ impl Endpoint {
                 Ok(())
             }
             Route::Network(link) => {
-                if link.is_dead(dest.site.0) {
+                if link.is_dead(dest.site) {
                     return Err(SendError::Unreachable(dest, data));
                 }
                 let frame = if kind == WordKind::Bulk {
-                    FrameKind::Bulk
+                    RemoteKind::Bulk
                 } else {
-                    FrameKind::TagOn
+                    RemoteKind::TagOn
                 };
                 let word = Word::express(handler, dest.source, 0);
                 let len = data.len() as u64;
                 if self
-                    .submit_remote(link, dest, frame, word, Some(data.location()))
+                    .submit_remote(link.as_ref(), dest, frame, word, Some(data.location()))
                     .is_err()
                 {
                     return Err(SendError::Full(data));
@@ -471,7 +445,7 @@ impl Endpoint {
                 if data.len() > crate::BASIC_MAX {
                     return Err(BasicTooLong(data.len()).into());
                 }
-                if link.is_dead(dest.site.0) {
+                if link.is_dead(dest.site) {
                     return Err(SendError::Unreachable(dest, ()).into());
                 }
                 // The bytes travel to the INI in a pool slot (copied once, as on a NIC).
@@ -482,7 +456,13 @@ impl Endpoint {
                 let frozen = buf.freeze();
                 let word = Word::express(handler, dest.source, 0);
                 if self
-                    .submit_remote(link, dest, FrameKind::Basic, word, Some(frozen.location()))
+                    .submit_remote(
+                        link.as_ref(),
+                        dest,
+                        RemoteKind::Basic,
+                        word,
+                        Some(frozen.location()),
+                    )
                     .is_err()
                 {
                     return Err(SendError::Full(()).into());
@@ -777,7 +757,7 @@ impl Endpoint {
             // datagram wakes this thread directly.
             if let Some(net) = self.site.net.get()
                 && let Some(epoll) = self.net.epoll.get_or_init(|| net.waiter_epoll().ok())
-                && let Ok(r) = net.wait(epoll, deadline, || self.poll_local())
+                && let Ok(r) = net.wait(epoll, deadline, &mut || self.poll_local())
             {
                 return r;
             }

@@ -14,6 +14,7 @@ use crate::endpoint::Endpoint;
 use crate::layout::{LayoutError, MappedSite, QueueSpec};
 use crate::names::{DestinationTable, QueueId, SiteId, TableWriter};
 use crate::pool::{DEFAULT_SLOT_SIZE, Pool, PoolExhausted, TagOnBuf};
+use crate::remote::RemoteRoute;
 use crate::segment::{Segment, SegmentError, sweep_stale, unique_name};
 use crate::stats::{EndpointCounters, MessageStats, SiteCounters};
 use crate::sync::{AtomicU64, Ordering};
@@ -113,7 +114,7 @@ pub(crate) enum Route {
         site: Arc<MappedSite>,
         substrate: Substrate,
     },
-    Network(Arc<crate::net::Net>),
+    Network(Arc<dyn RemoteRoute>),
 }
 
 pub(crate) struct SiteInner {
@@ -126,8 +127,9 @@ pub(crate) struct SiteInner {
     endpoints: Mutex<Vec<Arc<EndpointCounters>>>,
     next_bulk: AtomicU64,
     next_lane: AtomicU64,
-    /// This site's INIs, once started: endpoints poll them (paper 000 §3.4).
-    pub(crate) net: OnceLock<Arc<crate::net::Net>>,
+    /// This site's route to other machines (its INIs), once started: endpoints poll it
+    /// (paper 000 §3.4).
+    pub(crate) net: OnceLock<Arc<dyn RemoteRoute>>,
     pub(crate) config: SiteConfig,
 }
 
@@ -324,7 +326,7 @@ impl Site {
     pub(crate) fn add_network_route(
         &self,
         site: SiteId,
-        link: Arc<crate::net::Net>,
+        link: Arc<dyn RemoteRoute>,
     ) -> Result<(), SiteError> {
         let i = usize::from(site.0);
         let slot = self.inner.routes.get(i).ok_or_else(|| {

@@ -4,7 +4,7 @@
 
 use super::Net;
 use super::core::{IniSlot, TIMER_SLACK_US};
-use super::poll::AdaptivePoller;
+use crate::poll::AdaptivePoller;
 use crate::sync::Ordering;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::sync::Arc;
