@@ -11,7 +11,7 @@
 //! reassembles it, restores the sending endpoint's order (per-lane sequence numbers) and deposits it in
 //! the destination receive queue — Tag-On data into a slot of the receiving site's pool.
 //!
-//! Also here: paper 000's adaptive network polling ([`poll`]), fault injection
+//! Also here: paper 000's adaptive network polling (in the queue layer's `poll` module), fault injection
 //! ([`faults`]), the LogGP emulation of paper 001 §3.2 (o, g, L, G from the job's
 //! `[emulation]` section) and per-INI statistics ([`IniReport`]).
 
