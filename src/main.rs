@@ -32,6 +32,17 @@ struct Cli {
     /// Only errors on stderr (no warnings).
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     quiet: bool,
+    /// Which launcher started this process: auto (default: a Slurm task inside a job step
+    /// — SLURM_STEP_ID set, never the shell of an sbatch script or salloc — else PMI_RANK,
+    /// else OMPI_COMM_WORLD_RANK), none (not a launcher rank, whatever the environment
+    /// says), slurm, pmi or mpi (only that launcher's variables). The environment variable
+    /// MULTIGRAIN_LAUNCHER sets the same; this flag wins.
+    #[arg(long, global = true, value_name = "LAUNCHER", value_parser = parse_launcher)]
+    launcher: Option<multigrain_cluster_config::LauncherChoice>,
+}
+
+fn parse_launcher(s: &str) -> Result<multigrain_cluster_config::LauncherChoice, String> {
+    s.parse()
 }
 
 #[derive(Subcommand, Debug)]
@@ -311,6 +322,9 @@ fn main() {
         return;
     }
     let cli = Cli::parse();
+    if let Some(choice) = cli.launcher {
+        multigrain_cluster_config::set_launcher_choice(choice);
+    }
     logging::init(logging::filter_for(cli.verbose, cli.quiet, |k| {
         std::env::var(k).ok().filter(|v| !v.is_empty())
     }));
@@ -349,7 +363,7 @@ fn run(cli: Cli) -> Result<()> {
         ),
         Command::Bench(BenchCommand::Apps(a)) => commands::bench_apps::run(&a),
         Command::Selftest(a) => {
-            let cfg = commands::job_config(a.config.as_deref(), "selftest", &a.set)?;
+            let cfg = commands::choose_job(a.config.as_deref(), &a.set)?.cfg;
             let opts = commands::selftest::Options {
                 express: a.express,
                 tag_on: a.tag_on,

@@ -32,6 +32,10 @@ fn rank(vars: (&str, &str), rank: usize, size: usize, config: &std::path::Path) 
     }
     cmd.env(vars.0, rank.to_string())
         .env(vars.1, size.to_string());
+    if vars.0 == "SLURM_PROCID" {
+        // A task of a job step, as srun starts it.
+        cmd.env("SLURM_STEP_ID", "0");
+    }
     Proc::spawn(&format!("{} rank {rank}", vars.0), cmd)
 }
 
@@ -116,18 +120,99 @@ fn missing_rank_fails_within_the_startup_timeout_naming_it() {
 }
 
 #[test]
-fn port_zero_under_a_launcher_is_explained() {
+fn port_zero_without_a_launch_id_is_explained() {
     let dir = TempDir::new("srun-port0");
     let cfg = config(&dir, 2, 0, 5_000);
     let mut p = rank(("SLURM_PROCID", "SLURM_NTASKS"), 1, 2, &cfg);
     assert_eq!(p.wait_exit(HANG).code(), Some(1));
     let err = p.lines(Stream::Err).join("\n");
     assert!(
-        err.contains("cluster 0 (host 127.0.0.1) has port 0 in the config"),
+        err.contains(
+            "cluster 0 has no fixed port in the config, but it does not identify the launch"
+        ),
         "{err}"
     );
+    assert!(err.contains("fixed `port`"), "{err}");
+}
+
+/// Starts `multigrain ARGS` as rank `rank` of `size` of the Slurm job step `job`.0 on
+/// this node, with no config.
+fn slurm_task(job: u32, rank: usize, size: usize, args: &[&str]) -> Proc {
+    let mut cmd = Command::new(bin());
+    cmd.args(args);
+    for var in common::LAUNCH_VARS {
+        cmd.env_remove(var);
+    }
+    cmd.env("SLURM_PROCID", rank.to_string())
+        .env("SLURM_NTASKS", size.to_string())
+        .env("SLURM_JOB_ID", job.to_string())
+        .env("SLURM_STEP_ID", "0")
+        .env("SLURM_STEP_NODELIST", "localhost")
+        .env("SLURM_CPUS_PER_TASK", "2");
+    Proc::spawn(&format!("job {job} rank {rank}"), cmd)
+}
+
+#[test]
+fn two_host_less_jobs_on_one_node_form_from_the_launcher_alone() {
+    // Two jobs of 2 ranks at once, no config, no port: each forms its own job.
+    let base = std::process::id() % 100_000;
+    let jobs = [base * 2, base * 2 + 1];
+    let mut procs: Vec<(u32, usize, Proc)> = Vec::new();
+    for &job in &jobs {
+        for r in (0..2).rev() {
+            procs.push((job, r, slurm_task(job, r, 2, &["hello"])));
+        }
+    }
+    for (job, r, p) in &mut procs {
+        let status = p.wait_exit(HANG);
+        assert!(
+            status.success(),
+            "job {job} rank {r}: {status}; output:\n{}",
+            p.transcript()
+        );
+    }
+    for (job, r, p) in &procs {
+        if *r == 0 {
+            let out = p.lines(Stream::Out);
+            assert!(
+                out[0].contains("2 cluster(s) joined; coordinator at 127.0.0.1:"),
+                "job {job}: {out:#?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_batch_shell_is_not_a_launcher_rank() {
+    // sbatch's shell has SLURM_PROCID and SLURM_NTASKS but no SLURM_STEP_ID: the
+    // README's run command there starts its own cluster processes (the embedded 2×2 job).
+    let mut cmd = Command::new(bin());
+    cmd.args(["run", "water", "--molecules", "64", "--steps", "1"]);
+    for var in common::LAUNCH_VARS {
+        cmd.env_remove(var);
+    }
+    cmd.env("SLURM_PROCID", "0")
+        .env("SLURM_NTASKS", "4")
+        .env("SLURM_JOB_ID", "5")
+        .env("SLURM_NODELIST", "localhost");
+    let mut p = Proc::spawn("batch shell", cmd);
+    assert!(p.wait_exit(HANG).success(), "{}", p.transcript());
+    let out = p.lines(Stream::Out).join("\n");
+    assert!(out.contains("2 cluster(s) × 2 thread(s)"), "{out}");
+}
+
+#[test]
+fn a_forced_launcher_without_its_variables_is_explained() {
+    let mut cmd = Command::new(bin());
+    cmd.args(["--launcher", "mpi", "hello"]);
+    for var in common::LAUNCH_VARS {
+        cmd.env_remove(var);
+    }
+    let mut p = Proc::spawn("forced mpi", cmd);
+    assert_eq!(p.wait_exit(HANG).code(), Some(1));
+    let err = p.lines(Stream::Err).join("\n");
     assert!(
-        err.contains("give the first cluster a fixed `port`"),
+        err.contains("the launcher is set to Open MPI but OMPI_COMM_WORLD_RANK is not set"),
         "{err}"
     );
 }

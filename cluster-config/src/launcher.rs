@@ -1,7 +1,15 @@
 //! Finding a process's cluster id from the rank variables of Slurm or an
-//! MPI launcher, when `srun` or `mpirun` started one process per cluster.
+//! MPI launcher, when `srun` or `mpirun` started one process per cluster,
+//! and what the launcher says about where the ranks run ([`Placement`]).
+//!
+//! Detection cannot misfire in a batch shell: Slurm's variables count only
+//! inside a job step (`SLURM_STEP_ID` set, as it is for every task `srun`
+//! starts and never for the shell of `sbatch` or `salloc`). The choice can be
+//! forced with [`LauncherChoice`] (`--launcher`, or [`ENV_LAUNCHER`]).
 
 use std::fmt;
+use std::str::FromStr;
+use std::sync::OnceLock;
 
 use crate::model::JobConfig;
 
@@ -51,6 +59,70 @@ impl fmt::Display for Launcher {
     }
 }
 
+/// The environment variable that chooses how the launcher is detected
+/// (`auto`, `none`, `slurm`, `pmi`, `mpi`); `--launcher` sets the same.
+pub const ENV_LAUNCHER: &str = "MULTIGRAIN_LAUNCHER";
+
+/// Which launcher's rank variables to believe (`--launcher`, [`ENV_LAUNCHER`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LauncherChoice {
+    /// Slurm inside a job step (`SLURM_STEP_ID` set), else PMI, else Open MPI.
+    #[default]
+    Auto,
+    /// Not started by a launcher, whatever the environment says (e.g. a
+    /// command in an `sbatch` script run by the batch shell itself).
+    None,
+    /// Only Slurm's variables (`SLURM_PROCID`/`SLURM_NTASKS`), step or not.
+    Slurm,
+    /// Only PMI's (`PMI_RANK`/`PMI_SIZE`).
+    Pmi,
+    /// Only Open MPI's (`OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE`).
+    OpenMpi,
+}
+
+impl LauncherChoice {
+    /// The names [`FromStr`] accepts.
+    pub const NAMES: &'static str = "auto, none, slurm, pmi, mpi";
+}
+
+impl FromStr for LauncherChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "none" => Ok(Self::None),
+            "slurm" | "srun" => Ok(Self::Slurm),
+            "pmi" => Ok(Self::Pmi),
+            "mpi" | "openmpi" | "ompi" | "mpirun" => Ok(Self::OpenMpi),
+            other => Err(format!(
+                "launcher {other:?} is not known; use one of {}",
+                Self::NAMES
+            )),
+        }
+    }
+}
+
+static CHOICE: OnceLock<LauncherChoice> = OnceLock::new();
+
+/// Sets this process's launcher choice (from `--launcher`); it wins over
+/// [`ENV_LAUNCHER`]. Only the first call counts.
+pub fn set_launcher_choice(choice: LauncherChoice) {
+    let _ = CHOICE.set(choice);
+}
+
+/// Whether `SLURM_STEP_ID` names a step that `srun` started (not the batch
+/// script's or the extern step, which Slurm numbers 0xfffffffe and 0xfffffffc).
+fn in_slurm_step(env: &mut impl FnMut(&str) -> Option<String>) -> bool {
+    match env("SLURM_STEP_ID") {
+        None => false,
+        Some(v) => !matches!(
+            v.trim(),
+            "" | "batch" | "extern" | "interactive" | "4294967294" | "4294967292" | "4294967291"
+        ),
+    }
+}
+
 /// This process's place among the processes a launcher started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LaunchRank {
@@ -65,6 +137,10 @@ pub struct LaunchRank {
 /// Why the launcher's rank variables cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RankError {
+    /// The launcher choice is unknown, or names a launcher whose variables
+    /// are not set.
+    #[error("{0}")]
+    Choice(String),
     /// A rank or size variable is not a plain decimal number.
     #[error("{var} = {value:?} (set by {launcher}): expected a non-negative decimal integer")]
     NotANumber {
@@ -141,10 +217,12 @@ fn parse_count(launcher: Launcher, var: &'static str, value: String) -> Result<u
 }
 
 /// Finds this process's rank from launcher environment variables read
-/// through `env`, trying Slurm (`SLURM_PROCID`/`SLURM_NTASKS`), then PMI
-/// (`PMI_RANK`/`PMI_SIZE`), then Open MPI
-/// (`OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE`). The first launcher whose
-/// rank variable is set decides; `Ok(None)` means none is set.
+/// through `env`, trying Slurm (`SLURM_PROCID`/`SLURM_NTASKS`, only inside a
+/// job step: `SLURM_STEP_ID` set), then PMI (`PMI_RANK`/`PMI_SIZE`), then
+/// Open MPI (`OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE`). The first
+/// launcher whose rank variable is set decides; `Ok(None)` means none is set.
+/// [`set_launcher_choice`] (else [`ENV_LAUNCHER`], read through `env`)
+/// narrows this to one launcher, or to none.
 ///
 /// `env` returns a variable's value, or `None` when it is unset; pass
 /// [`detect_rank_from_env`] for the process environment.
@@ -152,7 +230,9 @@ fn parse_count(launcher: Launcher, var: &'static str, value: String) -> Result<u
 /// # Errors
 ///
 /// [`RankError`] when the chosen launcher's variables are not decimal
-/// numbers, the size is missing or 0, or the rank is not below the size.
+/// numbers, the size is missing or 0, or the rank is not below the size;
+/// [`RankError::Choice`] for an unknown [`ENV_LAUNCHER`] value, or a forced
+/// launcher whose rank variable is not set.
 ///
 /// ```
 /// use multigrain_cluster_config::{Launcher, detect_rank};
@@ -167,9 +247,40 @@ fn parse_count(launcher: Launcher, var: &'static str, value: String) -> Result<u
 pub fn detect_rank(
     mut env: impl FnMut(&str) -> Option<String>,
 ) -> Result<Option<LaunchRank>, RankError> {
+    let choice = match CHOICE.get() {
+        Some(c) => *c,
+        None => match env(ENV_LAUNCHER) {
+            Some(v) => v
+                .parse::<LauncherChoice>()
+                .map_err(|e| RankError::Choice(format!("{ENV_LAUNCHER}: {e}")))?,
+            None => LauncherChoice::Auto,
+        },
+    };
+    let only = match choice {
+        LauncherChoice::None => return Ok(None),
+        LauncherChoice::Auto => None,
+        LauncherChoice::Slurm => Some(Launcher::Slurm),
+        LauncherChoice::Pmi => Some(Launcher::Pmi),
+        LauncherChoice::OpenMpi => Some(Launcher::OpenMpi),
+    };
     for launcher in Launcher::ALL {
+        if only.is_some_and(|l| l != launcher) {
+            continue;
+        }
         let (rank_var, size_var) = (launcher.rank_var(), launcher.size_var());
-        let Some(rank) = env(rank_var) else { continue };
+        if launcher == Launcher::Slurm && only.is_none() && !in_slurm_step(&mut env) {
+            // A batch or salloc shell: Slurm variables but no step.
+            continue;
+        }
+        let Some(rank) = env(rank_var) else {
+            if only.is_some() {
+                return Err(RankError::Choice(format!(
+                    "the launcher is set to {launcher} but {rank_var} is not set: \
+                     this process was not started by it (use --launcher auto or none)"
+                )));
+            }
+            continue;
+        };
         let rank = parse_count(launcher, rank_var, rank)?;
         let size = env(size_var).ok_or(RankError::MissingSize {
             launcher,
@@ -229,6 +340,15 @@ impl LaunchRank {
 }
 
 impl JobConfig {
+    /// Whether the config names no hosts: every cluster on
+    /// [`LOCAL_HOST`](crate::LOCAL_HOST) with port 0, as `[local]` gives.
+    /// Under a launcher such a job takes its hosts from the launcher.
+    pub fn names_no_hosts(&self) -> bool {
+        self.clusters
+            .iter()
+            .all(|c| c.host == crate::LOCAL_HOST && c.port == 0)
+    }
+
     /// Checks that `rank` comes from a launch with one process per cluster
     /// of this configuration; the rank is then the process's cluster id.
     ///
@@ -239,4 +359,150 @@ impl JobConfig {
     pub fn check_launch_rank(&self, rank: &LaunchRank) -> Result<(), RankError> {
         rank.check_cluster_count(self.clusters.len())
     }
+}
+
+/// What a launcher's environment says about where its ranks run, for a job
+/// whose configuration names no hosts ([`detect_placement`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// This launch's identity, the same in every rank and different in two
+    /// launches running at the same time: Slurm's `JOBID.STEPID`, Open MPI's
+    /// PMIx namespace (else its job id), PMI's KVS name. `None` when the
+    /// launcher does not say.
+    pub instance: Option<String>,
+    /// The host rank 0 runs on, or why it is not known: under Slurm the
+    /// first node of the step's node list (`SLURM_STEP_NODELIST`, where
+    /// `srun` always places task 0); under an MPI launcher `127.0.0.1` when
+    /// every rank runs on this node (local size = size).
+    pub rank0_host: Result<String, String>,
+    /// CPUs per task the launcher gave (`SLURM_CPUS_PER_TASK`), if it says.
+    pub cpus_per_task: Option<usize>,
+}
+
+/// [`Placement`] of `rank`'s launch, from variables read through `env`.
+///
+/// ```
+/// use multigrain_cluster_config::{Launcher, LaunchRank, detect_placement};
+/// let env = |k: &str| match k {
+///     "SLURM_JOB_ID" => Some("42".to_owned()),
+///     "SLURM_STEP_ID" => Some("0".to_owned()),
+///     "SLURM_STEP_NODELIST" => Some("node[07-09],gpu1".to_owned()),
+///     _ => None,
+/// };
+/// let r = LaunchRank { launcher: Launcher::Slurm, rank: 1, size: 4 };
+/// let p = detect_placement(&r, env);
+/// assert_eq!(p.instance.as_deref(), Some("42.0"));
+/// assert_eq!(p.rank0_host.as_deref(), Ok("node07"));
+/// ```
+pub fn detect_placement(rank: &LaunchRank, env: impl Fn(&str) -> Option<String>) -> Placement {
+    let var = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+    let local_size = |vars: &[&str]| {
+        vars.iter()
+            .find_map(|k| var(k))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+    };
+    let all_here = |vars: &[&str], what: &str| match local_size(vars) {
+        Some(n) if n == rank.size => Ok(crate::LOCAL_HOST.to_owned()),
+        Some(n) => Err(format!(
+            "{} placed {} rank(s) on this node and {} elsewhere, and says nothing about \
+             where rank 0 runs ({what})",
+            rank.launcher,
+            n,
+            rank.size.saturating_sub(n)
+        )),
+        None => Err(format!(
+            "{} does not say how many ranks run on this node ({what} is not set)",
+            rank.launcher
+        )),
+    };
+    match rank.launcher {
+        Launcher::Slurm => Placement {
+            instance: var("SLURM_JOB_ID")
+                .map(|j| format!("{}.{}", j.trim(), var("SLURM_STEP_ID").unwrap_or_default())),
+            rank0_host: var("SLURM_STEP_NODELIST")
+                .or_else(|| var("SLURM_JOB_NODELIST"))
+                .or_else(|| var("SLURM_NODELIST"))
+                .ok_or_else(|| "SLURM_STEP_NODELIST is not set".to_owned())
+                .and_then(|l| first_host(&l)),
+            cpus_per_task: var("SLURM_CPUS_PER_TASK").and_then(|v| v.trim().parse().ok()),
+        },
+        Launcher::OpenMpi => Placement {
+            instance: var("PMIX_NAMESPACE").or_else(|| var("OMPI_MCA_ess_base_jobid")),
+            rank0_host: all_here(
+                &["OMPI_COMM_WORLD_LOCAL_SIZE"],
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+            ),
+            cpus_per_task: None,
+        },
+        Launcher::Pmi => Placement {
+            instance: var("PMI_KVSNAME").or_else(|| var("PMI_ID")),
+            rank0_host: all_here(&["MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"], "MPI_LOCALNRANKS"),
+            cpus_per_task: None,
+        },
+    }
+}
+
+/// [`detect_placement`] on this process's environment.
+pub fn detect_placement_from_env(rank: &LaunchRank) -> Placement {
+    detect_placement(rank, |k| {
+        std::env::var_os(k).map(|v| v.to_string_lossy().into_owned())
+    })
+}
+
+/// The first host of a Slurm host list (`node[01-04,7],login2`, `rack[1-2]-n[3-4]`):
+/// every bracket replaced by its first element, zero padding kept.
+///
+/// # Errors
+///
+/// A message when the list is empty or a bracket is not closed.
+pub fn first_host(list: &str) -> Result<String, String> {
+    let bad = || format!("cannot read the Slurm host list {list:?}");
+    let mut out = String::new();
+    let mut rest = list.trim();
+    loop {
+        match rest.find(['[', ',']) {
+            Some(i) if rest.as_bytes()[i] == b'[' => {
+                out.push_str(&rest[..i]);
+                let close = rest[i..].find(']').ok_or_else(bad)? + i;
+                let inner = &rest[i + 1..close];
+                let first = inner.split([',', '-']).next().unwrap_or("").trim();
+                if first.is_empty() {
+                    return Err(bad());
+                }
+                out.push_str(first);
+                rest = &rest[close + 1..];
+            }
+            Some(i) => {
+                out.push_str(&rest[..i]);
+                break;
+            }
+            None => {
+                out.push_str(rest);
+                break;
+            }
+        }
+    }
+    if out.is_empty() { Err(bad()) } else { Ok(out) }
+}
+
+/// The coordinator's TCP port for a launch whose configuration gives none:
+/// derived from the launch's [`Placement::instance`] (FNV-1a) into
+/// 20000..=29999, below Linux's ephemeral range, so that every rank computes
+/// the same port and two launches on one node almost never share one (and
+/// if they do, their job keys differ: see [`instance_key`]).
+pub fn rendezvous_port(instance: &str) -> u16 {
+    20_000 + (fnv1a(instance.as_bytes()) % 10_000) as u16
+}
+
+/// A job key for one launch: `key` mixed with the launch's instance, so that
+/// a rank of one launch that reaches another launch's coordinator is refused
+/// as a foreign job instead of joining it.
+pub fn instance_key(key: u64, instance: &str) -> u64 {
+    key ^ fnv1a(instance.as_bytes()).rotate_left(17)
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }

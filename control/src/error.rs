@@ -56,17 +56,34 @@ pub enum ControlError {
     /// The launcher's rank variables are unusable.
     #[error("{0}")]
     Rank(#[from] RankError),
-    /// Started by a launcher but cluster 0 has no fixed port.
+    /// Started by a launcher, cluster 0 has no fixed port, and the launcher
+    /// does not say enough to find the coordinator.
     #[error(
-        "the clusters were started by {launcher} (not `multigrain launch`), so the coordinator \
-         must listen at a fixed address, but cluster 0 (host {host}) has port 0 in the config: \
-         give the first cluster a fixed `port` (the coordinator listens on that TCP port)"
+        "the clusters were started by {launcher} and cluster 0 has no fixed port in the config, \
+         but {reason}: name every cluster's host in [[cluster]] tables and give the first one a \
+         fixed `port` (the coordinator listens on that TCP port)"
     )]
-    CoordinatorPortZero {
+    NoRendezvous {
         /// The launcher whose rank variables were found.
         launcher: Launcher,
-        /// Cluster 0's host.
+        /// What the launcher does not say.
+        reason: String,
+    },
+    /// The config places this cluster on a host that is not this machine.
+    #[error(
+        "cluster {cluster} ({launcher} rank {cluster}) runs on {here}, but the config places it on \
+         {host}, which is not an address of this machine: list the clusters in the order of the \
+         launcher's ranks, or leave the hosts out (a [local] config) and let {launcher} place them"
+    )]
+    HostNotHere {
+        /// The cluster (= rank).
+        cluster: usize,
+        /// The launcher.
+        launcher: Launcher,
+        /// The host the config names.
         host: String,
+        /// This machine's name.
+        here: String,
     },
     /// The coordinator's host name does not resolve.
     #[error("cannot resolve the coordinator address {host}:{port} (cluster 0's host): {reason}")]

@@ -4,7 +4,9 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, ToSocketAddrs};
 
-use multigrain_cluster_config::{JobConfig, detect_rank};
+use multigrain_cluster_config::{
+    JobConfig, LaunchRank, detect_placement, detect_rank, instance_key, rendezvous_port,
+};
 use serde::{Deserialize, Serialize};
 
 use super::error::ControlError;
@@ -17,9 +19,30 @@ pub struct Identity {
     pub cluster: usize,
     /// The number of clusters in the job.
     pub clusters: usize,
-    /// The TCP address of cluster 0's coordinator; cluster 0 binds it, the
-    /// others connect to it.
+    /// The TCP address of cluster 0's coordinator; cluster 0 binds it (or
+    /// [`Identity::listen`]), the others connect to it.
     pub coordinator: SocketAddr,
+    /// Where cluster 0 listens when it is not `coordinator` itself: a job
+    /// whose hosts come from the launcher listens on every address
+    /// (`0.0.0.0:port`), since the name the others resolve may not be the
+    /// one this machine resolves for itself.
+    pub listen: Option<SocketAddr>,
+    /// A job placed by a launcher without named hosts: the job key to use
+    /// instead of the config's (the config's mixed with the launch's
+    /// identity, [`instance_key`]) and the address this cluster's INIs bind
+    /// (all addresses on cluster 0; elsewhere the one that routes to the
+    /// coordinator). Applied to the config by [`Identity::apply`].
+    pub placed: Option<Placed>,
+}
+
+/// What a launcher-placed job changes in the config of one cluster
+/// ([`Identity::placed`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placed {
+    /// The job key of this launch.
+    pub key: u64,
+    /// The address this cluster's INIs bind.
+    pub bind: IpAddr,
 }
 
 impl Identity {
@@ -28,15 +51,20 @@ impl Identity {
     /// `SLURM_PROCID`/`SLURM_NTASKS`, `PMI_RANK`/`PMI_SIZE` or
     /// `OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE` (see
     /// [`detect_rank`]), with the coordinator at cluster 0's `host:port`
-    /// from `cfg`.
+    /// from `cfg` — or, when the config names no hosts (`[local]`) or gives
+    /// cluster 0 no port, at rank 0's host as the launcher places it and a
+    /// port derived from the launch ([`Identity::apply`] then adapts the
+    /// config).
     ///
     /// # Errors
     ///
     /// [`ControlError::BadVariable`] for a missing or malformed launch
     /// variable or a cluster count that differs from `cfg`;
     /// [`ControlError::Rank`] for unusable launcher rank variables;
-    /// [`ControlError::CoordinatorPortZero`] when a launcher started the
-    /// process and cluster 0's port is 0; [`ControlError::Resolve`] when
+    /// [`ControlError::NoRendezvous`] when a launcher started the process,
+    /// cluster 0 has no fixed port and the launcher does not identify the
+    /// launch or rank 0's host; [`ControlError::HostNotHere`] when the
+    /// config places this rank's cluster on another machine; [`ControlError::Resolve`] when
     /// cluster 0's host does not resolve; [`ControlError::NoIdentity`] when
     /// none of these variables is set.
     pub fn from_env(cfg: &JobConfig) -> Result<Identity, ControlError> {
@@ -118,6 +146,8 @@ impl Identity {
                 cluster,
                 clusters,
                 coordinator,
+                listen: None,
+                placed: None,
             });
         }
         let Some(rank) = detect_rank(|k| env(k))? else {
@@ -125,12 +155,10 @@ impl Identity {
         };
         cfg.check_launch_rank(&rank)?;
         let c0 = &cfg.clusters[0];
-        if c0.port == 0 {
-            return Err(ControlError::CoordinatorPortZero {
-                launcher: rank.launcher,
-                host: c0.host.clone(),
-            });
+        if cfg.names_no_hosts() || c0.port == 0 {
+            return Self::rendezvous(cfg, &rank, env);
         }
+        check_host_is_here(cfg, &rank)?;
         let coordinator = resolve(&c0.host, c0.port).map_err(|reason| ControlError::Resolve {
             host: c0.host.clone(),
             port: c0.port,
@@ -140,7 +168,118 @@ impl Identity {
             cluster: rank.rank,
             clusters,
             coordinator,
+            listen: None,
+            placed: None,
         })
+    }
+
+    /// A launcher started the clusters and the config gives the coordinator
+    /// no fixed address: its host is the launcher's rank 0 host (or cluster
+    /// 0's named host) and its port [`rendezvous_port`] of the launch.
+    fn rendezvous(
+        cfg: &JobConfig,
+        rank: &LaunchRank,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Identity, ControlError> {
+        let placement = detect_placement(rank, &env);
+        let no = |reason: String| ControlError::NoRendezvous {
+            launcher: rank.launcher,
+            reason,
+        };
+        let instance = placement.instance.ok_or_else(|| {
+            no(
+                "it does not identify the launch (SLURM_JOB_ID, PMIX_NAMESPACE or PMI_KVSNAME)"
+                    .to_owned(),
+            )
+        })?;
+        let port = rendezvous_port(&instance);
+        let hostless = cfg.names_no_hosts();
+        let host = if hostless {
+            placement.rank0_host.map_err(no)?
+        } else {
+            check_host_is_here(cfg, rank)?;
+            cfg.clusters[0].host.clone()
+        };
+        let coordinator = resolve(&host, port).map_err(|reason| ControlError::Resolve {
+            host: host.clone(),
+            port,
+            reason,
+        })?;
+        let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        let (listen, placed) = if hostless {
+            let bind = if rank.rank == 0 {
+                any
+            } else {
+                route_to(coordinator).unwrap_or(any)
+            };
+            let key = instance_key(cfg.job.key, &instance);
+            let listen = (rank.rank == 0).then_some(SocketAddr::new(any, port));
+            (listen, Some(Placed { key, bind }))
+        } else {
+            (None, None)
+        };
+        tracing::debug!(
+            cluster = rank.rank,
+            "{} launch {instance}: coordinator at {coordinator} (rank 0 on {host}){}",
+            rank.launcher,
+            if hostless {
+                ", hosts from the launcher"
+            } else {
+                ""
+            }
+        );
+        Ok(Identity {
+            cluster: rank.rank,
+            clusters: cfg.clusters.len(),
+            coordinator,
+            listen,
+            placed,
+        })
+    }
+
+    /// Makes `cfg` this launch's: with [`Identity::placed`], its job key and
+    /// this cluster's INI host. Call it before the job starts.
+    pub fn apply(&self, cfg: &mut JobConfig) {
+        if let Some(p) = &self.placed {
+            cfg.job.key = p.key;
+            if let Some(spec) = cfg.clusters.get_mut(self.cluster) {
+                spec.host = p.bind.to_string();
+            }
+        }
+    }
+}
+
+/// The local address this machine sends from to reach `to` (a connected UDP
+/// socket; no datagram is sent), or `None` when there is no route.
+fn route_to(to: SocketAddr) -> Option<IpAddr> {
+    let any: SocketAddr = if to.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let s = std::net::UdpSocket::bind(any).ok()?;
+    s.connect(to).ok()?;
+    s.local_addr().ok().map(|a| a.ip())
+}
+
+/// Checks that the config's host for this rank's cluster is an address of
+/// this machine (binding it succeeds), so a config whose host list does not
+/// match the launcher's placement fails at once, naming cluster and host.
+fn check_host_is_here(cfg: &JobConfig, rank: &LaunchRank) -> Result<(), ControlError> {
+    let host = &cfg.clusters[rank.rank].host;
+    let Ok(addr) = resolve(host, 0) else {
+        return Ok(()); // reported by the INIs' bind with the resolver's words
+    };
+    match std::net::UdpSocket::bind(addr) {
+        Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => Err(ControlError::HostNotHere {
+            cluster: rank.rank,
+            launcher: rank.launcher,
+            host: host.clone(),
+            here: nix::sys::utsname::uname()
+                .map(|u| u.nodename().to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "this machine".to_owned()),
+        }),
+        _ => Ok(()),
     }
 }
 

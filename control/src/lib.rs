@@ -64,7 +64,7 @@ use parking_lot::{Condvar, Mutex};
 
 pub use error::{ControlError, Failure};
 pub use identity::{
-    Identity, Registration, free_loopback_port, free_tcp_port, parse_host_port, resolve,
+    Identity, Placed, Registration, free_loopback_port, free_tcp_port, parse_host_port, resolve,
 };
 use wire::{FrameError, Message, ReadError};
 
@@ -599,7 +599,7 @@ impl Control {
     ) -> Result<(Control, Vec<Registration>), ControlError> {
         let timeout = settings.startup_timeout();
         let deadline = Instant::now() + timeout;
-        let addr = id.coordinator;
+        let addr = id.listen.unwrap_or(id.coordinator);
         let listener = TcpListener::bind(addr).map_err(|error| {
             let hint = match error.kind() {
                 io::ErrorKind::AddrInUse => format!(

@@ -58,6 +58,8 @@ fn join_on_threads(
                     cluster: c,
                     clusters,
                     coordinator: addr,
+                    listen: None,
+                    placed: None,
                 };
                 let _ = tx.send(Control::join(&id, &s, Registration::local(c, Vec::new())));
             });

@@ -35,6 +35,8 @@ fn identity(cluster: usize, clusters: usize, coordinator: SocketAddr) -> Identit
         cluster,
         clusters,
         coordinator,
+        listen: None,
+        placed: None,
     }
 }
 

@@ -163,7 +163,20 @@ impl Job {
                             cfg.inis_of(p)
                         )));
                     }
-                    remote[p] = Some(theirs.inis);
+                    // INIs bound to every address (cluster 0 of a job placed by a
+                    // launcher) are reached where the coordinator was reached.
+                    let coordinator = identity.coordinator.ip();
+                    let inis = theirs
+                        .inis
+                        .into_iter()
+                        .map(|mut a| {
+                            if a.ip().is_unspecified() {
+                                a.set_ip(coordinator);
+                            }
+                            a
+                        })
+                        .collect();
+                    remote[p] = Some(inis);
                 }
                 Link::Local => {}
             }
@@ -193,7 +206,10 @@ impl Job {
     /// # Errors
     /// As [`Job::join`], plus a missing or inconsistent identity.
     pub fn join_from_env(cfg: &JobConfig, site_config: SiteConfig) -> Result<Job, JobError> {
-        Job::join(cfg, Identity::from_env(cfg)?, site_config)
+        let id = Identity::from_env(cfg)?;
+        let mut cfg = cfg.clone();
+        id.apply(&mut cfg);
+        Job::join(&cfg, id, site_config)
     }
 
     /// This cluster's site.

@@ -1059,7 +1059,7 @@ pub fn render(report: &AppsReport) -> String {
 }
 
 /// Variables that would make a child `multigrain run` think a launcher started it.
-const LAUNCH_VARS: [&str; 10] = [
+const LAUNCH_VARS: [&str; 22] = [
     multigrain_messaging::control::ENV_CLUSTER,
     multigrain_messaging::control::ENV_CLUSTERS,
     multigrain_messaging::control::ENV_COORDINATOR,
@@ -1070,6 +1070,18 @@ const LAUNCH_VARS: [&str; 10] = [
     "PMI_SIZE",
     "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_NODELIST",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURM_CPUS_PER_TASK",
+    "PMI_KVSNAME",
+    "MPI_LOCALNRANKS",
+    "PMIX_NAMESPACE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_MCA_ess_base_jobid",
+    "MULTIGRAIN_LAUNCHER",
 ];
 
 /// The last `n` lines of a file, for an error message.

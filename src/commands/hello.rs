@@ -28,8 +28,10 @@ pub struct Options {
 /// prints `multigrain: error: cluster N failed: REASON` and exits with
 /// [`EXIT_PEER_FAILED`].
 pub fn run(opts: &Options) -> Result<()> {
-    let cfg = super::job_config(opts.config.as_deref(), "hello", &opts.set)?;
+    let cfg = super::choose_job(opts.config.as_deref(), &opts.set)?.cfg;
+    let mut cfg = cfg;
     let id = Identity::from_env(&cfg)?;
+    id.apply(&mut cfg);
     let me = id.cluster;
     match hello(opts, &cfg, &id) {
         Err(e)

@@ -330,7 +330,7 @@ pub fn local_config(
 /// Variables that make a `multigrain` process a cluster of a launched job (set by
 /// `multigrain launch`, Slurm, PMI or Open MPI): tests remove them from child
 /// environments so that each child gets only the identity the test gives it.
-pub const LAUNCH_VARS: [&str; 10] = [
+pub const LAUNCH_VARS: [&str; 22] = [
     "MULTIGRAIN_CLUSTER_ID",
     "MULTIGRAIN_CLUSTERS",
     "MULTIGRAIN_COORDINATOR",
@@ -341,4 +341,16 @@ pub const LAUNCH_VARS: [&str; 10] = [
     "PMI_SIZE",
     "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_NODELIST",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURM_CPUS_PER_TASK",
+    "PMI_KVSNAME",
+    "MPI_LOCALNRANKS",
+    "PMIX_NAMESPACE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_MCA_ess_base_jobid",
+    "MULTIGRAIN_LAUNCHER",
 ];

@@ -70,6 +70,9 @@ fn blamed_peer(e: &anyhow::Error, me: usize) -> Option<usize> {
 pub fn run(app: &AppSpec, cfg: &JobConfig, backend: Backend, delivery: &Delivery) -> Result<()> {
     let started = Instant::now();
     let id = Identity::from_env(cfg).context("finding which cluster this process is")?;
+    let mut placed = cfg.clone();
+    id.apply(&mut placed);
+    let cfg = &placed;
     let me = id.cluster;
     let sink = match (me, delivery.report_to) {
         (0, Some(dir)) => {

@@ -20,8 +20,8 @@ use multigrain_apps::progress::Progress;
 use multigrain_apps::team::{Runtime, Topology};
 use multigrain_apps::threads::ThreadsRuntime;
 use multigrain_apps::{conformance, em3d, water};
-use multigrain_cluster_config::{EMBEDDED_DEFAULT_TOML, JobConfig, Override, detect_rank_from_env};
-use multigrain_messaging::control::{ENV_CLUSTER, ENV_CONFIG};
+use multigrain_cluster_config::{JobConfig, Override, detect_rank_from_env};
+use multigrain_messaging::control::ENV_CLUSTER;
 use report::{Backend, CheckResult, Outcome, Report};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -504,33 +504,11 @@ pub fn run(args: RunArgs) -> Result<()> {
         return finish_local(Backend::Threads { threads: t }, outcome, started, json);
     }
     let launched = started_by_launcher()?;
-    // The job's configuration: --config, else the launcher's, else the embedded default.
-    let (cfg, config_path, label) = match &common.config {
-        Some(p) => (
-            JobConfig::from_path_with_overrides(p, &common.set)?,
-            Some(p.clone()),
-            p.display().to_string(),
-        ),
-        None => match std::env::var_os(ENV_CONFIG) {
-            Some(p) if launched => {
-                let p = PathBuf::from(p);
-                (
-                    JobConfig::from_path(&p)?,
-                    Some(p.clone()),
-                    p.display().to_string(),
-                )
-            }
-            _ => (
-                JobConfig::from_str_with_overrides(
-                    EMBEDDED_DEFAULT_TOML,
-                    "embedded default job",
-                    &common.set,
-                )?,
-                None,
-                "embedded default job, examples/2x2.toml".to_owned(),
-            ),
-        },
-    };
+    let super::ChosenJob {
+        cfg,
+        path: config_path,
+        label,
+    } = super::choose_job(common.config.as_deref(), &common.set)?;
     let label = std::iter::once(label)
         .chain(common.set.iter().map(Override::flag))
         .collect::<Vec<_>>()
