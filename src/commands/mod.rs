@@ -52,9 +52,15 @@ pub fn choose_job(config: Option<&Path>, sets: &[Override]) -> Result<ChosenJob>
     if let Some(rank) = detect_rank_from_env().context("reading the launcher's rank variables")? {
         let placement = detect_placement_from_env(&rank);
         let threads = placement.cpus_per_task.unwrap_or(1).max(1);
+        let name = format!(
+            "{}-{}",
+            rank.launcher.to_string().to_lowercase().replace(' ', ""),
+            placement.instance.as_deref().unwrap_or("job")
+        );
         let mut all: Vec<Override> = vec![
             format!("local.clusters={}", rank.size).parse()?,
             format!("local.threads={threads}").parse()?,
+            format!("job.name={name:?}").parse()?,
         ];
         all.extend_from_slice(sets);
         let origin = format!(
