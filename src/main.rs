@@ -322,6 +322,7 @@ fn main() {
         return;
     }
     let cli = Cli::parse();
+    launch::spawn::watch_stdin();
     if let Some(choice) = cli.launcher {
         multigrain_cluster_config::set_launcher_choice(choice);
     }

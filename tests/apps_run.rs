@@ -455,7 +455,8 @@ fn launch_and_srun_start_cluster_processes_of_the_same_command() {
                 cmd.env_remove(var);
             }
             cmd.env("SLURM_PROCID", r.to_string())
-                .env("SLURM_NTASKS", "2");
+                .env("SLURM_NTASKS", "2")
+                .env("SLURM_STEP_ID", "0");
             Proc::spawn(&format!("srun rank {r}"), cmd)
         })
         .collect();

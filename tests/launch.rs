@@ -183,3 +183,67 @@ fn remote_clusters_start_through_the_ssh_command() {
     }
     assert_gone(&pids, HANG, "ssh job");
 }
+
+/// Clusters started over ssh exit when the launcher is killed (-9) or interrupted
+/// (SIGINT): a stand-in for ssh starts the cluster in a session of its own, as sshd
+/// would on another machine (so neither the launcher's process group signal nor its
+/// parent-death signal reaches it); only the closing ssh channel (stdin) can stop it.
+#[test]
+fn clusters_started_over_ssh_do_not_outlive_the_launcher() {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    assert!(
+        !host.is_empty()
+            && !multigrain_cluster_config::is_loopback(&host)
+            && std::net::TcpListener::bind((host.as_str(), 0)).is_ok(),
+        "this machine's host name {host:?} must resolve to one of its addresses to stand in \
+         for a remote host"
+    );
+    for signal in [
+        nix::sys::signal::Signal::SIGKILL,
+        nix::sys::signal::Signal::SIGINT,
+    ] {
+        let dir = TempDir::new("launch-ssh-orphans");
+        let fake = dir.write(
+            "fake-ssh",
+            "#!/bin/sh\n# Stands in for ssh: [options] host command, run detached like sshd's child\n\
+             while [ \"${1#-}\" != \"$1\" ]; do shift; done\nshift\n\
+             exec 3<&0\nsetsid sh -c \"$1\" <&3 &\nwait\n",
+        );
+        let mut perms = std::fs::metadata(&fake).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(&fake, perms).unwrap();
+        let config = dir.write(
+            "job.toml",
+            &format!(
+                "[job]\nname = \"orphans\"\npeer_timeout_ms = 3000\n\n[[cluster]]\nhost = \"{host}\"\n\n\
+                 [[cluster]]\nhost = \"{host}\"\n"
+            ),
+        );
+        let mut cmd = Command::new(bin());
+        cmd.current_dir(dir.path())
+            .args(["launch", "--config"])
+            .arg(&config)
+            .args(["--ssh", &fake.display().to_string(), "--", "multigrain"])
+            .args(["hello", "--sleep-ms", "60000"]);
+        let job = Proc::spawn("ssh-orphans", cmd);
+        let pids: Vec<i32> = (0..2)
+            .map(|c| {
+                let (line, _) =
+                    job.wait_line(&format!("[c{c}] cluster {c} of 2: hello from pid "), HANG);
+                let tail = line.split("hello from pid ").nth(1).unwrap_or_default();
+                tail.split_whitespace()
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or_else(|| panic!("no pid in {line:?}"))
+            })
+            .collect();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(job.pid), signal).unwrap();
+        assert_gone(
+            &pids,
+            std::time::Duration::from_secs(10),
+            &format!("clusters started over ssh after {signal} of the launcher"),
+        );
+    }
+}

@@ -301,7 +301,8 @@ fn two_network_namespaces_joined_by_a_veth_pair() {
                 cmd.env_remove(var);
             }
             cmd.env("SLURM_PROCID", c.to_string())
-                .env("SLURM_NTASKS", "2");
+                .env("SLURM_NTASKS", "2")
+                .env("SLURM_STEP_ID", "0");
             Proc::spawn(&format!("netns cluster {c}"), cmd)
         })
         .collect();

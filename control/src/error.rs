@@ -36,8 +36,8 @@ pub enum ControlError {
         "this process does not know which cluster it is: {ENV_CLUSTER} is not set, and neither \
          is a Slurm, PMI or Open MPI rank (SLURM_PROCID, PMI_RANK, OMPI_COMM_WORLD_RANK). Start \
          the job with `multigrain launch --config FILE -- COMMAND`, or one process per cluster \
-         with `srun -n {clusters} COMMAND` or `mpirun -n {clusters} COMMAND` (then cluster 0 needs \
-         a fixed port in the config)"
+         with `srun -n {clusters} COMMAND` or `mpirun -n {clusters} COMMAND` (a Slurm rank counts \
+         only inside a job step: SLURM_STEP_ID set)"
     )]
     NoIdentity {
         /// The number of clusters in the configuration.

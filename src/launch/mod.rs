@@ -10,7 +10,7 @@
 
 mod output;
 mod signals;
-mod spawn;
+pub mod spawn;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::process::ExitStatusExt;
@@ -150,7 +150,8 @@ pub fn run(opts: Options) -> Result<()> {
         Some(s) => s.split_whitespace().map(str::to_owned).collect(),
         None => cfg.launch.ssh.clone(),
     };
-    if ssh.is_empty() && cfg.clusters.iter().any(|c| !c.is_loopback()) {
+    let here: Vec<bool> = cfg.clusters.iter().map(|c| c.is_loopback()).collect();
+    if ssh.is_empty() && here.iter().any(|h| !h) {
         bail!("--ssh is empty: remote clusters need a command such as `ssh -o BatchMode=yes`");
     }
     let c0 = &cfg.clusters[0];
@@ -203,7 +204,7 @@ pub fn run(opts: Options) -> Result<()> {
             if let Some(f) = crate::logging::filter() {
                 env.push(("RUST_LOG".to_owned(), f.to_owned()));
             }
-            if c.is_loopback() {
+            if here[c.id] {
                 Plan::local(c.id, &c.host, &opts.command, env)
             } else {
                 Plan::remote(c.id, &c.host, &ssh, &cwd, &opts.command, env)
@@ -267,7 +268,11 @@ pub fn run(opts: Options) -> Result<()> {
         let waiter = thread::Builder::new()
             .name(format!("launch-wait-c{}", plan.cluster))
             .spawn(move || {
+                // A remote cluster's ssh channel (stdin) stays open while the launcher
+                // lives (Child::wait would close it): its end tells the cluster to stop.
+                let channel = child.stdin.take();
                 let status = child.wait();
+                drop(channel);
                 let _ = exit_tx.send((index, status));
             });
         if let Err(e) = waiter {

@@ -24,6 +24,42 @@ pub struct Plan {
     pub env: Vec<(String, String)>,
 }
 
+/// Set for a cluster process started over ssh: it exits when its stdin closes (see
+/// [`watch_stdin`]).
+pub const ENV_WATCH_STDIN: &str = "MULTIGRAIN_WATCH_STDIN";
+
+/// In a process started with [`ENV_WATCH_STDIN`] set: a thread that reads stdin until
+/// end of file — the launcher's ssh channel closing because the launcher was interrupted
+/// or killed — then prints why and exits with status 1.
+pub fn watch_stdin() {
+    if std::env::var_os(ENV_WATCH_STDIN).is_none() {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("mg-watch-launcher".into())
+        .spawn(|| {
+            let mut sink = [0u8; 256];
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                match std::io::Read::read(&mut stdin, &mut sink) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+            // stderr may lead to the dead launcher too: a failed write must not stop
+            // the exit (eprintln! would panic this thread instead).
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                b"multigrain: error: the launcher's connection (stdin) closed: the launcher was \
+                  interrupted or killed; stopping this cluster\n",
+            );
+            std::process::exit(1);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot watch the launcher's connection: {e}");
+    }
+}
+
 impl Plan {
     /// A cluster on this machine: `command` run directly. A command named
     /// `multigrain` runs this same executable.
@@ -48,7 +84,12 @@ impl Plan {
         }
     }
 
-    /// A cluster on another host: `ssh… host 'cd CWD && exec env VAR=… command…'`.
+    /// A cluster on another host: `ssh… host 'cd CWD && exec env VAR=… command…'`. A
+    /// command named `multigrain` becomes this executable's absolute path (the remote
+    /// machine needs it at the same path, as on a shared file system; give a path to run
+    /// another). The remote process gets [`ENV_WATCH_STDIN`]: it exits when its stdin —
+    /// the ssh channel, which the launcher holds open — closes, so it cannot outlive a
+    /// launcher that is interrupted or killed.
     pub fn remote(
         cluster: usize,
         host: &str,
@@ -61,9 +102,14 @@ impl Plan {
         for (k, v) in &env {
             line.push_str(&format!(" {k}={}", quote(v)));
         }
-        for word in command {
+        line.push_str(&format!(" {ENV_WATCH_STDIN}=1"));
+        for (i, word) in command.iter().enumerate() {
+            let word = match std::env::current_exe() {
+                Ok(me) if i == 0 && word == "multigrain" => me.to_string_lossy().into_owned(),
+                _ => word.clone(),
+            };
             line.push(' ');
-            line.push_str(&quote(word));
+            line.push_str(&quote(&word));
         }
         let mut argv: Vec<OsString> = ssh.iter().map(OsString::from).collect();
         argv.push(host.into());
@@ -86,7 +132,8 @@ impl Plan {
             .join(" ")
     }
 
-    /// Starts the process with piped stdout and stderr, no stdin, in its own
+    /// Starts the process with piped stdout and stderr, no stdin (a remote one: a pipe
+    /// the launcher keeps open and never writes, see [`Plan::remote`]), in its own
     /// process group, and with `PR_SET_PDEATHSIG(SIGKILL)`: when the thread
     /// that started it (the launcher's main thread) ends, even by SIGKILL,
     /// the kernel kills it. Call from the launcher's main thread.
@@ -94,7 +141,11 @@ impl Plan {
         let mut cmd = Command::new(&self.argv[0]);
         cmd.args(&self.argv[1..])
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
+            .stdin(if self.remote {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
