@@ -229,7 +229,7 @@ fn step(x: &Inputs, q_q: f64, q_y: f64, q_o: f64, r_prev: f64) -> Solution {
     let r = r_w + 2.0 * x.l + r_q + 2.0 * x.big_l + 4.0 * r_o + r_y; // (6.1)
     let lambda = 1.0 / r; // (6.2)
     let q_q = match x.pattern {
-        Pattern::Homogeneous => lambda * r_q, // (6.3)
+        Pattern::Homogeneous => lambda * r_q,      // (6.3)
         Pattern::ClientServer => n * lambda * r_q, // (6.3′)
     };
     let q_y = lambda * r_y; // (6.4)
@@ -395,7 +395,11 @@ mod tests {
                     arrival,
                 };
                 let s = solve(&x).unwrap();
-                assert!(close(s.q_o, f64::from(n), 1e-9), "{arrival:?} N={n}: {}", s.q_o);
+                assert!(
+                    close(s.q_o, f64::from(n), 1e-9),
+                    "{arrival:?} N={n}: {}",
+                    s.q_o
+                );
             }
         }
     }

@@ -65,7 +65,9 @@ pub struct ExactSolution {
 /// If a demand is negative or not finite, or every demand is 0 with `population > 0`.
 pub fn solve(stations: &[Station], population: u32) -> ExactSolution {
     assert!(
-        stations.iter().all(|s| s.demand.is_finite() && s.demand >= 0.0),
+        stations
+            .iter()
+            .all(|s| s.demand.is_finite() && s.demand >= 0.0),
         "exact MVA: demands must be finite and non-negative"
     );
     let mut q = vec![0.0; stations.len()];
@@ -251,7 +253,12 @@ mod tests {
                     let rel_r = (eq.r - ex.cycle).abs() / ex.cycle;
                     let rel_q = (eq.q_o - ex.ini_queue()).abs() / ex.ini_queue();
                     assert!(rel_r < 0.05, "{x:?}: R {} vs exact {}", eq.r, ex.cycle);
-                    assert!(rel_q < 0.15, "{x:?}: Q {} vs exact {}", eq.q_o, ex.ini_queue());
+                    assert!(
+                        rel_q < 0.15,
+                        "{x:?}: Q {} vs exact {}",
+                        eq.q_o,
+                        ex.ini_queue()
+                    );
                     if n == 1 && pattern == Pattern::ClientServer {
                         assert!(rel_r < 1e-12 && rel_q < 1e-12);
                     }

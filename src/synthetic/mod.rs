@@ -229,9 +229,7 @@ pub fn run(cfg: Config) -> Result<Measurement> {
         records: usize::try_from(2 * total + 1024)?,
     });
     let pair = Pair::with_config(&net, n);
-    let clients: Vec<Endpoint> = (0..n)
-        .map(|i| pair.endpoint(0, i as u16, 0))
-        .collect();
+    let clients: Vec<Endpoint> = (0..n).map(|i| pair.endpoint(0, i as u16, 0)).collect();
     let (srv, names) = pair
         .b
         .0
@@ -260,7 +258,9 @@ pub fn run(cfg: Config) -> Result<Measurement> {
         for c in cl {
             sums.push(c.join().map_err(|_| anyhow!("client thread panicked"))??);
         }
-        let server_us = srv.join().map_err(|_| anyhow!("server thread panicked"))??;
+        let server_us = srv
+            .join()
+            .map_err(|_| anyhow!("server thread panicked"))??;
         Ok((sums, server_us))
     })?;
     let traces: Vec<_> = [&pair.a.1, &pair.b.1]

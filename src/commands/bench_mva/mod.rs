@@ -291,10 +291,8 @@ pub fn run(opts: &Options, mut tick: impl FnMut()) -> Result<Report> {
 /// # Errors
 /// As [`run`], or the JSON cannot be written.
 pub fn main(opts: &Options, json: Option<&std::path::Path>) -> Result<()> {
-    let progress = crate::progress::bar(
-        (opts.samples * opts.threads_max) as u64,
-        "bench mva (runs)",
-    );
+    let progress =
+        crate::progress::bar((opts.samples * opts.threads_max) as u64, "bench mva (runs)");
     let report = run(opts, || progress.inc(1))?;
     progress.finish_and_clear();
     let text = table::render(&report);
