@@ -3,8 +3,8 @@
 //! INI — predicted and measured mean INI queue length and cycle time side by side, as in
 //! the thesis's Figure 6-3.
 //!
-//! **Calibration** (from the N = 1 runs, medians over the samples; nothing is fitted to
-//! the N > 1 rows):
+//! **Calibration** (from one N = 1 run, the one with the median cycle time, so that the
+//! inputs belong together; nothing is fitted to the N > 1 rows):
 //! * `W` = the measured compute time per cycle (`--work-us` when spinning; plus the
 //!   timer's slack when sleeping);
 //! * `o` = the server's measured time per request (received → reply sent);
@@ -59,7 +59,7 @@ pub struct Calibration {
     pub l: f64,
     /// `L`: the rest of the lone cycle, per crossing.
     pub big_l: f64,
-    /// The lone client's measured cycle time that `L` closes.
+    /// The lone client's measured cycle time that `L` closes (the median N = 1 run's).
     pub solo_cycle: f64,
 }
 
@@ -215,12 +215,16 @@ pub fn run(opts: &Options, mut tick: impl FnMut()) -> Result<Report> {
     let med = |ms: &[Measurement], f: fn(&Measurement) -> f64| {
         Spread::of(ms.iter().map(f).collect()).median
     };
-    let solo = &runs[0];
+    // One coherent run: the N = 1 run whose cycle time is the median (the lower middle
+    // for an even number), all its quantities together.
+    let mut solo: Vec<&Measurement> = runs[0].iter().collect();
+    solo.sort_by(|a, b| a.cycle_us.total_cmp(&b.cycle_us));
+    let solo = solo[(solo.len() - 1) / 2];
     let (w, o, big_o, solo_cycle) = (
-        med(solo, |m| m.compute_us),
-        med(solo, |m| m.server_us),
-        med(solo, |m| m.ini_time_us),
-        med(solo, |m| m.cycle_us),
+        solo.compute_us,
+        solo.server_us,
+        solo.ini_time_us,
+        solo.cycle_us,
     );
     let l = intra_cluster_latency_us();
     let big_l = ((solo_cycle - w - 4.0 * big_o - 2.0 * o - 2.0 * l) / 2.0).max(0.0);

@@ -30,7 +30,7 @@ pub fn render(r: &Report) -> String {
     );
     let _ = writeln!(
         s,
-        "model inputs from the N = 1 runs (µs): W = {:.1}, o = {:.2}, O = {:.2}, l = {:.2}, L = {:.2} (lone cycle {:.1})",
+        "model inputs from the median N = 1 run (µs): W = {:.1}, o = {:.2}, O = {:.2}, l = {:.2}, L = {:.2} (lone cycle {:.1})",
         c.w, c.o, c.big_o, c.l, c.big_l, c.solo_cycle
     );
     let _ = writeln!(
