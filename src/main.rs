@@ -7,6 +7,7 @@ mod launch;
 mod logging;
 mod measure;
 mod progress;
+mod synthetic;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -221,6 +222,44 @@ enum BenchCommand {
     /// medians of per-pair ratios.
     Dsm(BenchDsmArgs),
     Apps(commands::bench_apps::BenchAppsArgs),
+    /// Paper 002 chapter 6's contention model against a synthetic application: N client
+    /// threads per INI, predicted and measured mean INI queue length and cycle time.
+    ///
+    /// For N = 1 ..= --threads-max, N compute threads in cluster 0 each compute for W µs
+    /// (--work spin: busy; sleep: the CPU is left to others), then make a blocking
+    /// Express request through the INIs (one dedicated INI thread per cluster, UDP on
+    /// loopback) to a server thread in cluster 1, which replies. The model's inputs (W, o,
+    /// O, l, L) are calibrated from the N = 1 runs; each row shows the measured INI queue
+    /// length (from the INI traces) and cycle time beside equations 6.1–6.10 and the exact
+    /// MVA of the same network, the relative error, and whether Q ≤ N. Rows whose threads
+    /// (N clients + server + 2 INIs) outnumber the cores are marked oversubscribed.
+    Mva(BenchMvaArgs),
+}
+
+#[derive(Args, Debug)]
+struct BenchMvaArgs {
+    /// Largest number of client threads per INI (rows N = 1 ..= this).
+    #[arg(long, default_value_t = 8)]
+    threads_max: usize,
+    /// W: compute time per cycle, µs.
+    #[arg(long, default_value_t = 200.0)]
+    work_us: f64,
+    /// How a client spends W: spin (busy-wait) or sleep.
+    #[arg(long, value_enum, default_value_t = synthetic::Work::Spin)]
+    work: synthetic::Work,
+    /// Timed requests per client thread per run.
+    #[arg(long, default_value_t = 2000)]
+    requests: u64,
+    /// Runs per N (median and min–max shown).
+    #[arg(long, default_value_t = 3)]
+    samples: usize,
+    /// How long an idle INI thread keeps polling before it sleeps, µs.
+    #[arg(long, default_value_t = 50)]
+    ini_spin_us: u64,
+    /// Also write the report as JSON to this file (`-`: standard output; the table goes
+    /// to standard error).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -363,6 +402,17 @@ fn run(cli: Cli) -> Result<()> {
             a.json.as_deref(),
         ),
         Command::Bench(BenchCommand::Apps(a)) => commands::bench_apps::run(&a),
+        Command::Bench(BenchCommand::Mva(a)) => commands::bench_mva::main(
+            &commands::bench_mva::Options {
+                threads_max: a.threads_max,
+                work_us: a.work_us,
+                work: a.work,
+                requests: a.requests,
+                samples: a.samples,
+                ini_spin_us: a.ini_spin_us,
+            },
+            a.json.as_deref(),
+        ),
         Command::Selftest(a) => {
             let cfg = commands::choose_job(a.config.as_deref(), &a.set)?.cfg;
             let opts = commands::selftest::Options {

@@ -161,17 +161,30 @@ impl Pair {
 
     /// As [`Pair::new`], with the INIs' idle spin time set to `spin`.
     pub fn with_spin(inis: usize, policy: IniPolicy, spin: Duration) -> Pair {
+        let mut cfg = Pair::net_config(inis, policy);
+        cfg.spin = spin;
+        Pair::with_config(&cfg, 2)
+    }
+
+    /// The INI settings [`Pair::new`] uses: a local 2-cluster job's, with `inis` INIs per
+    /// cluster, `policy` and a 8972-byte MTU.
+    pub fn net_config(inis: usize, policy: IniPolicy) -> NetConfig {
         let mut job = JobConfig::local(2, 1);
         job.ini.per_cluster = inis;
         job.ini.policy = policy;
         job.ini.mtu = 8972;
-        let mut cfg = NetConfig::from_job(&job);
-        cfg.spin = spin;
+        NetConfig::from_job(&job)
+    }
+
+    /// The pair with INI settings `cfg` (`cfg.inis` INIs per site) and `queues` receive
+    /// queues per site (at least 2).
+    pub fn with_config(cfg: &NetConfig, queues: usize) -> Pair {
+        let inis = cfg.inis;
         let sites: Vec<Site> = (0..2)
             .map(|s| {
                 Site::new(SiteConfig {
                     site: SiteId(s),
-                    queues: vec![QueueSpec::default(); 2],
+                    queues: vec![QueueSpec::default(); queues.max(2)],
                     pool_slots: 4096,
                     ..SiteConfig::default()
                 })
@@ -179,7 +192,7 @@ impl Pair {
             })
             .collect();
         let groups =
-            multigrain_messaging::net::connect_loopback(&sites, &cfg, inis).expect("start INIs");
+            multigrain_messaging::net::connect_loopback(&sites, cfg, inis).expect("start INIs");
         let mut made: Vec<(Site, IniGroup)> = sites.into_iter().zip(groups).collect();
         let b = made.pop().expect("two");
         let a = made.pop().expect("two");

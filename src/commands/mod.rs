@@ -3,6 +3,7 @@
 pub mod bench_apps;
 pub mod bench_dsm;
 pub mod bench_messaging;
+pub mod bench_mva;
 pub mod bench_net;
 pub mod config;
 pub mod hello;
