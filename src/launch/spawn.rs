@@ -204,14 +204,32 @@ mod tests {
             "node7",
             &["ssh".into(), "-o".into(), "BatchMode=yes".into()],
             Path::new("/home/me/my job"),
-            &["multigrain".into(), "hello".into()],
+            &["/opt/mg/multigrain".into(), "hello".into()],
             vec![("MULTIGRAIN_CLUSTER_ID".into(), "2".into())],
         );
         assert_eq!(
             plan.display(),
             "ssh -o BatchMode=yes node7 cd '/home/me/my job' && exec env MULTIGRAIN_CLUSTER_ID=2 \
-             multigrain hello"
+             MULTIGRAIN_WATCH_STDIN=1 /opt/mg/multigrain hello"
         );
         assert!(plan.remote && plan.env.is_empty());
+        // The bare name becomes this executable's absolute path.
+        let bare = Plan::remote(
+            0,
+            "node7",
+            &["ssh".into()],
+            Path::new("/tmp"),
+            &["multigrain".into(), "hello".into()],
+            Vec::new(),
+        );
+        let me = std::env::current_exe().unwrap();
+        assert!(
+            bare.display().ends_with(&format!(
+                "MULTIGRAIN_WATCH_STDIN=1 {} hello",
+                quote(&me.to_string_lossy())
+            )),
+            "{}",
+            bare.display()
+        );
     }
 }
