@@ -227,3 +227,39 @@ fn wrong_task_count_is_explained() {
     assert!(err.contains("SLURM_NTASKS = 3"), "{err}");
     assert!(err.contains("srun -n 2"), "{err}");
 }
+
+#[test]
+fn a_rank_on_the_wrong_host_stops_the_whole_job_at_once() {
+    // Cluster 1's config host is not this machine: it says so, tells the coordinator,
+    // and both ranks exit long before the 20 s start-up timeout.
+    let dir = TempDir::new("srun-wrong-host");
+    let port = free_port();
+    let cfg = dir.write(
+        "job.toml",
+        &format!(
+            "[job]\nstartup_timeout_ms = 20000\n\n[[cluster]]\nhost = \"127.0.0.1\"\nport = {port}\n\n\
+             [[cluster]]\nhost = \"192.0.2.7\"\n"
+        ),
+    );
+    let vars = ("SLURM_PROCID", "SLURM_NTASKS");
+    let t0 = Instant::now();
+    let mut procs = [rank(vars, 0, 2, &cfg), rank(vars, 1, 2, &cfg)];
+    for p in &mut procs {
+        assert!(!p.wait_exit(HANG).success(), "{}", p.transcript());
+    }
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the job took {took:?} to stop"
+    );
+    let rank1 = procs[1].lines(Stream::Err).join("\n");
+    assert!(
+        rank1.contains("cluster 1 (Slurm rank 1) runs on") && rank1.contains("192.0.2.7"),
+        "{rank1}"
+    );
+    let rank0 = procs[0].lines(Stream::Err).join("\n");
+    assert!(
+        rank0.contains("cluster 1 failed: could not start: cluster 1 (Slurm rank 1)"),
+        "{rank0}"
+    );
+}

@@ -5,7 +5,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, ToSocketAddrs};
 
 use multigrain_cluster_config::{
-    JobConfig, LaunchRank, detect_placement, detect_rank, instance_key, rendezvous_port,
+    JobConfig, LaunchRank, Launcher, detect_placement, detect_rank, instance_key, rendezvous_port,
 };
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +33,9 @@ pub struct Identity {
     /// (all addresses on cluster 0; elsewhere the one that routes to the
     /// coordinator). Applied to the config by [`Identity::apply`].
     pub placed: Option<Placed>,
+    /// The launcher whose ranks gave the cluster ids (`None`: `multigrain launch` or
+    /// a test).
+    pub launcher: Option<Launcher>,
 }
 
 /// What a launcher-placed job changes in the config of one cluster
@@ -148,6 +151,7 @@ impl Identity {
                 coordinator,
                 listen: None,
                 placed: None,
+                launcher: None,
             });
         }
         let Some(rank) = detect_rank(|k| env(k))? else {
@@ -158,7 +162,6 @@ impl Identity {
         if cfg.names_no_hosts() || c0.port == 0 {
             return Self::rendezvous(cfg, &rank, env);
         }
-        check_host_is_here(cfg, &rank)?;
         let coordinator = resolve(&c0.host, c0.port).map_err(|reason| ControlError::Resolve {
             host: c0.host.clone(),
             port: c0.port,
@@ -170,6 +173,7 @@ impl Identity {
             coordinator,
             listen: None,
             placed: None,
+            launcher: Some(rank.launcher),
         })
     }
 
@@ -197,7 +201,6 @@ impl Identity {
         let host = if hostless {
             placement.rank0_host.map_err(no)?
         } else {
-            check_host_is_here(cfg, rank)?;
             cfg.clusters[0].host.clone()
         };
         let coordinator = resolve(&host, port).map_err(|reason| ControlError::Resolve {
@@ -234,7 +237,22 @@ impl Identity {
             coordinator,
             listen,
             placed,
+            launcher: Some(rank.launcher),
         })
+    }
+
+    /// Checks, for a cluster started by a launcher with hosts named in the config, that
+    /// its host is an address of this machine, so that a host list that does not match
+    /// the launcher's placement fails at once, naming cluster and host.
+    ///
+    /// # Errors
+    ///
+    /// [`ControlError::HostNotHere`].
+    pub fn check_host(&self, cfg: &JobConfig) -> Result<(), ControlError> {
+        match (self.launcher, &self.placed) {
+            (Some(launcher), None) => check_host_is_here(cfg, self.cluster, launcher),
+            _ => Ok(()),
+        }
     }
 
     /// Makes `cfg` this launch's: with [`Identity::placed`], its job key and
@@ -265,15 +283,22 @@ fn route_to(to: SocketAddr) -> Option<IpAddr> {
 /// Checks that the config's host for this rank's cluster is an address of
 /// this machine (binding it succeeds), so a config whose host list does not
 /// match the launcher's placement fails at once, naming cluster and host.
-fn check_host_is_here(cfg: &JobConfig, rank: &LaunchRank) -> Result<(), ControlError> {
-    let host = &cfg.clusters[rank.rank].host;
+fn check_host_is_here(
+    cfg: &JobConfig,
+    cluster: usize,
+    launcher: Launcher,
+) -> Result<(), ControlError> {
+    let Some(spec) = cfg.clusters.get(cluster) else {
+        return Ok(());
+    };
+    let host = &spec.host;
     let Ok(addr) = resolve(host, 0) else {
         return Ok(()); // reported by the INIs' bind with the resolver's words
     };
     match std::net::UdpSocket::bind(addr) {
         Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => Err(ControlError::HostNotHere {
-            cluster: rank.rank,
-            launcher: rank.launcher,
+            cluster,
+            launcher,
             host: host.clone(),
             here: nix::sys::utsname::uname()
                 .map(|u| u.nodename().to_string_lossy().into_owned())

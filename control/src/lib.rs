@@ -592,6 +592,31 @@ impl Control {
         joined
     }
 
+    /// Tells the coordinator that this cluster (a member) cannot start, so that every
+    /// cluster fails at once with `reason` instead of waiting for the start-up timeout.
+    /// Best effort: tries for at most 2 s (less when the start-up timeout is shorter);
+    /// does nothing on cluster 0, whose members see the coordinator missing.
+    pub fn report_cannot_start(id: &Identity, settings: &JobSettings, reason: &str) {
+        if id.cluster == 0 || id.cluster >= id.clusters {
+            return;
+        }
+        let limit = settings.startup_timeout().min(Duration::from_secs(2));
+        let Ok(stream) = connect(id, limit, Instant::now() + limit) else {
+            return;
+        };
+        let msg = Message::CannotStart {
+            cluster: id.cluster,
+            reason: reason.to_owned(),
+        };
+        if let Err(e) = wire::write_frame(&mut &stream, settings.key, &msg) {
+            tracing::debug!("cluster {}: cannot tell the coordinator: {e}", id.cluster);
+        }
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        // Give the coordinator time to read before the connection closes.
+        let _ = stream.set_read_timeout(Some(limit));
+        let _ = io::Read::read(&mut &stream, &mut [0u8; 1]);
+    }
+
     fn join_coordinator(
         id: &Identity,
         settings: &JobSettings,
@@ -710,6 +735,14 @@ impl Control {
                 registration,
                 clusters,
             }) => (registration, clusters),
+            Ok(Message::CannotStart { cluster, reason }) if (1..n).contains(&cluster) => {
+                tracing::debug!("cluster 0: cluster {cluster} cannot start: {reason}");
+                shared.report(Failure {
+                    cluster,
+                    reason: format!("could not start: {reason}"),
+                });
+                return;
+            }
             Ok(other) => return refuse(format!("expected a registration, got {other:?}")),
             Err(ReadError::Frame(
                 e @ (FrameError::ForeignKey { .. } | FrameError::Version { .. }),

@@ -104,6 +104,15 @@ pub enum Message {
     Finish,
     /// Coordinator → every member: every cluster is done.
     Done,
+    /// Member → coordinator, the only frame on its connection: this cluster cannot
+    /// start (its host is not this machine, its INIs cannot bind…); the coordinator
+    /// fails the start-up at once instead of waiting out its timeout.
+    CannotStart {
+        /// The cluster that cannot start.
+        cluster: usize,
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 /// Why a frame was refused.

@@ -60,6 +60,7 @@ fn join_on_threads(
                     coordinator: addr,
                     listen: None,
                     placed: None,
+                    launcher: None,
                 };
                 let _ = tx.send(Control::join(&id, &s, Registration::local(c, Vec::new())));
             });

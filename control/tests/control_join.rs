@@ -37,6 +37,7 @@ fn identity(cluster: usize, clusters: usize, coordinator: SocketAddr) -> Identit
         coordinator,
         listen: None,
         placed: None,
+        launcher: None,
     }
 }
 

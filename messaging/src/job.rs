@@ -110,18 +110,27 @@ impl Job {
         site_config.max_sites = site_config.max_sites.max(n);
         site_config.shared = n > 1 && cfg.ini.substrate != Policy::Udp;
         site_config.shm_latency = Duration::from_secs_f64(cfg.emulation.latency_us / 1e6);
-        let site = Site::new(site_config)?;
-        let spec = &cfg.clusters[me];
-        let bound = if n > 1 {
-            Some(BoundInis::bind(
-                SiteId(me as u16),
-                &spec.host,
-                spec.port,
-                cfg.inis_of(me),
-            )?)
-        } else {
-            None
-        };
+        // What can fail before this cluster registers is reported to the coordinator,
+        // so that every cluster stops at once rather than at the start-up timeout.
+        let early = (|| -> Result<(Site, Option<BoundInis>), JobError> {
+            identity.check_host(cfg)?;
+            let site = Site::new(site_config)?;
+            let spec = &cfg.clusters[me];
+            let bound = if n > 1 {
+                Some(BoundInis::bind(
+                    SiteId(me as u16),
+                    &spec.host,
+                    spec.port,
+                    cfg.inis_of(me),
+                )?)
+            } else {
+                None
+            };
+            Ok((site, bound))
+        })();
+        let (site, bound) = early.inspect_err(|e| {
+            Control::report_cannot_start(&identity, &cfg.job, &e.to_string());
+        })?;
         let address = NetAddress {
             inis: bound.as_ref().map_or_else(Vec::new, |b| b.addrs().to_vec()),
             segment: site.segment_name().map(str::to_owned),

@@ -48,6 +48,9 @@ pub fn run(opts: &Options) -> Result<()> {
 
 fn hello(opts: &Options, cfg: &JobConfig, id: &Identity) -> Result<()> {
     let me = id.cluster;
+    id.check_host(cfg).inspect_err(|e| {
+        Control::report_cannot_start(id, &cfg.job, &e.to_string());
+    })?;
     let (control, all) = Control::join(id, &cfg.job, Registration::local(me, Vec::new()))?;
     if me == 0 {
         let name = cfg.job.name.as_deref().unwrap_or("(unnamed)");
