@@ -115,41 +115,52 @@ fn hello_without_a_launcher_explains_how_to_start() {
     assert!(err.contains("multigrain launch --config FILE"), "{err}");
 }
 
-/// Remote clusters: the ssh prefix gets the host and one shell command that
-/// sets the directory and the variables. A stand-in for ssh runs it here.
-#[test]
-fn remote_clusters_start_through_the_ssh_command() {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_default();
-    let local = !host.is_empty()
-        && !multigrain_cluster_config::is_loopback(&host)
-        && std::net::TcpListener::bind((host.as_str(), 0)).is_ok();
-    if !local {
-        eprintln!(
-            "skipped: this machine's host name {host:?} does not resolve to one of its addresses, \
-             so it cannot stand in for a remote host"
-        );
-        return;
-    }
-    let dir = TempDir::new("launch-ssh");
+/// Two "remote hosts": network namespaces joined by a veth pair, and a stand-in for ssh
+/// that runs the command in the namespace of the address it is given, detached in a
+/// session of its own as sshd's child would be (so neither the launcher's process-group
+/// signal nor its parent-death signal reaches it: only the closing ssh channel, stdin,
+/// can). Every call is appended to `ssh.log`.
+fn remote_hosts(dir: &TempDir, tag: u32) -> (common::Netns, [String; 2], std::path::PathBuf) {
+    let (ns, addrs) = common::Netns::create(tag).unwrap_or_else(|why| {
+        panic!("NETWORK NAMESPACES COULD NOT BE CREATED ({why}): the ssh tests need them")
+    });
     let log = dir.path().join("ssh.log");
     let fake = dir.write(
         "fake-ssh",
         &format!(
-            "#!/bin/sh\n# Stands in for ssh: [options] host command\necho \"$@\" >> '{}'\n\
-             while [ \"${{1#-}}\" != \"$1\" ]; do shift; done\nshift\nexec sh -c \"$1\"\n",
-            log.display()
+            "#!/bin/sh\n# Stands in for ssh: [options] host command\necho \"$@\" >> '{log}'\n\
+             while [ \"${{1#-}}\" != \"$1\" ]; do shift; done\nhost=$1; shift\n\
+             case \"$host\" in {a0}) ns={n0};; {a1}) ns={n1};; *) echo \"no route to $host\" >&2; exit 255;; esac\n\
+             exec 3<&0\nsetsid ip netns exec \"$ns\" sh -c \"$1\" <&3 &\nwait\n",
+            log = log.display(),
+            a0 = addrs[0],
+            a1 = addrs[1],
+            n0 = ns.names[0],
+            n1 = ns.names[1],
         ),
     );
     let mut perms = std::fs::metadata(&fake).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&fake, perms).unwrap();
+    (ns, addrs, fake)
+}
+
+fn netns_tag(k: u32) -> u32 {
+    (std::process::id() % 40_000) * 2 + k
+}
+
+/// Remote clusters: the ssh prefix gets the host and one shell command that sets the
+/// directory and the variables and names this executable by its absolute path.
+#[test]
+fn remote_clusters_start_through_the_ssh_command() {
+    let dir = TempDir::new("launch-ssh");
+    let (_ns, addrs, fake) = remote_hosts(&dir, netns_tag(0));
     let config = dir.write(
         "job.toml",
         &format!(
-            "[job]\nname = \"ssh\"\npeer_timeout_ms = 3000\n\n[[cluster]]\nhost = \"{host}\"\n\n\
-             [[cluster]]\nhost = \"{host}\"\n"
+            "[job]\nname = \"ssh\"\npeer_timeout_ms = 3000\n\n[[cluster]]\nhost = \"{}\"\n\n\
+             [[cluster]]\nhost = \"{}\"\n",
+            addrs[0], addrs[1]
         ),
     );
     let ssh = format!("{} -x", fake.display());
@@ -157,68 +168,47 @@ fn remote_clusters_start_through_the_ssh_command() {
     cmd.current_dir(dir.path())
         .args(["launch", "--config"])
         .arg(&config)
-        .args(["--ssh", &ssh, "--", bin(), "hello"]);
+        .args(["--ssh", &ssh, "--", "multigrain", "hello"]);
     let mut job = Proc::spawn("ssh-job", cmd);
-    let pids = launched_pids(&job, 2);
-    job.adopt(&pids);
     let status = job.wait_exit(HANG);
     assert!(status.success(), "{status}; output:\n{}", job.transcript());
     job.wait_line("[c1] cluster 1 of 2: hello from pid", HANG);
-    job.wait_line("multigrain launch: cluster 1: pid", HANG);
     let err = job.lines(Stream::Err).join("\n");
-    assert!(err.contains(&format!("ssh to {host}")), "{err}");
-    let calls = std::fs::read_to_string(&log).expect("the ssh stand-in ran");
+    let calls = std::fs::read_to_string(dir.path().join("ssh.log")).expect("the ssh stand-in ran");
     let cwd = dir.path().canonicalize().unwrap();
+    let me = std::fs::canonicalize(bin()).unwrap();
     for c in 0..2 {
+        assert!(err.contains(&format!("ssh to {}", addrs[c])), "{err}");
         assert!(
             calls
                 .lines()
-                .any(|l| l.starts_with(&format!("-x {host} cd "))
+                .any(|l| l.starts_with(&format!("-x {} cd ", addrs[c]))
                     && l.contains(&cwd.display().to_string())
                     && l.contains(&format!(
                         "exec env MULTIGRAIN_CLUSTER_ID={c} MULTIGRAIN_CLUSTERS=2"
-                    ))),
+                    ))
+                    && l.contains(&format!("MULTIGRAIN_WATCH_STDIN=1 {} hello", me.display()))),
             "cluster {c}: {calls}"
         );
     }
-    assert_gone(&pids, HANG, "ssh job");
 }
 
 /// Clusters started over ssh exit when the launcher is killed (-9) or interrupted
-/// (SIGINT): a stand-in for ssh starts the cluster in a session of its own, as sshd
-/// would on another machine (so neither the launcher's process group signal nor its
-/// parent-death signal reaches it); only the closing ssh channel (stdin) can stop it.
+/// (SIGINT): only the closing ssh channel can tell them.
 #[test]
 fn clusters_started_over_ssh_do_not_outlive_the_launcher() {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_default();
-    assert!(
-        !host.is_empty()
-            && !multigrain_cluster_config::is_loopback(&host)
-            && std::net::TcpListener::bind((host.as_str(), 0)).is_ok(),
-        "this machine's host name {host:?} must resolve to one of its addresses to stand in \
-         for a remote host"
-    );
     for signal in [
         nix::sys::signal::Signal::SIGKILL,
         nix::sys::signal::Signal::SIGINT,
     ] {
         let dir = TempDir::new("launch-ssh-orphans");
-        let fake = dir.write(
-            "fake-ssh",
-            "#!/bin/sh\n# Stands in for ssh: [options] host command, run detached like sshd's child\n\
-             while [ \"${1#-}\" != \"$1\" ]; do shift; done\nshift\n\
-             exec 3<&0\nsetsid sh -c \"$1\" <&3 &\nwait\n",
-        );
-        let mut perms = std::fs::metadata(&fake).unwrap().permissions();
-        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-        std::fs::set_permissions(&fake, perms).unwrap();
+        let (_ns, addrs, fake) = remote_hosts(&dir, netns_tag(1));
         let config = dir.write(
             "job.toml",
             &format!(
-                "[job]\nname = \"orphans\"\npeer_timeout_ms = 3000\n\n[[cluster]]\nhost = \"{host}\"\n\n\
-                 [[cluster]]\nhost = \"{host}\"\n"
+                "[job]\nname = \"orphans\"\npeer_timeout_ms = 3000\n\n[[cluster]]\nhost = \"{}\"\n\n\
+                 [[cluster]]\nhost = \"{}\"\n",
+                addrs[0], addrs[1]
             ),
         );
         let mut cmd = Command::new(bin());
@@ -246,4 +236,31 @@ fn clusters_started_over_ssh_do_not_outlive_the_launcher() {
             &format!("clusters started over ssh after {signal} of the launcher"),
         );
     }
+}
+
+/// This machine's own names count as local: clusters on its host name start directly,
+/// never over ssh (no sshd runs here, so ssh would fail).
+#[test]
+fn this_machines_own_host_name_is_local() {
+    let host = nix::sys::utsname::uname()
+        .map(|u| u.nodename().to_string_lossy().into_owned())
+        .unwrap();
+    let dir = TempDir::new("launch-own-name");
+    let config = dir.write(
+        "job.toml",
+        &format!(
+            "[job]\nname = \"own\"\n\n[[cluster]]\nhost = \"{host}\"\n\n[[cluster]]\nhost = \"{host}\"\n"
+        ),
+    );
+    let mut cmd = Command::new(bin());
+    cmd.args(["launch", "--config"])
+        .arg(&config)
+        .args(["--", "multigrain", "hello"]);
+    let mut job = Proc::spawn("own-name", cmd);
+    let status = job.wait_exit(HANG);
+    assert!(status.success(), "{status}; output:\n{}", job.transcript());
+    let err = job.lines(Stream::Err).join("\n");
+    assert!(err.contains(&format!("cluster 1: pid ")), "{err}");
+    assert!(err.contains(&format!(" on {host}")), "{err}");
+    assert!(!err.contains("ssh to"), "{err}");
 }

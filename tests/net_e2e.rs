@@ -190,74 +190,10 @@ fn a_killed_cluster_is_reported_by_the_others() {
     assert_gone(&pids, HANG, "cluster processes");
 }
 
-/// Two network namespaces joined by a veth pair, torn down on drop.
-struct Netns {
-    names: [String; 2],
-}
-
-impl Netns {
-    fn create(tag: u32) -> Result<(Netns, [String; 2]), String> {
-        if !nix::unistd::geteuid().is_root() {
-            return Err("not running as root".into());
-        }
-        let ip = |args: &[&str]| -> Result<(), String> {
-            let out = Command::new("ip")
-                .args(args)
-                .output()
-                .map_err(|e| format!("cannot run `ip`: {e}"))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "`ip {}` failed: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ))
-            }
-        };
-        let names = [format!("mg{tag}a"), format!("mg{tag}b")];
-        let veth = [format!("mgv{tag}a"), format!("mgv{tag}b")];
-        let (x, y) = (10 + (tag >> 8) % 200, tag % 250 + 1);
-        let addrs = [format!("10.{x}.{y}.1"), format!("10.{x}.{y}.2")];
-        let ns = Netns {
-            names: names.clone(),
-        };
-        for n in &names {
-            ip(&["netns", "add", n])?;
-        }
-        ip(&[
-            "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1],
-        ])?;
-        for i in 0..2 {
-            ip(&["link", "set", &veth[i], "netns", &names[i]])?;
-            ip(&[
-                "-n",
-                &names[i],
-                "addr",
-                "add",
-                &format!("{}/24", addrs[i]),
-                "dev",
-                &veth[i],
-            ])?;
-            ip(&["-n", &names[i], "link", "set", &veth[i], "up"])?;
-            ip(&["-n", &names[i], "link", "set", "lo", "up"])?;
-        }
-        Ok((ns, addrs))
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for n in &self.names {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-        }
-    }
-}
-
 #[test]
 fn two_network_namespaces_joined_by_a_veth_pair() {
     let tag = std::process::id() % 100_000;
-    let (ns, addrs) = match Netns::create(tag) {
+    let (ns, addrs) = match common::Netns::create(tag) {
         Ok(v) => v,
         Err(why) => {
             println!(

@@ -150,7 +150,11 @@ pub fn run(opts: Options) -> Result<()> {
         Some(s) => s.split_whitespace().map(str::to_owned).collect(),
         None => cfg.launch.ssh.clone(),
     };
-    let here: Vec<bool> = cfg.clusters.iter().map(|c| c.is_loopback()).collect();
+    let here: Vec<bool> = cfg
+        .clusters
+        .iter()
+        .map(|c| is_this_machine(&c.host))
+        .collect();
     if ssh.is_empty() && here.iter().any(|h| !h) {
         bail!("--ssh is empty: remote clusters need a command such as `ssh -o BatchMode=yes`");
     }
@@ -444,4 +448,20 @@ fn monitor(
             killed = true;
         }
     }
+}
+
+/// Whether `host` names this machine: a loopback name or address, this machine's host
+/// name, or a name or address that resolves to an address of this machine (binding a
+/// UDP socket to it succeeds). Such clusters are started directly, not over ssh.
+fn is_this_machine(host: &str) -> bool {
+    if multigrain_cluster_config::is_loopback(host) {
+        return true;
+    }
+    let name = nix::sys::utsname::uname()
+        .ok()
+        .map(|u| u.nodename().to_string_lossy().into_owned());
+    if name.is_some_and(|n| n.eq_ignore_ascii_case(host)) {
+        return true;
+    }
+    resolve(host, 0).is_ok_and(|a| std::net::UdpSocket::bind(a).is_ok())
 }

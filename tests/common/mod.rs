@@ -354,3 +354,70 @@ pub const LAUNCH_VARS: [&str; 22] = [
     "OMPI_MCA_ess_base_jobid",
     "MULTIGRAIN_LAUNCHER",
 ];
+
+/// Two network namespaces joined by a veth pair, torn down on drop.
+pub struct Netns {
+    /// The two namespaces' names.
+    pub names: [String; 2],
+}
+
+impl Netns {
+    /// Namespaces `mg<tag>a` and `mg<tag>b` with addresses 10.x.y.1 and 10.x.y.2 (from
+    /// `tag`), returned with them; an error in words when not root or `ip` fails.
+    pub fn create(tag: u32) -> Result<(Netns, [String; 2]), String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err("not running as root".into());
+        }
+        let ip = |args: &[&str]| -> Result<(), String> {
+            let out = Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| format!("cannot run `ip`: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "`ip {}` failed: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        let names = [format!("mg{tag}a"), format!("mg{tag}b")];
+        let veth = [format!("mgv{tag}a"), format!("mgv{tag}b")];
+        let (x, y) = (10 + (tag >> 8) % 200, tag % 250 + 1);
+        let addrs = [format!("10.{x}.{y}.1"), format!("10.{x}.{y}.2")];
+        let ns = Netns {
+            names: names.clone(),
+        };
+        for n in &names {
+            ip(&["netns", "add", n])?;
+        }
+        ip(&[
+            "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1],
+        ])?;
+        for i in 0..2 {
+            ip(&["link", "set", &veth[i], "netns", &names[i]])?;
+            ip(&[
+                "-n",
+                &names[i],
+                "addr",
+                "add",
+                &format!("{}/24", addrs[i]),
+                "dev",
+                &veth[i],
+            ])?;
+            ip(&["-n", &names[i], "link", "set", &veth[i], "up"])?;
+            ip(&["-n", &names[i], "link", "set", "lo", "up"])?;
+        }
+        Ok((ns, addrs))
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+    }
+}
