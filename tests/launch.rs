@@ -260,7 +260,7 @@ fn this_machines_own_host_name_is_local() {
     let status = job.wait_exit(HANG);
     assert!(status.success(), "{status}; output:\n{}", job.transcript());
     let err = job.lines(Stream::Err).join("\n");
-    assert!(err.contains(&format!("cluster 1: pid ")), "{err}");
+    assert!(err.contains("cluster 1: pid "), "{err}");
     assert!(err.contains(&format!(" on {host}")), "{err}");
     assert!(!err.contains("ssh to"), "{err}");
 }
