@@ -177,12 +177,12 @@ fn remote_clusters_start_through_the_ssh_command() {
     let calls = std::fs::read_to_string(dir.path().join("ssh.log")).expect("the ssh stand-in ran");
     let cwd = dir.path().canonicalize().unwrap();
     let me = std::fs::canonicalize(bin()).unwrap();
-    for c in 0..2 {
-        assert!(err.contains(&format!("ssh to {}", addrs[c])), "{err}");
+    for (c, addr) in addrs.iter().enumerate() {
+        assert!(err.contains(&format!("ssh to {addr}")), "{err}");
         assert!(
             calls
                 .lines()
-                .any(|l| l.starts_with(&format!("-x {} cd ", addrs[c]))
+                .any(|l| l.starts_with(&format!("-x {addr} cd "))
                     && l.contains(&cwd.display().to_string())
                     && l.contains(&format!(
                         "exec env MULTIGRAIN_CLUSTER_ID={c} MULTIGRAIN_CLUSTERS=2"
