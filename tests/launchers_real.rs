@@ -224,9 +224,67 @@ fn srun_with_a_mismatched_host_list_fails_fast_naming_it() {
     );
     // Cluster 1 tells the coordinator, so nobody waits for the 10 s start-up timeout.
     assert!(err.contains("cluster 1 failed: could not start"), "{err}");
+    // (srun may queue the job behind the other tests' jobs: a generous bound, below the
+    // 10 s start-up timeout that the message above already rules out.)
     assert!(
-        t0.elapsed() < Duration::from_secs(5),
+        t0.elapsed() < Duration::from_secs(9),
         "took {:?}",
         t0.elapsed()
+    );
+}
+
+/// `mpirun` on two "nodes" — network namespaces joined by a veth pair, `orted` started in
+/// the second through an ssh stand-in (`plm_rsh_agent`) — with no config: the ranks find
+/// rank 0's coordinator through PMIx and Water runs through the INIs over the veth.
+#[test]
+fn mpirun_across_two_network_namespaces_needs_no_hosts() {
+    open_mpi();
+    let tag = 90_000 + std::process::id() % 9_000;
+    let (ns, addrs) = common::Netns::create(tag).unwrap_or_else(|why| {
+        panic!("NETWORK NAMESPACES COULD NOT BE CREATED ({why}): this test needs them")
+    });
+    let dir = TempDir::new("mpirun-netns");
+    let agent = dir.write(
+        "fake-ssh",
+        &format!(
+            "#!/bin/sh\n# Stands in for ssh: [options] host command\n\
+             while [ \"${{1#-}}\" != \"$1\" ]; do shift; done\nhost=$1; shift\n\
+             case \"$host\" in {a0}) ns={n0};; {a1}) ns={n1};; *) echo \"no route to $host\" >&2; exit 255;; esac\n\
+             exec ip netns exec \"$ns\" sh -c \"$*\"\n",
+            a0 = addrs[0],
+            a1 = addrs[1],
+            n0 = ns.names[0],
+            n1 = ns.names[1],
+        ),
+    );
+    let mut perms = std::fs::metadata(&agent).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&agent, perms).unwrap();
+    let mut cmd = Command::new("ip");
+    cmd.args([
+        "netns",
+        "exec",
+        &ns.names[0],
+        "mpirun",
+        "--allow-run-as-root",
+    ])
+    .args(["--oversubscribe", "--mca", "plm_rsh_agent"])
+    .arg(&agent)
+    .args(["--mca", "plm_rsh_no_tree_spawn", "1", "--host"])
+    .arg(format!("{}:1,{}:1", addrs[0], addrs[1]))
+    .args(["-n", "2"])
+    .arg(bin())
+    .args(["-vv"])
+    .args(WATER);
+    let out = run("mpirun across namespaces", &mut cmd, LIMIT);
+    let stdout = ok("mpirun across namespaces", &out);
+    assert!(
+        stdout.contains("on DSM: 2 cluster(s) × 1 thread(s) (Open MPI ranks"),
+        "{stdout}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("coordinator at {}:", addrs[0])),
+        "the ranks did not meet at rank 0's namespace address:\n{err}"
     );
 }

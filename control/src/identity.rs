@@ -196,18 +196,30 @@ impl Identity {
                     .to_owned(),
             )
         })?;
-        let port = rendezvous_port(&instance);
         let hostless = cfg.names_no_hosts();
-        let host = if hostless {
-            placement.rank0_host.map_err(no)?
+        let pmix = hostless
+            && rank.launcher != Launcher::Slurm
+            && env("PMIX_NAMESPACE").is_some()
+            && env(ENV_NO_PMIX).is_none();
+        let (host, coordinator) = if pmix {
+            // The launcher's own key-value service says where rank 0 listens.
+            let (host, addr) = pmix_rendezvous(rank, cfg.job.startup_timeout())?;
+            (host, addr)
         } else {
-            cfg.clusters[0].host.clone()
+            let port = rendezvous_port(&instance);
+            let host = if hostless {
+                placement.rank0_host.map_err(no)?
+            } else {
+                cfg.clusters[0].host.clone()
+            };
+            let coordinator = resolve(&host, port).map_err(|reason| ControlError::Resolve {
+                host: host.clone(),
+                port,
+                reason,
+            })?;
+            (host, coordinator)
         };
-        let coordinator = resolve(&host, port).map_err(|reason| ControlError::Resolve {
-            host: host.clone(),
-            port,
-            reason,
-        })?;
+        let port = coordinator.port();
         let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
         let (listen, placed) = if hostless {
             let bind = if rank.rank == 0 {
@@ -265,6 +277,87 @@ impl Identity {
             }
         }
     }
+}
+
+/// Set (to anything) to keep a launcher-placed job from using PMIx for its rendezvous;
+/// ranks then find rank 0 as without PMIx (on this node, when every rank runs here).
+pub const ENV_NO_PMIX: &str = "MULTIGRAIN_NO_PMIX";
+
+/// The PMIx key under which rank 0 publishes its coordinator's addresses.
+const PMIX_KEY: &str = "multigrain.coordinator";
+
+/// Rendezvous through the launcher's PMIx key-value service: rank 0 picks a free TCP
+/// port and publishes it with every address of this machine (`a1,a2,…;port`, loopback
+/// last); every rank reads rank 0's entry after a fence. A member then uses the first
+/// address at which rank 0's coordinator answers (probing each until the start-up
+/// timeout), so the address need not resolve the same everywhere.
+fn pmix_rendezvous(
+    rank: &LaunchRank,
+    timeout: std::time::Duration,
+) -> Result<(String, SocketAddr), ControlError> {
+    let no = |reason: String| ControlError::NoRendezvous {
+        launcher: rank.launcher,
+        reason,
+    };
+    let mine = if rank.rank == 0 {
+        let port = free_tcp_port(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+            .map_err(|e| no(format!("no free TCP port for the coordinator: {e}")))?;
+        let ips: Vec<String> = local_ips().iter().map(IpAddr::to_string).collect();
+        format!("{};{port}", ips.join(","))
+    } else {
+        String::new()
+    };
+    let published = crate::pmix::exchange_with_rank0(PMIX_KEY, &mine).map_err(|e| {
+        no(format!(
+            "the PMIx exchange failed ({e}); set {ENV_NO_PMIX}=1 to skip it"
+        ))
+    })?;
+    let bad = || no(format!("rank 0 published {published:?} under {PMIX_KEY}"));
+    let (ips, port) = published.rsplit_once(';').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let addrs: Vec<SocketAddr> = ips
+        .split(',')
+        .filter_map(|ip| ip.parse::<IpAddr>().ok())
+        .map(|ip| SocketAddr::new(ip, port))
+        .collect();
+    if addrs.is_empty() {
+        return Err(bad());
+    }
+    if rank.rank == 0 {
+        return Ok((addrs[0].ip().to_string(), addrs[0]));
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        for a in &addrs {
+            let limit = std::time::Duration::from_millis(300);
+            if std::net::TcpStream::connect_timeout(a, limit).is_ok() {
+                return Ok((a.ip().to_string(), *a));
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(no(format!(
+                "rank 0's coordinator answered at none of {addrs:?} within {timeout:?}"
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// This machine's IPv4 addresses that are up, loopback last.
+fn local_ips() -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
+        .map(|it| {
+            it.filter(|i| i.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP))
+                .filter_map(|i| i.address?.as_sockaddr_in().map(|a| IpAddr::V4(a.ip())))
+                .collect()
+        })
+        .unwrap_or_default();
+    ips.sort_by_key(IpAddr::is_loopback);
+    ips.dedup();
+    if ips.is_empty() {
+        ips.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    ips
 }
 
 /// The local address this machine sends from to reach `to` (a connected UDP

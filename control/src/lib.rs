@@ -45,10 +45,12 @@
 //! # Ok(()) }
 //! ```
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 mod error;
 mod identity;
+mod pmix;
 pub mod wire;
 
 use std::collections::{BTreeSet, HashMap};
@@ -594,13 +596,14 @@ impl Control {
 
     /// Tells the coordinator that this cluster (a member) cannot start, so that every
     /// cluster fails at once with `reason` instead of waiting for the start-up timeout.
-    /// Best effort: tries for at most 2 s (less when the start-up timeout is shorter);
-    /// does nothing on cluster 0, whose members see the coordinator missing.
+    /// Best effort: tries to reach the coordinator for at most the start-up timeout (it
+    /// may start later than this cluster); does nothing on cluster 0, whose members see
+    /// the coordinator missing.
     pub fn report_cannot_start(id: &Identity, settings: &JobSettings, reason: &str) {
         if id.cluster == 0 || id.cluster >= id.clusters {
             return;
         }
-        let limit = settings.startup_timeout().min(Duration::from_secs(2));
+        let limit = settings.startup_timeout();
         let Ok(stream) = connect(id, limit, Instant::now() + limit) else {
             return;
         };
