@@ -93,6 +93,7 @@ impl Identity {
     /// let env = |k: &str| match k {
     ///     "SLURM_PROCID" => Some("1".to_owned()),
     ///     "SLURM_NTASKS" => Some("2".to_owned()),
+    ///     "SLURM_STEP_ID" => Some("0".to_owned()), // a task of a job step
     ///     _ => None,
     /// };
     /// let id = Identity::from_lookup(&cfg, env)?;
