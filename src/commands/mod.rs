@@ -4,6 +4,7 @@ pub mod bench_apps;
 pub mod bench_dsm;
 pub mod bench_messaging;
 pub mod bench_net;
+pub mod child_run;
 pub mod config;
 pub mod hello;
 pub mod run;
