@@ -6,6 +6,7 @@ pub mod bench_messaging;
 pub mod bench_net;
 pub mod child_run;
 pub mod config;
+pub mod experiment;
 pub mod hello;
 pub mod run;
 pub mod selftest;
