@@ -6,7 +6,9 @@
 use super::plot::{Figure, Series};
 use super::sweep::{Point, Runs, Sweep};
 use super::table::{Cell, Column, Fmt, Table};
-use super::{CommonArgs, Context, Link, Outcome, POLICIES, Shape, check_water, dsm_point, water_app};
+use super::{
+    CommonArgs, Context, Link, Outcome, POLICIES, Shape, check_water, dsm_point, water_app,
+};
 use crate::commands::run::report::Report;
 use anyhow::{Result, anyhow};
 use multigrain_messaging::net::trace::TraceSummary;
@@ -96,16 +98,24 @@ pub fn run(ctx: &Context, a: &IniSchedulingArgs) -> Result<Outcome> {
     let calibration: Vec<Point> = dsm_shapes
         .iter()
         .map(|&s| {
-            let mut p = dsm_point(&app, "water", s, Link::Inis {
-                inis: 1,
-                policy: "static",
-            });
+            let mut p = dsm_point(
+                &app,
+                "water",
+                s,
+                Link::Inis {
+                    inis: 1,
+                    policy: "static",
+                },
+            );
             p.id = format!("calibration-{}", p.id);
             p.label = format!("calibration of IO delay: {}", p.label);
             p
         })
         .collect();
-    let per_shape: usize = dsm_shapes.iter().map(|s| 2 + s.threads * POLICIES.len()).sum();
+    let per_shape: usize = dsm_shapes
+        .iter()
+        .map(|s| 2 + s.threads * POLICIES.len())
+        .sum();
     let main_count = per_shape + 1;
     let mut sweep = Sweep::new(ctx, (calibration.len() + ctx.repeat * main_count) as u64)?;
     let calibrated = sweep.run(&calibration, 1);
@@ -152,7 +162,7 @@ pub fn run(ctx: &Context, a: &IniSchedulingArgs) -> Result<Outcome> {
     let failed = sweep.finish();
 
     let title = format!(
-        "ini-scheduling: Water {molecules} molecules × {steps} steps on {total} compute threads; \
+        "ini-scheduling: Water {molecules} molecules × {steps} step(s) on {total} compute threads; \
          INIs over UDP, dedicated (paper 002 Tables 5.3/5.4, Figures 5-1/5-2); {} round(s), \
          median (min–max); trace columns: median over the rounds",
         ctx.repeat
@@ -169,7 +179,11 @@ pub fn run(ctx: &Context, a: &IniSchedulingArgs) -> Result<Outcome> {
             Column::new("round_robin_s", "round-robin (s)", Fmt::Secs),
             Column::new("least_loaded_s", "least-loaded (s)", Fmt::Secs),
             Column::new("round_robin_vs_static", "round-robin / static", Fmt::Ratio),
-            Column::new("least_loaded_vs_static", "least-loaded / static", Fmt::Ratio),
+            Column::new(
+                "least_loaded_vs_static",
+                "least-loaded / static",
+                Fmt::Ratio,
+            ),
         ],
     );
     let mut groups = Vec::new();

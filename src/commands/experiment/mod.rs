@@ -501,11 +501,17 @@ mod tests {
         let cfg = JobConfig::from_str_with_overrides(
             EMBEDDED_DEFAULT_TOML,
             "t",
-            &p.sets.iter().map(|s| s.parse().unwrap()).collect::<Vec<_>>(),
+            &p.sets
+                .iter()
+                .map(|s| s.parse().unwrap())
+                .collect::<Vec<_>>(),
         )
         .unwrap();
         assert_eq!(cfg.inis_of(1), 2);
-        assert_eq!(Link::IoDelay { latency_us: 26 }.label(), "IO delay (shm, L = 26 µs)");
+        assert_eq!(
+            Link::IoDelay { latency_us: 26 }.label(),
+            "IO delay (shm, L = 26 µs)"
+        );
         assert_eq!(Link::NoIo.threads(shape), 4);
         assert_eq!(
             Link::Inis {

@@ -130,11 +130,12 @@ where
         .draw()
         .map_err(err)?;
     // Group names under the bars (the x axis has no numeric meaning).
-    let style = TextStyle::from(("sans-serif", 14).into_font())
-        .pos(plotters::style::text_anchor::Pos::new(
+    let style = TextStyle::from(("sans-serif", 14).into_font()).pos(
+        plotters::style::text_anchor::Pos::new(
             plotters::style::text_anchor::HPos::Center,
             plotters::style::text_anchor::VPos::Top,
-        ));
+        ),
+    );
     for (g, name) in fig.groups.iter().enumerate() {
         let (px, py) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
         for (line, text) in name.split('\n').enumerate() {
@@ -192,7 +193,10 @@ mod tests {
         let png = std::fs::read(dir.join("fig.png")).unwrap();
         assert_eq!(&png[1..4], b"PNG");
         let svg = std::fs::read_to_string(dir.join("fig.svg")).unwrap();
-        assert!(svg.contains("round-robin") && svg.contains("A figure"), "{svg}");
+        assert!(
+            svg.contains("round-robin") && svg.contains("A figure"),
+            "{svg}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -16,6 +16,8 @@ pub enum Fmt {
     Secs,
     /// A number, 3 significant digits.
     Num,
+    /// A count (a median of counts may be a half), rounded to a whole number.
+    Count,
     /// A ratio, 2 decimals (e.g. a slowdown).
     Ratio,
     /// A fraction in [0, 1] shown as a percentage with 1 decimal.
@@ -28,6 +30,7 @@ impl Fmt {
             Fmt::Plain => format!("{x}"),
             Fmt::Secs => secs(x),
             Fmt::Num => num(x),
+            Fmt::Count => format!("{x:.0}"),
             Fmt::Ratio => format!("{x:.2}"),
             Fmt::Pct => format!("{:.1}%", 100.0 * x),
         }
@@ -77,8 +80,6 @@ pub enum Cell {
     Text(String),
     /// A count.
     Int(u64),
-    /// One number.
-    Num(f64),
     /// A quantity measured once per round: median (min–max) of the rounds.
     Stat(Summary),
     /// Nothing to show (not applicable, or every run failed).
@@ -105,7 +106,6 @@ impl Cell {
         match self {
             Cell::Text(s) => s.clone(),
             Cell::Int(n) => n.to_string(),
-            Cell::Num(x) => col.fmt.show(*x),
             Cell::Stat(s) if col.median_only || s.samples == 1 || s.min == s.max => {
                 col.fmt.show(s.median)
             }
@@ -123,7 +123,6 @@ impl Cell {
         match self {
             Cell::Text(s) => json!(s),
             Cell::Int(n) => json!(n),
-            Cell::Num(x) => json!(x),
             Cell::Stat(s) => json!({
                 "median": s.median, "min": s.min, "max": s.max, "samples": s.samples
             }),
@@ -182,7 +181,12 @@ impl Table {
         let cells: Vec<Vec<String>> = self
             .rows
             .iter()
-            .map(|r| r.iter().zip(&self.columns).map(|(c, k)| c.show(k)).collect())
+            .map(|r| {
+                r.iter()
+                    .zip(&self.columns)
+                    .map(|(c, k)| c.show(k))
+                    .collect()
+            })
             .collect();
         let width = |k: usize| {
             cells
@@ -234,14 +238,18 @@ impl Table {
                     (Cell::Stat(s), _) => {
                         fields.extend([s.median, s.min, s.max].map(|x| x.to_string()))
                     }
-                    (Cell::Missing, true) => fields.extend([String::new(), String::new(), String::new()]),
+                    (Cell::Missing, true) => {
+                        fields.extend([String::new(), String::new(), String::new()])
+                    }
                     (Cell::Missing, false) => fields.push(String::new()),
-                    (Cell::Num(x), true) => fields.extend([x.to_string(), x.to_string(), x.to_string()]),
-                    (Cell::Int(n), true) => fields.extend([n.to_string(), n.to_string(), n.to_string()]),
-                    (Cell::Text(s), true) => fields.extend([csv_field(s), String::new(), String::new()]),
+                    (Cell::Int(n), true) => {
+                        fields.extend([n.to_string(), n.to_string(), n.to_string()])
+                    }
+                    (Cell::Text(s), true) => {
+                        fields.extend([csv_field(s), String::new(), String::new()])
+                    }
                     (Cell::Text(s), false) => fields.push(csv_field(s)),
                     (Cell::Int(n), false) => fields.push(n.to_string()),
-                    (Cell::Num(x), false) => fields.push(x.to_string()),
                 }
             }
             out += &(fields.join(",") + "\n");
@@ -292,7 +300,7 @@ mod tests {
             Cell::stat(&[0.5, 0.25, 1.0]),
             Cell::stat(&[0.1, 0.3]),
         ]);
-        t.push(vec![Cell::text("c"), Cell::Missing, Cell::Num(0.5)]);
+        t.push(vec![Cell::text("c"), Cell::Missing, Cell::Int(1)]);
         t.notes.push("a note".into());
         t
     }
@@ -316,7 +324,7 @@ mod tests {
             "name,run_s_median,run_s_min,run_s_max,util_median,util_min,util_max"
         );
         assert_eq!(lines[1], "\"a, b\",0.5,0.25,1,0.2,0.1,0.3");
-        assert_eq!(lines[2], "c,,,,0.5,0.5,0.5");
+        assert_eq!(lines[2], "c,,,,1,1,1");
     }
 
     #[test]
