@@ -205,7 +205,7 @@ impl Shape {
     /// Every shape of `total` compute threads, cluster size ascending (4 → 4×1, 2×2, 1×4).
     pub fn all(total: usize) -> Vec<Shape> {
         (1..=total)
-            .filter(|s| total % s == 0)
+            .filter(|s| total.is_multiple_of(*s))
             .map(|s| Shape {
                 clusters: total / s,
                 threads: s,
