@@ -58,6 +58,9 @@ enum Command {
     Hello(HelloArgs),
     Selftest(SelftestArgs),
     Run(commands::run::RunArgs),
+    /// Run an experiment of the INI thesis (paper 002 ch. 5): a sweep of real runs,
+    /// repeated, with tables (CSV, JSON) and a figure (PNG, SVG).
+    Experiment(commands::experiment::ExperimentArgs),
     /// Read the per-message INI traces a job wrote (paper 002 §4.4.2).
     #[command(subcommand)]
     Trace(TraceCommand),
@@ -432,6 +435,7 @@ fn run(cli: Cli) -> Result<()> {
             command: a.command,
         }),
         Command::Run(a) => commands::run::run(a),
+        Command::Experiment(a) => commands::experiment::run(&a),
         Command::Trace(TraceCommand::Summarize { files, json }) => {
             commands::trace::summarize_files(&files, json.as_deref())
         }

@@ -342,6 +342,23 @@ pub fn ratio(x: f64) -> String {
     }
 }
 
+/// `median (min–max)` of a summary, formatted by `f`, or `—`.
+pub fn spread(s: Option<&Summary>, f: impl Fn(f64) -> String) -> String {
+    s.map_or("—".to_owned(), |s| {
+        format!("{} ({}–{})", f(s.median), f(s.min), f(s.max))
+    })
+}
+
+/// Seconds with 3 significant digits (no exponent; at most 6 decimals).
+pub fn secs(x: f64) -> String {
+    let decimals = if x > 0.0 {
+        (2 - x.log10().floor() as i64).clamp(0, 6) as usize
+    } else {
+        3
+    };
+    format!("{x:.decimals$}")
+}
+
 /// Nanoseconds per operation.
 pub fn ns_per(d: Duration, ops: u64) -> f64 {
     d.as_nanos() as f64 / ops as f64

@@ -15,7 +15,6 @@
 use crate::basic::BasicRing;
 use crate::basic::BasicTooLong;
 use crate::bulk::{FRAGMENT_HEADER, FragmentHeader, FragmentReject};
-use crate::delay::DelayLine;
 use crate::message::{BasicSendError, BulkMsg, BulkSendError, Message, SendError, TagOnMsg};
 use crate::names::{Destination, DestinationTable, QueueId, SiteId, VirtualName};
 use crate::poll::AdaptivePoller;
@@ -26,7 +25,7 @@ use crate::site::{Route, SiteInner, Substrate};
 use crate::stats::{EndpointCounters, KindCounters};
 use crate::sync::{Backoff, spin_hint};
 use crate::word::{Express, Handler, SourceId, Word, WordKind};
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,15 +60,7 @@ pub struct Endpoint {
     counters: Arc<EndpointCounters>,
     spin: Duration,
     net: NetState,
-    /// Messages from shared-memory peers held for the emulated latency *L* (`None`: off).
-    delay: Option<RefCell<DelayLine>>,
     _not_sync: PhantomData<Cell<()>>,
-}
-
-/// The endpoint's delay line when the site emulates latency on shared-memory links.
-fn delay_line(site: &SiteInner) -> Option<RefCell<DelayLine>> {
-    let l = site.config.shm_latency;
-    (!l.is_zero()).then(|| RefCell::new(DelayLine::new(l)))
 }
 
 /// Per-endpoint state of the network path.
@@ -148,7 +139,6 @@ impl Endpoint {
             net: NetState::new(&site),
             counters,
             spin: DEFAULT_SPIN,
-            delay: delay_line(&site),
             _not_sync: PhantomData,
             site,
         }
@@ -168,7 +158,6 @@ impl Endpoint {
             counters,
             spin: self.spin,
             net: NetState::new(&self.site),
-            delay: delay_line(&self.site),
             _not_sync: PhantomData,
         }
     }
@@ -599,7 +588,7 @@ impl Endpoint {
     /// the order given at creation; within a queue, Express before Basic), or `None` at once.
     #[inline]
     pub fn try_recv(&self) -> Option<Message> {
-        if self.delay.is_some() {
+        if self.site.delay.is_some() {
             return self.try_recv_delayed();
         }
         self.try_recv_now()
@@ -616,23 +605,43 @@ impl Endpoint {
     }
 
     /// [`Endpoint::try_recv`] with emulated latency *L* on shared-memory links (see
-    /// [`crate::delay`]): what is waiting now is taken, messages from shared-memory peers
-    /// are held until *L* after this poll, and the oldest held message whose time has
-    /// come, or else a message that needs no delay, is returned.
+    /// [`crate::delay`]): a held message of this endpoint's queues whose time has come
+    /// (queues in priority order); else what is waiting now is taken, messages from
+    /// shared-memory peers are held in their queue's line until *L* after this poll, and
+    /// a message that needs no delay is returned.
     #[inline(never)]
     fn try_recv_delayed(&self) -> Option<Message> {
-        let line = self.delay.as_ref()?;
+        let lines = self.site.delay.as_ref()?;
         let now = Instant::now();
+        let due = || {
+            self.rx
+                .iter()
+                .find_map(|q| lines[usize::from(q.id.0)].lock().due(now))
+        };
+        if let Some(m) = due() {
+            return Some(m);
+        }
         // Bounded, so a flood cannot keep the poll from returning.
         for _ in 0..64 {
-            let Some(m) = self.try_recv_now() else { break };
+            let Some((q, m)) = self.try_recv_now_at() else {
+                break;
+            };
             if self.came_over_shm(&m) {
-                line.borrow_mut().hold(now, m);
+                lines[usize::from(q.0)].lock().hold(now, m);
             } else {
                 return Some(m);
             }
         }
-        line.borrow_mut().due(now)
+        due()
+    }
+
+    /// [`Endpoint::try_recv_now`], naming the queue the message came from.
+    fn try_recv_now_at(&self) -> Option<(QueueId, Message)> {
+        if let Some(x) = self.poll_local_at() {
+            return Some(x);
+        }
+        self.site.net.get()?;
+        self.poll_network_then(|| self.poll_local_at())
     }
 
     /// Whether `m` came from another site over shared memory: its source, looked up in
@@ -653,9 +662,14 @@ impl Endpoint {
             })
     }
 
-    /// When the oldest message held for the emulated latency is due, if any is held.
+    /// When the oldest message held for the emulated latency in this endpoint's queues
+    /// is due, if any is held.
     fn next_held(&self) -> Option<Instant> {
-        self.delay.as_ref()?.borrow().next_due()
+        let lines = self.site.delay.as_ref()?;
+        self.rx
+            .iter()
+            .filter_map(|q| lines[usize::from(q.id.0)].lock().next_due())
+            .min()
     }
 
     /// The rest of [`Endpoint::try_recv`] on a site with INIs, out of line. Paper 000 §3.4:
@@ -663,6 +677,13 @@ impl Endpoint {
     /// recent network polls found something.
     #[inline(never)]
     fn poll_network(&self) -> Option<Message> {
+        self.poll_network_then(|| self.poll_local())
+    }
+
+    /// [`Endpoint::poll_network`], then `local` (the poll of this endpoint's queues) when
+    /// the network was polled.
+    #[inline(always)]
+    fn poll_network_then<T>(&self, local: impl FnOnce() -> Option<T>) -> Option<T> {
         let net = self.site.net.get()?;
         let mut p = self.net.poller.get();
         let poll = p.tick();
@@ -671,7 +692,7 @@ impl Endpoint {
             p.record(found);
         }
         self.net.poller.set(p);
-        if poll { self.poll_local() } else { None }
+        if poll { local() } else { None }
     }
 
     #[inline(always)]
@@ -685,6 +706,15 @@ impl Endpoint {
             }
         }
         None
+    }
+
+    /// [`Endpoint::poll_local`], naming the queue the message came from.
+    fn poll_local_at(&self) -> Option<(QueueId, Message)> {
+        self.rx.iter().find_map(|q| {
+            self.poll_express(q)
+                .or_else(|| self.poll_basic(q))
+                .map(|m| (q.id, m))
+        })
     }
 
     /// Validates a custom OnePoll order over this endpoint's own queues.

@@ -130,6 +130,11 @@ pub(crate) struct SiteInner {
     /// This site's route to other machines (its INIs), once started: endpoints poll it
     /// (paper 000 §3.4).
     pub(crate) net: OnceLock<Arc<dyn RemoteRoute>>,
+    /// Per receive queue, the messages from shared-memory peers held for the emulated
+    /// latency *L* (`None`: no latency emulated). Per queue and not per endpoint: every
+    /// endpoint polling a queue can deliver what another one took off it, even while
+    /// that one blocks elsewhere (e.g. in a barrier among its cluster's threads).
+    pub(crate) delay: Option<Box<[Mutex<crate::delay::DelayLine>]>>,
     pub(crate) config: SiteConfig,
 }
 
@@ -245,6 +250,11 @@ impl Site {
             next_bulk: AtomicU64::new(0),
             next_lane: AtomicU64::new(0),
             net: OnceLock::new(),
+            delay: (!config.shm_latency.is_zero()).then(|| {
+                (0..config.queues.len())
+                    .map(|_| Mutex::new(crate::delay::DelayLine::new(config.shm_latency)))
+                    .collect()
+            }),
             config,
         };
         Ok(Site {

@@ -75,3 +75,29 @@ fn shm_messages_wait_l_and_local_ones_do_not() {
         sent.elapsed()
     );
 }
+
+/// A message one endpoint took off a shared queue and holds is delivered by another
+/// endpoint polling that queue (the first may block elsewhere meanwhile, e.g. in a
+/// barrier among its cluster's threads: Water on 2×2 with `emulation.latency_us` hung
+/// when each endpoint kept its own held messages).
+#[test]
+fn a_held_message_reaches_any_endpoint_on_its_queue() {
+    let (a, b) = (site(0, Duration::ZERO), site(1, L));
+    a.attach_peer(SiteId(1), b.segment_name().unwrap()).unwrap();
+    b.attach_peer(SiteId(0), a.segment_name().unwrap()).unwrap();
+    let (ea, wa) = a.create_endpoint(&[QueueId(0)]).unwrap();
+    let (first, wb) = b.create_endpoint(&[QueueId(0)]).unwrap();
+    let (second, _) = b.create_endpoint(&[QueueId(0)]).unwrap();
+    wa.map(VirtualName(0), to(1, 0)).unwrap();
+    wb.map(VirtualName(0), to(0, 0)).unwrap();
+    let sent = Instant::now();
+    ea.send_express(VirtualName(0), Express::new(Handler(1), 42).unwrap())
+        .unwrap();
+    // `first` takes it off the queue and holds it; then only `second` polls.
+    assert!(first.try_recv().is_none(), "delivered before L had passed");
+    match second.recv_timeout(TIMEOUT) {
+        Some(Message::Express(m)) => assert_eq!(m.payload, 42),
+        other => panic!("the held message never reached the other endpoint: {other:?}"),
+    }
+    assert!(sent.elapsed() >= L, "delivered before L");
+}

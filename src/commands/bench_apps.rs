@@ -11,9 +11,10 @@
 //! speed regime affects every configuration alike, and every ratio is taken per round
 //! (configuration A's run of round *r* against configuration B's run of round *r*).
 
-use super::run::report::{Outcome, Report};
+use super::child_run::run_report;
+use super::run::report::Outcome;
 use super::run::spawn::ScratchDir;
-use crate::measure::{Summary, Target, ratio, write_json};
+use crate::measure::{Summary, Target, ratio, secs, spread, write_json};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use multigrain_apps::{em3d, water};
@@ -21,7 +22,6 @@ use multigrain_cluster_config::JobConfig;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
@@ -944,23 +944,6 @@ fn problem_report(problem: &Problem, records: &[Record]) -> ProblemReport {
     }
 }
 
-/// `median (min–max)` of a summary, formatted by `f`, or `—`.
-fn spread(s: Option<&Summary>, f: impl Fn(f64) -> String) -> String {
-    s.map_or("—".to_owned(), |s| {
-        format!("{} ({}–{})", f(s.median), f(s.min), f(s.max))
-    })
-}
-
-/// Seconds with 3 significant digits (no exponent; at most 6 decimals).
-fn secs(x: f64) -> String {
-    let decimals = if x > 0.0 {
-        (2 - x.log10().floor() as i64).clamp(0, 6) as usize
-    } else {
-        3
-    };
-    format!("{x:.decimals$}")
-}
-
 /// The report as printed.
 pub fn render(report: &AppsReport) -> String {
     let mut out = String::new();
@@ -1058,61 +1041,6 @@ pub fn render(report: &AppsReport) -> String {
     out
 }
 
-/// Variables that would make a child `multigrain run` think a launcher started it.
-const LAUNCH_VARS: [&str; 22] = [
-    multigrain_messaging::control::ENV_CLUSTER,
-    multigrain_messaging::control::ENV_CLUSTERS,
-    multigrain_messaging::control::ENV_COORDINATOR,
-    multigrain_messaging::control::ENV_CONFIG,
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "PMI_RANK",
-    "PMI_SIZE",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "SLURM_STEP_ID",
-    "SLURM_JOB_ID",
-    "SLURM_STEP_NODELIST",
-    "SLURM_JOB_NODELIST",
-    "SLURM_NODELIST",
-    "SLURM_CPUS_PER_TASK",
-    "PMI_KVSNAME",
-    "MPI_LOCALNRANKS",
-    "PMIX_NAMESPACE",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "OMPI_MCA_ess_base_jobid",
-    "MULTIGRAIN_LAUNCHER",
-];
-
-/// The last `n` lines of a file, for an error message.
-fn tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(n)..].join(" | ")
-}
-
-/// Waits for `child` at most `limit`; then SIGTERM, and SIGKILL 5 s later. Returns its
-/// status and whether it was stopped.
-fn wait_bounded(child: &mut std::process::Child, limit: Duration) -> Result<(ExitStatus, bool)> {
-    let start = Instant::now();
-    let mut stopped = false;
-    loop {
-        if let Some(status) = child.try_wait().context("waiting for a run")? {
-            return Ok((status, stopped));
-        }
-        let waited = start.elapsed();
-        if waited > limit && !stopped {
-            stopped = true;
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        }
-        if waited > limit + Duration::from_secs(5) {
-            let _ = child.kill();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Runs `multigrain run` for `problem` on `setup` once.
 fn run_once(
     exe: &Path,
@@ -1121,40 +1049,12 @@ fn run_once(
     setup: Setup,
     timeout: Duration,
 ) -> Result<RunOk, String> {
-    let json = dir.join("run.json");
-    let (out, err) = (dir.join("run.stdout"), dir.join("run.stderr"));
-    let _ = std::fs::remove_file(&json);
-    let mut cmd = Command::new(exe);
-    cmd.arg("run")
-        .args(problem.app_args())
-        .args(setup.args(dir))
-        .arg("--json")
-        .arg(&json);
-    for var in LAUNCH_VARS {
-        cmd.env_remove(var);
-    }
-    let file =
-        |p: &Path| std::fs::File::create(p).map_err(|e| format!("creating {}: {e}", p.display()));
-    cmd.stdin(Stdio::null())
-        .stdout(file(&out)?)
-        .stderr(file(&err)?);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-    let (status, stopped) = wait_bounded(&mut child, timeout).map_err(|e| format!("{e:#}"))?;
-    if stopped {
-        return Err(format!(
-            "stopped after the --timeout-s limit of {} s",
-            timeout.as_secs()
-        ));
-    }
-    if !status.success() {
-        return Err(format!("{status}: {}", tail(&err, 3)));
-    }
-    let text = std::fs::read_to_string(&json)
-        .map_err(|e| format!("no JSON report {}: {e}", json.display()))?;
-    let report: Report = serde_json::from_str(&text)
-        .map_err(|e| format!("unreadable JSON report {}: {e}", json.display()))?;
+    let args: Vec<String> = problem
+        .app_args()
+        .into_iter()
+        .chain(setup.args(dir))
+        .collect();
+    let report = run_report(exe, dir, &args, timeout)?;
     let answer = match report.outcome {
         Outcome::Water { result, .. } => Answer::Water(result.energies),
         Outcome::Em3d { result, .. } => Answer::Em3d(result.checksum),

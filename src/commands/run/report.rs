@@ -159,7 +159,8 @@ pub struct Report {
     pub inis: Vec<IniEntry>,
     /// What the INIs' per-message traces say (runs with `ini.trace_dir`), summarized
     /// by the same code as `multigrain trace summarize` once every cluster has ended.
-    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    /// Read back by `multigrain experiment`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceSummary>,
 }
 

@@ -27,12 +27,12 @@
 
 use super::file::{ClusterTrace, IniTrace};
 use super::record::{Side, TraceRecord};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// One INI's numbers.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IniSummary {
     /// Cluster.
     pub cluster: u16,
@@ -59,7 +59,7 @@ pub struct IniSummary {
 }
 
 /// One cluster's mis-scheduling (paper 002 Tables 5.6/5.7).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClusterSummary {
     /// Cluster.
     pub cluster: u16,
@@ -80,7 +80,7 @@ pub struct ClusterSummary {
 }
 
 /// The whole job's numbers, as one row of paper 002 Tables 5.3/5.4 and 5.6/5.7.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TraceSummary {
     /// Per INI, ordered by cluster and INI.
     pub inis: Vec<IniSummary>,
@@ -97,6 +97,12 @@ pub struct TraceSummary {
     /// Mean message time in the INIs (send part + receive part) over joined messages, µs;
     /// the send part alone when no message could be joined.
     pub mean_message_time_us: f64,
+    /// The same without the wait in the sending INI's hand-off queue (taken off the
+    /// queue → on the wire, plus last datagram read → delivered), µs: the INIs'
+    /// processing time of a message, what an unloaded INI would add (the thesis's "IO
+    /// delay"). 0 in summaries written before it existed.
+    #[serde(default)]
+    pub mean_service_time_us: f64,
     /// Mean queue length seen by arrivals, all INIs.
     pub mean_queue_len: f64,
     /// Mean utilization over the INIs.
@@ -257,14 +263,18 @@ fn job_summary(
     }
     let (mut messages, mut joined, mut bytes) = (0u64, 0u64, 0.0);
     let (mut joined_ns, mut send_only_ns) = (0.0, 0.0);
+    let (mut joined_service_ns, mut send_only_service_ns) = (0.0, 0.0);
     for r in all().filter(|r| r.side == Side::Send) {
         messages += 1;
         bytes += f64::from(r.bytes);
         let send_part = r.wired_ns().saturating_sub(r.enqueued_ns()) as f64;
+        let send_service = r.wired_ns().saturating_sub(r.dequeued_ns()) as f64;
         send_only_ns += send_part;
+        send_only_service_ns += send_service;
         if let Some(&recv) = receive_part.get(&(r.cluster, r.peer_cluster, r.lane, r.seq)) {
             joined += 1;
             joined_ns += send_part + recv as f64;
+            joined_service_ns += send_service + recv as f64;
         }
     }
     let arrivals: u64 = inis.iter().map(|s| s.sent + s.received).sum();
@@ -285,6 +295,11 @@ fn job_summary(
         } else {
             ratio(send_only_ns, messages as f64) / 1e3
         },
+        mean_service_time_us: if joined > 0 {
+            joined_service_ns / joined as f64 / 1e3
+        } else {
+            ratio(send_only_service_ns, messages as f64) / 1e3
+        },
         mean_queue_len: ratio(found, arrivals as f64),
         mean_utilization: ratio(inis.iter().map(|s| s.utilization).sum(), inis.len() as f64),
         misscheduled_time_rate: ratio(wasted, busy),
@@ -302,13 +317,14 @@ impl TraceSummary {
         let _ = writeln!(
             s,
             "{} messages ({} found at both ends, {} records dropped): mean length {:.0} B, \
-             time in the INIs {:.1} µs, queue length {:.3}, INI utilization {:.3}, \
-             mis-scheduled time rate {:.1} %, count rate {:.1} %",
+             time in the INIs {:.1} µs ({:.1} µs without the queue), queue length {:.3}, \
+             INI utilization {:.3}, mis-scheduled time rate {:.1} %, count rate {:.1} %",
             self.messages,
             self.joined,
             self.dropped,
             self.mean_message_bytes,
             self.mean_message_time_us,
+            self.mean_service_time_us,
             self.mean_queue_len,
             self.mean_utilization,
             self.misscheduled_time_rate * 100.0,

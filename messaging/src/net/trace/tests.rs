@@ -114,7 +114,15 @@ fn message_time_adds_the_sending_and_the_receiving_ini() {
     let s = summarize(&[a, b]);
     assert_eq!((s.messages, s.joined), (2, 1));
     assert!((s.mean_message_time_us - 1.5).abs() < 1e-9, "1000 + 500 ns");
+    assert!(
+        (s.mean_service_time_us - 1.495).abs() < 1e-9,
+        "without the 5 ns in the queue"
+    );
     assert_eq!(s.inis[1].received, 1);
+    // The run report carries the summary in its JSON and reads it back.
+    let json = serde_json::to_string(&s).unwrap();
+    let back: TraceSummary = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, s);
 }
 
 fn any_record() -> impl Strategy<Value = TraceRecord> {

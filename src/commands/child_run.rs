@@ -1,0 +1,117 @@
+//! This executable's own `multigrain run`, started in a child process as a user would
+//! start it, and its JSON [`Report`] read back: the one way `bench apps` and
+//! `experiment` take a sample.
+
+use super::run::report::Report;
+use anyhow::{Context, Result};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Variables that would make a child `multigrain run` think a launcher started it.
+pub const LAUNCH_VARS: [&str; 22] = [
+    multigrain_messaging::control::ENV_CLUSTER,
+    multigrain_messaging::control::ENV_CLUSTERS,
+    multigrain_messaging::control::ENV_COORDINATOR,
+    multigrain_messaging::control::ENV_CONFIG,
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_NODELIST",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURM_CPUS_PER_TASK",
+    "PMI_KVSNAME",
+    "MPI_LOCALNRANKS",
+    "PMIX_NAMESPACE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_MCA_ess_base_jobid",
+    "MULTIGRAIN_LAUNCHER",
+];
+
+/// The last `n` non-empty lines of a file joined by ` | `, for an error message.
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..].join(" | ")
+}
+
+/// Waits for `child` at most `limit`; then SIGTERM, and SIGKILL 5 s later. Returns its
+/// status and whether it was stopped.
+///
+/// # Errors
+/// When the child's status cannot be read.
+pub fn wait_bounded(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Result<(ExitStatus, bool)> {
+    let start = Instant::now();
+    let mut stopped = false;
+    loop {
+        if let Some(status) = child.try_wait().context("waiting for a run")? {
+            return Ok((status, stopped));
+        }
+        let waited = start.elapsed();
+        if waited > limit && !stopped {
+            stopped = true;
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
+        if waited > limit + Duration::from_secs(5) {
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `EXE run ARGS… --json DIR/run.json` once (launcher variables removed, stdout
+/// and stderr into `DIR/run.stdout` and `DIR/run.stderr`) and reads its report.
+///
+/// `timeout` bounds the whole command, process start-up included.
+///
+/// # Errors
+/// Why the run produced no report, in one line for a table: it could not start, was
+/// stopped at `timeout`, exited non-zero (with the last lines of its stderr), or left
+/// no readable JSON.
+pub fn run_report(
+    exe: &Path,
+    dir: &Path,
+    args: &[String],
+    timeout: Duration,
+) -> Result<Report, String> {
+    let json = dir.join("run.json");
+    let (out, err) = (dir.join("run.stdout"), dir.join("run.stderr"));
+    let _ = std::fs::remove_file(&json);
+    let mut cmd = Command::new(exe);
+    cmd.arg("run").args(args).arg("--json").arg(&json);
+    for var in LAUNCH_VARS {
+        cmd.env_remove(var);
+    }
+    let file =
+        |p: &Path| std::fs::File::create(p).map_err(|e| format!("creating {}: {e}", p.display()));
+    cmd.stdin(Stdio::null())
+        .stdout(file(&out)?)
+        .stderr(file(&err)?);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+    let (status, stopped) = wait_bounded(&mut child, timeout).map_err(|e| format!("{e:#}"))?;
+    if stopped {
+        return Err(format!(
+            "stopped after the --timeout-s limit of {} s",
+            timeout.as_secs()
+        ));
+    }
+    if !status.success() {
+        return Err(format!("{status}: {}", tail(&err, 3)));
+    }
+    let text = std::fs::read_to_string(&json)
+        .map_err(|e| format!("no JSON report {}: {e}", json.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| format!("unreadable JSON report {}: {e}", json.display()))
+}

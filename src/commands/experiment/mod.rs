@@ -1,0 +1,533 @@
+//! `multigrain experiment NAME`: the experiments of paper 002 (Jiang's INI thesis),
+//! chapter 5, as sweeps of real runs.
+//!
+//! The framework: an experiment lays out its points (one `multigrain run` command line
+//! each, [`sweep::Point`]), runs them `--repeat` times interleaved round by round
+//! ([`sweep::Sweep`]), and turns the reports into tables shaped like the paper's
+//! ([`table::Table`]: median (min–max) of the rounds) and a figure ([`plot::Figure`]).
+//! This module writes them into `--out DIR`: a CSV per table, one JSON with every
+//! table and every run, the printed text, and the figure as PNG and SVG.
+
+pub mod cluster_size;
+pub mod ini_scheduling;
+pub mod mis_scheduling;
+pub mod plot;
+pub mod sweep;
+pub mod table;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Args, Subcommand};
+use multigrain_cluster_config::{EMBEDDED_DEFAULT_TOML, JobConfig, Override};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::Duration;
+use sweep::{Point, Runs};
+use table::{Cell, Table};
+
+/// Run one of the INI thesis's experiments (paper 002, chapter 5) as a sweep of real
+/// runs, and write its tables (CSV, JSON, text) and figure (PNG, SVG).
+///
+/// Every point of a sweep is this executable's own `multigrain run … --json`, started
+/// as a user would start it. `--repeat N` rounds each run every point once
+/// (interleaved), and the tables show median (min–max) over the rounds; ratios such as
+/// slowdowns are taken per round. The machine's core count is printed beside each table,
+/// and rows with more threads (compute threads plus dedicated INI threads, every
+/// cluster on this machine) than cores are marked "oversubscribed".
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  multigrain experiment ini-scheduling --quick\n  multigrain experiment ini-scheduling --molecules 512 --steps 3 --repeat 5 --out results/ini\n  multigrain experiment mis-scheduling --set ini.window=64\n  multigrain experiment cluster-size --threads 8 --json > cluster-size.json"
+)]
+pub struct ExperimentArgs {
+    /// The experiment.
+    #[command(subcommand)]
+    pub which: Which,
+}
+
+/// The experiments.
+#[derive(Subcommand, Debug)]
+pub enum Which {
+    /// Tables 5.3–5.5: INI performance and Water's run time by cluster size, INIs per
+    /// cluster and scheduling policy, against "No IO node" and "IO delay".
+    ///
+    /// Water (343 molecules × 2 steps, the thesis's problem; --molecules, --steps) on a
+    /// fixed number of compute threads (--threads; default 8 on a machine with at least 8
+    /// cores, else 4) split into every cluster shape clusters × threads (4×1, 2×2, 1×4),
+    /// × INIs per cluster 1 … cluster size × policy static, round-robin, least-loaded;
+    /// INIs over UDP, dedicated (ini.inline = false), traces on. Per row: mean message
+    /// length (bytes), mean message time in the INIs (µs, send and receive INI), mean
+    /// queue length seen by arriving messages, mean INI utilization, run time, and the
+    /// slowdown against "No IO node" (the same shape over shared memory: no INIs) and
+    /// against "IO delay" (shared memory, every inter-cluster message held
+    /// emulation.latency_us = the INIs' unloaded message time, measured by a calibration
+    /// run: 1 INI, static, traced; its message time without the hand-off queue, rounded
+    /// to µs). The one-cluster shape (1×4) has no inter-cluster traffic: it is the
+    /// all-hardware reference row. A second table puts the policies' run times side by
+    /// side (Table 5.5) with per-round ratios to static.
+    IniScheduling(ini_scheduling::IniSchedulingArgs),
+    /// Tables 5.6–5.7: the INIs' mis-scheduled time rate and count rate by policy and
+    /// INI count, from the traces.
+    ///
+    /// Water on a fixed number of compute threads (--threads, default 8: shapes 4×2 and
+    /// 2×4), every shape whose clusters have at least 2 threads × INIs per cluster 2 …
+    /// cluster size × policy static, round-robin, least-loaded; INIs over UDP,
+    /// dedicated, traced. A message is mis-scheduled when it waits in one INI's queue
+    /// while another INI of its cluster is idle; the time rate is the wasted queue time
+    /// over the time the cluster's INIs were busy (by this definition it can exceed
+    /// 100 %), the count rate the share of messages mis-scheduled.
+    MisScheduling(mis_scheduling::MisSchedulingArgs),
+    /// Tables 5.8–5.9 and paper 000 Table 4: run time and DSM statistics of Water and
+    /// EM3D by cluster size at a fixed total of compute threads.
+    ///
+    /// Total compute threads fixed (--threads, default 4: shapes 4×1, 2×2, 1×4, i.e.
+    /// cluster size 1, 2, 4, from all software DSM to all hardware). Per shape with
+    /// several clusters: INIs over UDP (dedicated) with 1 INI per cluster, with
+    /// round(√cluster size) INIs per cluster when that differs (the thesis's scaling),
+    /// and "No IO node" (shared memory between the clusters) for the slowdown. Water
+    /// (343 × 2) and EM3D (naive and good layout, read variant): run time, slowdown,
+    /// lock acquires, remote page fetches, diffs, DSM messages, and for EM3D the edges
+    /// to another thread of the same cluster (local, hardware) and to another cluster
+    /// (remote, through the DSM).
+    ClusterSize(cluster_size::ClusterSizeArgs),
+}
+
+/// Flags every experiment takes.
+#[derive(Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// A small version that finishes in under a minute on a 2-core machine: a smaller
+    /// problem and 1 round unless --repeat says otherwise.
+    #[arg(long)]
+    pub quick: bool,
+    /// Rounds: each runs every point once [default: 3; with --quick 1].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub repeat: Option<u64>,
+    /// Directory for the results (created): a CSV per table, NAME.json, NAME.txt,
+    /// NAME.png and NAME.svg [default: experiments/NAME-YYYYMMDD-HHMMSS under the
+    /// current directory].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Change one configuration value of every run, e.g. `--set ini.window=64` (repeatable;
+    /// later wins). The keys the experiment sweeps (topology, INIs, policy, substrate,
+    /// inline, latency of "IO delay", trace_dir) are set per point after these.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<Override>,
+    /// Print the JSON document (every table and run) on stdout, the tables on stderr.
+    #[arg(long)]
+    pub json: bool,
+    /// Stop a run that takes longer than this many seconds (start-up included) and count
+    /// it as FAILED.
+    #[arg(long, value_name = "S", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout_s: u64,
+}
+
+/// What every experiment knows about its invocation.
+#[derive(Clone, Debug)]
+pub struct Context {
+    /// The experiment's name, e.g. `ini-scheduling`.
+    pub name: &'static str,
+    /// `--quick`.
+    pub quick: bool,
+    /// Rounds.
+    pub repeat: usize,
+    /// The output directory.
+    pub out: PathBuf,
+    /// `--set` values for every run.
+    pub sets: Vec<Override>,
+    /// Per-run time limit.
+    pub timeout: Duration,
+    /// Cores of this machine (`std::thread::available_parallelism`).
+    pub cores: usize,
+}
+
+impl Context {
+    fn new(name: &'static str, a: &CommonArgs) -> Result<Context> {
+        // The user's values must make a valid job on their own (the sweep's keys are
+        // checked per point by the runs).
+        JobConfig::from_str_with_overrides(EMBEDDED_DEFAULT_TOML, "embedded default job", &a.set)
+            .context("--set")?;
+        let out = match &a.out {
+            Some(o) => o.clone(),
+            None => PathBuf::from("experiments").join(format!("{name}-{}", stamp())),
+        };
+        Ok(Context {
+            name,
+            quick: a.quick,
+            repeat: usize::try_from(a.repeat.unwrap_or(if a.quick { 1 } else { 3 }))?,
+            out,
+            sets: a.set.clone(),
+            timeout: Duration::from_secs(a.timeout_s),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        })
+    }
+
+    /// The note on the machine printed under every table.
+    pub fn machine_note(&self) -> String {
+        format!(
+            "machine: {} core(s) (available_parallelism); \"oversubscribed\": the row's \
+             threads (compute + dedicated INI threads of every cluster, all on this \
+             machine) exceed the cores",
+            self.cores
+        )
+    }
+
+    /// The note cell of a row: why its runs failed, or whether it is oversubscribed.
+    pub fn note(&self, threads: usize, runs: &[&Runs]) -> Cell {
+        let failures: Vec<String> = runs.iter().flat_map(|r| r.failures()).collect();
+        if !failures.is_empty() {
+            return Cell::text(format!("FAILED: {}", failures.join("; ")));
+        }
+        Cell::text(if threads > self.cores {
+            "oversubscribed"
+        } else {
+            ""
+        })
+    }
+}
+
+/// The time now as `YYYYMMDD-HHMMSS` (UTC).
+fn stamp() -> String {
+    let t = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    // 2026-11-25T12:29:00Z
+    t.trim_end_matches('Z')
+        .replace(['-', ':'], "")
+        .replace('T', "-")
+}
+
+/// A job's shape: clusters × compute threads per cluster, all on this machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Cluster processes.
+    pub clusters: usize,
+    /// Compute threads per cluster (the cluster size).
+    pub threads: usize,
+}
+
+impl Shape {
+    /// Every shape of `total` compute threads, cluster size ascending (4 → 4×1, 2×2, 1×4).
+    pub fn all(total: usize) -> Vec<Shape> {
+        (1..=total)
+            .filter(|s| total.is_multiple_of(*s))
+            .map(|s| Shape {
+                clusters: total / s,
+                threads: s,
+            })
+            .collect()
+    }
+
+    /// `2×2`.
+    pub fn label(self) -> String {
+        format!("{}×{}", self.clusters, self.threads)
+    }
+
+    /// `2x2`, for file names.
+    pub fn id(self) -> String {
+        format!("{}x{}", self.clusters, self.threads)
+    }
+
+    /// Compute threads of the job.
+    pub fn total(self) -> usize {
+        self.clusters * self.threads
+    }
+
+    /// The `--set` values that give a job this shape.
+    pub fn sets(self) -> Vec<String> {
+        vec![
+            format!("local.clusters={}", self.clusters),
+            format!("local.threads={}", self.threads),
+        ]
+    }
+}
+
+/// How the clusters of a DSM point talk.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Link {
+    /// Through `inis` dedicated INI threads per cluster over UDP, scheduled by `policy`.
+    Inis {
+        /// INIs per cluster.
+        inis: usize,
+        /// `static`, `round-robin` or `least-loaded`.
+        policy: &'static str,
+    },
+    /// Shared memory between the cluster processes, no INIs ("No IO node").
+    NoIo,
+    /// Shared memory with every inter-cluster message held `latency_us` ("IO delay").
+    IoDelay {
+        /// emulation.latency_us, µs.
+        latency_us: u64,
+    },
+}
+
+/// The INI scheduling policies, in table order.
+pub const POLICIES: [&str; 3] = ["static", "round-robin", "least-loaded"];
+
+impl Link {
+    /// The `--set` values of this link.
+    pub fn sets(self) -> Vec<String> {
+        match self {
+            Link::Inis { inis, policy } => vec![
+                "ini.substrate=udp".into(),
+                "ini.inline=false".into(),
+                format!("ini.per_cluster={inis}"),
+                format!("ini.policy={policy}"),
+            ],
+            Link::NoIo => vec!["ini.substrate=shm".into()],
+            Link::IoDelay { latency_us } => vec![
+                "ini.substrate=shm".into(),
+                format!("emulation.latency_us={latency_us}"),
+            ],
+        }
+    }
+
+    /// Row text, e.g. `round-robin` or `IO delay (L = 26 µs)`.
+    pub fn label(self) -> String {
+        match self {
+            Link::Inis { policy, .. } => policy.to_owned(),
+            Link::NoIo => "No IO node (shm)".to_owned(),
+            Link::IoDelay { latency_us } => format!("IO delay (shm, L = {latency_us} µs)"),
+        }
+    }
+
+    /// `inis-2-round-robin`, for file names.
+    pub fn id(self) -> String {
+        match self {
+            Link::Inis { inis, policy } => format!("inis-{inis}-{policy}"),
+            Link::NoIo => "noio".into(),
+            Link::IoDelay { .. } => "iodelay".into(),
+        }
+    }
+
+    /// Threads of a job of `shape` on this link: compute threads plus dedicated INIs.
+    pub fn threads(self, shape: Shape) -> usize {
+        match self {
+            Link::Inis { inis, .. } if shape.clusters > 1 => shape.total() + shape.clusters * inis,
+            _ => shape.total(),
+        }
+    }
+
+    /// INIs per cluster, if any.
+    pub fn inis(self) -> Option<usize> {
+        match self {
+            Link::Inis { inis, .. } => Some(inis),
+            _ => None,
+        }
+    }
+}
+
+/// A point of `app` on `shape` over `link` (traced when over INIs).
+pub fn dsm_point(app: &[String], app_id: &str, shape: Shape, link: Link) -> Point {
+    Point {
+        id: format!("{app_id}-{}-{}", shape.id(), link.id()),
+        label: format!(
+            "{app_id} {}, {}{}",
+            shape.label(),
+            link.inis()
+                .map_or(String::new(), |k| format!("{k} INI(s), ")),
+            link.label()
+        ),
+        app: app.to_vec(),
+        sets: [shape.sets(), link.sets()].concat(),
+        trace: matches!(link, Link::Inis { .. }) && shape.clusters > 1,
+    }
+}
+
+/// The application arguments of Water with `molecules` × `steps`.
+pub fn water_app(molecules: u64, steps: u64) -> Vec<String> {
+    vec![
+        "water".into(),
+        "--molecules".into(),
+        molecules.to_string(),
+        "--steps".into(),
+        steps.to_string(),
+    ]
+}
+
+/// Checks a Water problem before any run: molecules a positive perfect cube, steps ≥ 1.
+///
+/// # Errors
+/// What is wrong, naming the flag.
+pub fn check_water(molecules: u64, steps: u64) -> Result<()> {
+    super::bench_apps::parse_water_size(&format!("{molecules}x{steps}"))
+        .map_err(|e| anyhow::anyhow!("--molecules/--steps: {e}"))?;
+    Ok(())
+}
+
+/// What an experiment produced.
+pub struct Outcome {
+    /// Its tables, in print order.
+    pub tables: Vec<Table>,
+    /// Its figure.
+    pub figure: plot::Figure,
+    /// Its parameters (problem, threads, …), for the JSON.
+    pub params: Value,
+    /// Every point's runs, for the JSON.
+    pub points: Vec<(Point, Runs)>,
+    /// Runs that failed.
+    pub failed: usize,
+}
+
+/// One run in the JSON: run time, wall time, DSM totals and the trace summary, or the
+/// error.
+fn run_json(r: &Result<crate::commands::run::report::Report, String>) -> Value {
+    match r {
+        Ok(rep) => json!({
+            "run_s": rep.run_s,
+            "wall_s": rep.wall_s,
+            "stats_total": rep.stats.as_ref().map(|s| &s.total),
+            "trace": rep.trace,
+        }),
+        Err(e) => json!({ "error": e }),
+    }
+}
+
+/// Writes the outcome into `ctx.out` and prints the tables (or, with `print_json`, the
+/// JSON document on stdout and the tables on stderr).
+fn deliver(ctx: &Context, o: &Outcome, print_json: bool) -> Result<()> {
+    let out = &ctx.out;
+    let write = |name: &str, text: &str| -> Result<()> {
+        let p = out.join(name);
+        std::fs::write(&p, text).with_context(|| format!("--out: cannot write {}", p.display()))
+    };
+    let mut text = String::new();
+    for t in &o.tables {
+        text += &t.render();
+        text.push('\n');
+        write(&format!("{}.csv", t.id), &t.csv())?;
+    }
+    let points: Vec<Value> = o
+        .points
+        .iter()
+        .map(|(p, runs)| {
+            json!({
+                "id": p.id, "label": p.label, "app": p.app, "sets": p.sets, "trace": p.trace,
+                "rounds": runs.rounds.iter().map(run_json).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let doc = json!({
+        "experiment": ctx.name,
+        "meta": crate::commands::run::meta::Meta::now(None),
+        "cores": ctx.cores,
+        "quick": ctx.quick,
+        "repeat": ctx.repeat,
+        "sets": ctx.sets.iter().map(Override::flag).collect::<Vec<_>>(),
+        "params": o.params,
+        "tables": o.tables.iter().map(Table::json).collect::<Vec<_>>(),
+        "points": points,
+        "failed_runs": o.failed,
+    });
+    let doc_text = serde_json::to_string_pretty(&doc)? + "\n";
+    write(&format!("{}.json", ctx.name), &doc_text)?;
+    plot::write(&o.figure, &out.join(ctx.name))?;
+    let files = format!(
+        "wrote {}/: {}, {name}.json, {name}.txt, {name}.png, {name}.svg\n",
+        out.display(),
+        o.tables
+            .iter()
+            .map(|t| format!("{}.csv", t.id))
+            .collect::<Vec<_>>()
+            .join(", "),
+        name = ctx.name
+    );
+    write(&format!("{}.txt", ctx.name), &text)?;
+    if print_json {
+        eprint!("{text}{files}");
+        print!("{doc_text}");
+    } else {
+        print!("{text}{files}");
+    }
+    Ok(())
+}
+
+/// Runs `multigrain experiment`.
+///
+/// # Errors
+/// Bad flags, an output directory that cannot be written, a calibration run that
+/// failed, or (after writing everything) runs that failed.
+pub fn run(args: &ExperimentArgs) -> Result<()> {
+    let (name, common) = match &args.which {
+        Which::IniScheduling(a) => ("ini-scheduling", &a.common),
+        Which::MisScheduling(a) => ("mis-scheduling", &a.common),
+        Which::ClusterSize(a) => ("cluster-size", &a.common),
+    };
+    let ctx = Context::new(name, common)?;
+    std::fs::create_dir_all(&ctx.out)
+        .with_context(|| format!("--out: cannot create {}", ctx.out.display()))?;
+    let outcome = match &args.which {
+        Which::IniScheduling(a) => ini_scheduling::run(&ctx, a)?,
+        Which::MisScheduling(a) => mis_scheduling::run(&ctx, a)?,
+        Which::ClusterSize(a) => cluster_size::run(&ctx, a)?,
+    };
+    deliver(&ctx, &outcome, common.json)?;
+    if outcome.failed > 0 {
+        bail!(
+            "experiment {name}: {} run(s) FAILED (see the note column and {})",
+            outcome.failed,
+            ctx.out.join(format!("{name}.json")).display()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_of_a_thread_count() {
+        let s: Vec<String> = Shape::all(4).into_iter().map(Shape::label).collect();
+        assert_eq!(s, ["4×1", "2×2", "1×4"]);
+        assert_eq!(Shape::all(8).len(), 4);
+        assert_eq!(Shape::all(6).len(), 4, "1, 2, 3, 6");
+    }
+
+    #[test]
+    fn links_set_what_they_say() {
+        let shape = Shape {
+            clusters: 2,
+            threads: 2,
+        };
+        let p = dsm_point(
+            &water_app(64, 1),
+            "water",
+            shape,
+            Link::Inis {
+                inis: 2,
+                policy: "round-robin",
+            },
+        );
+        assert!(p.trace);
+        assert_eq!(p.id, "water-2x2-inis-2-round-robin");
+        assert!(p.sets.contains(&"ini.inline=false".to_owned()));
+        assert!(p.sets.contains(&"local.clusters=2".to_owned()));
+        let cfg = JobConfig::from_str_with_overrides(
+            EMBEDDED_DEFAULT_TOML,
+            "t",
+            &p.sets
+                .iter()
+                .map(|s| s.parse().unwrap())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        assert_eq!(cfg.inis_of(1), 2);
+        assert_eq!(
+            Link::IoDelay { latency_us: 26 }.label(),
+            "IO delay (shm, L = 26 µs)"
+        );
+        assert_eq!(Link::NoIo.threads(shape), 4);
+        assert_eq!(
+            Link::Inis {
+                inis: 2,
+                policy: "static"
+            }
+            .threads(shape),
+            8
+        );
+        assert!(!dsm_point(&water_app(64, 1), "water", shape, Link::NoIo).trace);
+    }
+
+    #[test]
+    fn stamps_are_file_names() {
+        let s = stamp();
+        assert_eq!(s.len(), 15, "{s}");
+        assert!(s.chars().all(|c| c.is_ascii_digit() || c == '-'), "{s}");
+    }
+}

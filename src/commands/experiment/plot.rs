@@ -1,0 +1,202 @@
+//! An experiment's figure: grouped bars (median of the rounds) with min–max whiskers,
+//! drawn with `plotters` as PNG and SVG. Text uses the DejaVu Sans font embedded in the
+//! binary (plotters' `ab_glyph` feature), so no system font or fontconfig is needed.
+
+use crate::measure::Summary;
+use anyhow::{Result, anyhow};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::Path;
+use std::sync::Once;
+
+/// One series: a bar in every group where it has a value.
+#[derive(Clone, Debug)]
+pub struct Series {
+    /// Legend text, e.g. `round-robin`.
+    pub name: String,
+    /// Per group (in [`Figure::groups`] order), the value's summary over the rounds.
+    pub values: Vec<Option<Summary>>,
+}
+
+/// A grouped bar chart.
+#[derive(Clone, Debug)]
+pub struct Figure {
+    /// Title over the chart.
+    pub title: String,
+    /// The y axis' label, with its unit.
+    pub y_label: String,
+    /// The x axis' groups, left to right.
+    pub groups: Vec<String>,
+    /// The series; each draws one bar per group.
+    pub series: Vec<Series>,
+}
+
+/// Picture size, pixels.
+const SIZE: (u32, u32) = (1100, 620);
+
+/// Registers the embedded font as plotters' `sans-serif` (once per process).
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // DejaVu Sans is a valid TrueType font: registering cannot fail.
+        let _ = plotters::style::register_font(
+            "sans-serif",
+            FontStyle::Normal,
+            dejavu::sans::regular(),
+        );
+    });
+}
+
+/// A series' colour.
+fn colour(i: usize) -> RGBColor {
+    const C: [RGBColor; 8] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+    ];
+    C[i % C.len()]
+}
+
+fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, fig: &Figure) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing the figure: {e}");
+    root.fill(&WHITE).map_err(err)?;
+    let top = fig
+        .series
+        .iter()
+        .flat_map(|s| s.values.iter().flatten())
+        .map(|s| s.max.max(s.median))
+        .fold(0.0f64, f64::max);
+    let top = if top > 0.0 && top.is_finite() {
+        top * 1.12
+    } else {
+        1.0
+    };
+    let n = fig.groups.len().max(1) as f64;
+    let mut chart = ChartBuilder::on(root)
+        .caption(&fig.title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(70)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..n, 0.0..top)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .disable_x_axis()
+        .y_desc(fig.y_label.as_str())
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 16))
+        .draw()
+        .map_err(err)?;
+    let k = fig.series.len().max(1) as f64;
+    let width = 0.8 / k;
+    for (si, s) in fig.series.iter().enumerate() {
+        let c = colour(si);
+        let bars = s.values.iter().enumerate().filter_map(|(g, v)| {
+            v.map(|v| {
+                let x0 = g as f64 + 0.1 + si as f64 * width;
+                (x0, v)
+            })
+        });
+        let bars: Vec<(f64, Summary)> = bars.collect();
+        chart
+            .draw_series(bars.iter().map(|&(x0, v)| {
+                Rectangle::new([(x0, 0.0), (x0 + width * 0.9, v.median)], c.filled())
+            }))
+            .map_err(err)?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
+        chart
+            .draw_series(bars.iter().map(|&(x0, v)| {
+                let xm = x0 + width * 0.45;
+                PathElement::new(vec![(xm, v.min), (xm, v.max)], BLACK.stroke_width(2))
+            }))
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 15))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(err)?;
+    // Group names under the bars (the x axis has no numeric meaning).
+    let style = TextStyle::from(("sans-serif", 14).into_font()).pos(
+        plotters::style::text_anchor::Pos::new(
+            plotters::style::text_anchor::HPos::Center,
+            plotters::style::text_anchor::VPos::Top,
+        ),
+    );
+    for (g, name) in fig.groups.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
+        for (line, text) in name.split('\n').enumerate() {
+            root.draw_text(text, &style, (px, py + 8 + 17 * line as i32))
+                .map_err(err)?;
+        }
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Draws `fig` into `stem.png` and `stem.svg`.
+///
+/// # Errors
+/// A file that cannot be written, naming it.
+pub fn write(fig: &Figure, stem: &Path) -> Result<()> {
+    register_font();
+    let png = stem.with_extension("png");
+    {
+        let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
+        draw(&root, fig).map_err(|e| anyhow!("{}: {e}", png.display()))?;
+    }
+    let svg = stem.with_extension("svg");
+    {
+        let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
+        draw(&root, fig).map_err(|e| anyhow!("{}: {e}", svg.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn png_and_svg_are_written_with_text() {
+        let dir = std::env::temp_dir().join(format!("multigrain-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fig = Figure {
+            title: "A figure".into(),
+            y_label: "run time (s)".into(),
+            groups: vec!["4×1\n1 INI".into(), "2×2\n2 INIs".into()],
+            series: vec![
+                Series {
+                    name: "static".into(),
+                    values: vec![Some(Summary::of(&[1.0, 1.2])), None],
+                },
+                Series {
+                    name: "round-robin".into(),
+                    values: vec![Some(Summary::of(&[0.9])), Some(Summary::of(&[0.5, 0.7]))],
+                },
+            ],
+        };
+        write(&fig, &dir.join("fig")).unwrap();
+        let png = std::fs::read(dir.join("fig.png")).unwrap();
+        assert_eq!(&png[1..4], b"PNG");
+        let svg = std::fs::read_to_string(dir.join("fig.svg")).unwrap();
+        assert!(
+            svg.contains("round-robin") && svg.contains("A figure"),
+            "{svg}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,194 @@
+//! `multigrain experiment NAME --quick` end to end: every experiment runs its small
+//! sweep of real jobs and writes its tables (CSV, JSON, text) and figure (PNG, SVG).
+//! Only the shape of the output is checked, never a timing: every expected row is
+//! there, numbers are finite and positive where they must be, utilizations and count
+//! rates lie in [0, 1], and the figure files are non-empty.
+//!
+//! The experiments run one at a time (a lock): each already puts several cluster
+//! processes on the machine.
+
+mod common;
+
+use common::{Proc, TempDir, bin};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Bound on one quick experiment (under a minute on a 2-core machine when idle).
+const LIMIT: Duration = Duration::from_secs(300);
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs `multigrain experiment NAME --quick --out DIR EXTRA…` to success and returns
+/// the JSON document it wrote.
+fn experiment(name: &str, dir: &Path, extra: &[&str]) -> Value {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut cmd = Command::new(bin());
+    cmd.args(["experiment", name, "--quick", "--out"])
+        .arg(dir)
+        .args(extra);
+    for var in common::LAUNCH_VARS {
+        cmd.env_remove(var);
+    }
+    let mut p = Proc::spawn(name, cmd);
+    let status = p.wait_exit(LIMIT);
+    assert!(status.success(), "{name}: {status}\n{}", p.transcript());
+    for ext in ["png", "svg"] {
+        let f = dir.join(format!("{name}.{ext}"));
+        let len = std::fs::metadata(&f).map_or(0, |m| m.len());
+        assert!(len > 1000, "{}: {len} bytes", f.display());
+    }
+    let text = std::fs::read_to_string(dir.join(format!("{name}.txt"))).unwrap();
+    assert!(text.contains("core(s)"), "no core count:\n{text}");
+    let json = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
+    let doc: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(doc["experiment"], name);
+    assert_eq!(doc["failed_runs"], 0);
+    doc
+}
+
+/// The table `id` of a document, and its CSV's data lines (as many as rows).
+fn table<'a>(doc: &'a Value, dir: &Path, id: &str) -> &'a [Value] {
+    let t = doc["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id)
+        .unwrap_or_else(|| panic!("no table {id}"));
+    let rows = t["rows"].as_array().unwrap();
+    let csv = std::fs::read_to_string(dir.join(format!("{id}.csv"))).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), rows.len() + 1, "{id}.csv:\n{csv}");
+    let width = lines[0].split(',').count();
+    assert!(width >= t["columns"].as_array().unwrap().len());
+    rows
+}
+
+/// The median of a `{median, min, max}` cell, checked finite with min ≤ median ≤ max.
+fn median(row: &Value, key: &str) -> f64 {
+    let c = &row[key];
+    let (m, lo, hi) = (c["median"].as_f64(), c["min"].as_f64(), c["max"].as_f64());
+    let (Some(m), Some(lo), Some(hi)) = (m, lo, hi) else {
+        panic!("{key} is not a summary in {row}");
+    };
+    assert!(m.is_finite() && lo <= m && m <= hi, "{key} in {row}");
+    m
+}
+
+fn positive(row: &Value, key: &str) -> f64 {
+    let m = median(row, key);
+    assert!(m > 0.0, "{key} = {m} in {row}");
+    m
+}
+
+fn fraction(row: &Value, key: &str) -> f64 {
+    let m = median(row, key);
+    assert!((0.0..=1.0).contains(&m), "{key} = {m} in {row}");
+    m
+}
+
+fn text(row: &Value, key: &str) -> String {
+    row[key].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn ini_scheduling_has_every_shape_ini_count_and_policy() {
+    let dir = TempDir::new("exp-ini");
+    let doc = experiment("ini-scheduling", dir.path(), &[]);
+    let rows = table(&doc, dir.path(), "ini-scheduling");
+    // 4 threads: 4×1 (1 INI) and 2×2 (1, 2 INIs) × 3 policies, a No IO node and an IO
+    // delay row per shape, and the 1×4 all-hardware row.
+    assert_eq!(rows.len(), 3 + 6 + 2 * 2 + 1, "{rows:#?}");
+    for (shape, k) in [("4×1", 1), ("2×2", 1), ("2×2", 2)] {
+        for policy in ["static", "round-robin", "least-loaded"] {
+            let r = rows
+                .iter()
+                .find(|r| {
+                    text(r, "shape") == shape
+                        && r["inis"] == k
+                        && text(r, "configuration") == policy
+                })
+                .unwrap_or_else(|| panic!("no row {shape} {k} {policy}"));
+            positive(r, "msg_len_bytes");
+            positive(r, "msg_time_us");
+            assert!(median(r, "queue_len") >= 0.0);
+            assert!(fraction(r, "ini_utilization") > 0.0);
+            positive(r, "run_s");
+            positive(r, "slowdown_vs_no_io");
+            positive(r, "slowdown_vs_io_delay");
+        }
+        let base = |c: &str| {
+            rows.iter()
+                .find(|r| text(r, "shape") == shape && text(r, "configuration").starts_with(c))
+                .unwrap_or_else(|| panic!("no {c} row for {shape}"))
+        };
+        assert_eq!(median(base("No IO node"), "slowdown_vs_no_io"), 1.0);
+        assert_eq!(median(base("IO delay"), "slowdown_vs_io_delay"), 1.0);
+        assert!(text(base("IO delay"), "configuration").contains("µs"));
+    }
+    let hw = rows
+        .iter()
+        .find(|r| text(r, "shape") == "1×4")
+        .expect("1×4 row");
+    positive(hw, "run_s");
+    let latency = doc["params"]["io_delay_latency_us"].as_array().unwrap();
+    assert_eq!(latency.len(), 2);
+    assert!(latency.iter().all(|l| l["latency_us"].as_u64() >= Some(1)));
+    let pivot = table(&doc, dir.path(), "ini-scheduling-policies");
+    assert_eq!(pivot.len(), 3);
+    for r in pivot {
+        positive(r, "round_robin_vs_static");
+        positive(r, "least_loaded_vs_static");
+    }
+}
+
+#[test]
+fn mis_scheduling_has_rates_per_policy() {
+    let dir = TempDir::new("exp-mis");
+    let doc = experiment("mis-scheduling", dir.path(), &[]);
+    let rows = table(&doc, dir.path(), "mis-scheduling");
+    // 4 threads: 2×2 with 2 INIs × 3 policies.
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    for (r, policy) in rows.iter().zip(["static", "round-robin", "least-loaded"]) {
+        assert_eq!(text(r, "policy"), policy);
+        assert_eq!(r["inis"], 2);
+        positive(r, "messages");
+        fraction(r, "misscheduled_count_rate");
+        // Wasted queue time over busy time: not bounded by 1, but never negative.
+        assert!(median(r, "misscheduled_time_rate") >= 0.0);
+        positive(r, "run_s");
+    }
+}
+
+#[test]
+fn cluster_size_has_every_app_shape_and_the_edge_split() {
+    let dir = TempDir::new("exp-clu");
+    let doc = experiment("cluster-size", dir.path(), &[]);
+    let rows = table(&doc, dir.path(), "cluster-size");
+    // 3 apps × (4×1: INIs + No IO, 2×2: INIs + No IO, 1×4: hardware).
+    assert_eq!(rows.len(), 3 * 5, "{rows:#?}");
+    for r in rows {
+        positive(r, "run_s");
+        positive(r, "slowdown_vs_one_cluster");
+        let clustered = text(r, "shape") != "1×4";
+        if clustered {
+            positive(r, "slowdown_vs_no_io");
+            positive(r, "remote_fetches");
+            positive(r, "dsm_messages");
+        }
+        if text(r, "app") == "EM3D" {
+            let (local, remote) = (r["edges_local"].as_u64(), r["edges_remote"].as_u64());
+            assert!(local.is_some() && remote.is_some(), "{r}");
+            assert_eq!(remote.unwrap() > 0, clustered, "{r}");
+        } else {
+            assert!(median(r, "lock_acquires") > 0.0, "{r}");
+        }
+    }
+    for layout in ["naive", "good"] {
+        assert!(rows.iter().any(|r| text(r, "layout") == layout));
+    }
+}
