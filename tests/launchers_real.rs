@@ -288,3 +288,175 @@ fn mpirun_across_two_network_namespaces_needs_no_hosts() {
         "the ranks did not meet at rank 0's namespace address:\n{err}"
     );
 }
+
+/// openssh-server is installed (with apt when missing), or the test fails saying why.
+fn openssh() {
+    static UP: OnceLock<Result<(), String>> = OnceLock::new();
+    let up = UP.get_or_init(|| {
+        if std::path::Path::new("/usr/sbin/sshd").exists() && Command::new("ssh").arg("-V").output().is_ok() {
+            return Ok(());
+        }
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(
+                "export DEBIAN_FRONTEND=noninteractive; \
+                 apt-get install -y --no-install-recommends openssh-server openssh-client \
+                 || (apt-get update && apt-get install -y --no-install-recommends openssh-server openssh-client)",
+            )
+            .output()
+            .map_err(|e| format!("cannot run apt-get: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(text(&out))
+        }
+    });
+    if let Err(e) = up {
+        panic!("OPENSSH COULD NOT BE INSTALLED, so the ssh launch test cannot run:\n{e}");
+    }
+}
+
+/// A real sshd in network namespace `ns` at `addr`, with its own host key and one client
+/// key accepted (files in `dir`); stopped on drop. `ssh` is the client command line.
+struct Sshd {
+    child: std::process::Child,
+    ssh: String,
+}
+
+impl Sshd {
+    /// Starts it and waits (at most 10 s) until a client in namespace `client_ns` can
+    /// connect to it.
+    fn start(dir: &TempDir, ns: &str, addr: &str, client_ns: &str) -> Sshd {
+        openssh();
+        let d = dir.path();
+        let keygen = |file: &str| {
+            let out = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(d.join(file))
+                .output()
+                .expect("ssh-keygen");
+            assert!(out.status.success(), "ssh-keygen: {}", text(&out));
+        };
+        keygen("host_key");
+        keygen("client_key");
+        std::fs::copy(d.join("client_key.pub"), d.join("authorized_keys")).unwrap();
+        let cfg = dir.write(
+            "sshd_config",
+            &format!(
+                "ListenAddress {addr}\nPort 22\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n\
+                 PermitRootLogin prohibit-password\nPasswordAuthentication no\nStrictModes no\n\
+                 UsePAM no\nPidFile none\n",
+                d = d.display()
+            ),
+        );
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f"])
+            .arg(&cfg)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting sshd");
+        let ssh = format!(
+            "ssh -i {}/client_key -o BatchMode=yes -o StrictHostKeyChecking=no \
+             -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
+            d.display()
+        );
+        let mut sshd = Sshd { child, ssh };
+        let t0 = std::time::Instant::now();
+        loop {
+            let probe = Command::new("ip")
+                .args(["netns", "exec", client_ns, "bash", "-c"])
+                .arg(format!("exec 3<>/dev/tcp/{addr}/22"))
+                .stderr(std::process::Stdio::null())
+                .status();
+            if probe.is_ok_and(|s| s.success()) {
+                return sshd;
+            }
+            if let Ok(Some(status)) = sshd.child.try_wait() {
+                panic!("SSHD COULD NOT BE STARTED: it exited with {status}");
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "SSHD COULD NOT BE STARTED: not listening at {addr}:22 after 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `multigrain launch` over real ssh: the launcher runs in one network namespace, both
+/// clusters are started through sshd in the other (so no local cluster's death can stop
+/// them through the job's own failure detection). Killing the launcher (-9, then in a
+/// second job SIGINT) leaves no cluster behind: each sees its ssh channel close.
+#[test]
+fn clusters_started_over_real_ssh_do_not_outlive_the_launcher() {
+    let tag = 95_000 + std::process::id() % 4_000;
+    let (ns, addrs) = common::Netns::create(tag).unwrap_or_else(|why| {
+        panic!("NETWORK NAMESPACES COULD NOT BE CREATED ({why}): this test needs them")
+    });
+    let dir = TempDir::new("real-ssh");
+    let sshd = Sshd::start(&dir, &ns.names[1], &addrs[1], &ns.names[0]);
+    let config = dir.write(
+        "job.toml",
+        &format!(
+            "[job]\nname = \"ssh\"\npeer_timeout_ms = 3000\n\n[[cluster]]\nhost = \"{0}\"\n\n\
+             [[cluster]]\nhost = \"{0}\"\n",
+            addrs[1]
+        ),
+    );
+    for signal in [
+        nix::sys::signal::Signal::SIGKILL,
+        nix::sys::signal::Signal::SIGINT,
+    ] {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &ns.names[0]])
+            .arg(bin())
+            .args(["launch", "--config"])
+            .arg(&config)
+            .args([
+                "--ssh",
+                &sshd.ssh,
+                "--",
+                "multigrain",
+                "hello",
+                "--sleep-ms",
+                "60000",
+            ]);
+        for var in common::LAUNCH_VARS {
+            cmd.env_remove(var);
+        }
+        let job = common::Proc::spawn("launch over ssh", cmd);
+        let pids: Vec<i32> = (0..2)
+            .map(|c| {
+                let (line, _) = job.wait_line(
+                    &format!("[c{c}] cluster {c} of 2: hello from pid "),
+                    common::HANG,
+                );
+                let tail = line.split("hello from pid ").nth(1).unwrap_or_default();
+                tail.split_whitespace()
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or_else(|| panic!("no pid in {line:?}"))
+            })
+            .collect();
+        let err = job.lines(common::Stream::Err).join("\n");
+        assert!(
+            err.contains("cluster 0: pid ") && err.contains(&format!("ssh to {}", addrs[1])),
+            "{err}"
+        );
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(job.pid), signal).unwrap();
+        common::assert_gone(
+            &pids,
+            Duration::from_secs(10),
+            &format!("clusters after {signal} of a launcher that used real ssh"),
+        );
+    }
+}
