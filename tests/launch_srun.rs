@@ -263,3 +263,57 @@ fn a_rank_on_the_wrong_host_stops_the_whole_job_at_once() {
         "{rank0}"
     );
 }
+
+#[test]
+fn a_coordinator_that_cannot_start_stops_the_members_at_once() {
+    // Cluster 0's INI port is taken: it cannot start, answers the member's registration
+    // with the cause, and both exit long before the 20 s start-up timeout.
+    let busy = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let dir = TempDir::new("srun-c0-fails");
+    let cfg = dir.write(
+        "job.toml",
+        &format!(
+            "[job]\nstartup_timeout_ms = 20000\n\n[[cluster]]\nhost = \"127.0.0.1\"\nport = {port}\n\n\
+             [[cluster]]\nhost = \"127.0.0.1\"\n"
+        ),
+    );
+    let t0 = Instant::now();
+    let mut procs: Vec<Proc> = (0..2)
+        .rev()
+        .map(|r| {
+            let mut cmd = Command::new(bin());
+            cmd.args([
+                "run",
+                "water",
+                "--molecules",
+                "64",
+                "--steps",
+                "1",
+                "--config",
+            ])
+            .arg(&cfg);
+            for var in common::LAUNCH_VARS {
+                cmd.env_remove(var);
+            }
+            cmd.env("SLURM_PROCID", r.to_string())
+                .env("SLURM_NTASKS", "2")
+                .env("SLURM_STEP_ID", "0");
+            Proc::spawn(&format!("rank {r}"), cmd)
+        })
+        .collect();
+    for p in &mut procs {
+        assert!(!p.wait_exit(HANG).success(), "{}", p.transcript());
+    }
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the job took {took:?} to stop"
+    );
+    let member = procs[0].lines(Stream::Err).join("\n");
+    assert!(
+        member.contains("cluster 0 failed: could not start: cannot bind INI 0 of cluster 0"),
+        "{member}"
+    );
+    drop(busy);
+}

@@ -594,6 +594,46 @@ impl Control {
         joined
     }
 
+    /// Called by cluster 0 when it cannot start: listens at the coordinator's address
+    /// for up to the start-up timeout and answers every member that registers with
+    /// [`Message::Failed`] naming cluster 0 and `reason`, so that the members stop at
+    /// once with the cause instead of waiting for a coordinator that never comes.
+    /// Returns when every member was told or the timeout passed; does nothing for a
+    /// member or when the address cannot be bound.
+    pub fn refuse_start(id: &Identity, settings: &JobSettings, reason: &str) {
+        if id.cluster != 0 || id.clusters < 2 {
+            return;
+        }
+        let addr = id.listen.unwrap_or(id.coordinator);
+        let Ok(listener) = TcpListener::bind(addr) else {
+            return;
+        };
+        let deadline = Instant::now() + settings.startup_timeout();
+        let _ = listener.set_nonblocking(true);
+        let mut told = std::collections::BTreeSet::new();
+        let failed = Message::Failed {
+            cluster: 0,
+            reason: format!("could not start: {reason}"),
+        };
+        while told.len() < id.clusters - 1 && Instant::now() < deadline {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nonblocking(false);
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+                    if let Ok(Message::Register { registration, .. }) =
+                        wire::read_frame(&mut &stream, settings.key)
+                    {
+                        told.insert(registration.cluster);
+                    }
+                    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+                    let _ = wire::write_frame(&mut &stream, settings.key, &failed);
+                    let _ = stream.shutdown(Shutdown::Write);
+                }
+                Err(_) => thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+
     /// Tells the coordinator that this cluster (a member) cannot start, so that every
     /// cluster fails at once with `reason` instead of waiting for the start-up timeout.
     /// Best effort: tries to reach the coordinator for at most the start-up timeout (it

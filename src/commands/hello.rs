@@ -49,6 +49,7 @@ pub fn run(opts: &Options) -> Result<()> {
 fn hello(opts: &Options, cfg: &JobConfig, id: &Identity) -> Result<()> {
     let me = id.cluster;
     id.check_host(cfg).inspect_err(|e| {
+        Control::refuse_start(id, &cfg.job, &e.to_string());
         Control::report_cannot_start(id, &cfg.job, &e.to_string());
     })?;
     let (control, all) = Control::join(id, &cfg.job, Registration::local(me, Vec::new()))?;
