@@ -47,7 +47,11 @@ proptest! {
             prop_assert!(ex.cycle.is_finite() && ex.cycle > 0.0);
             prop_assert!(ex.ini_queue() >= 0.0 && ex.ini_queue() <= n * (1.0 + 1e-9));
             prop_assert!(ex.ini_seen_on_arrival() <= ex.ini_queue() + 1e-9);
-            if x.arrival == Arrival::Thesis {
+            // Where the INIs, not the server, are the bottleneck (2·O ≥ o), an arrival that
+            // sees its own share of the queue (the thesis's rule) can only overestimate Q.
+            // With a dominant server (e.g. o = 100 µs, O = 0.01 µs, N = 14) the exact
+            // network queues a little more at the INIs than the equations say.
+            if x.arrival == Arrival::Thesis && 2.0 * x.big_o >= x.o {
                 prop_assert!(s.q_o >= ex.ini_queue() * (1.0 - 1e-9));
             }
         }
