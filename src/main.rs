@@ -242,23 +242,16 @@ enum BenchCommand {
 #[derive(Args, Debug)]
 struct BenchMvaArgs {
     /// Largest number of client threads per INI (rows N = 1 ..= this).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = commands::bench_mva::DEFAULT_THREADS_MAX)]
     threads_max: usize,
-    /// W: compute time per cycle, µs.
-    #[arg(long, default_value_t = 200.0)]
-    work_us: f64,
-    /// How a client spends W: spin (busy-wait) or sleep.
-    #[arg(long, value_enum, default_value_t = synthetic::Work::Spin)]
-    work: synthetic::Work,
+    #[command(flatten)]
+    workload: commands::bench_mva::WorkloadArgs,
     /// Timed requests per client thread per run.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = commands::bench_mva::DEFAULT_REQUESTS)]
     requests: u64,
     /// Runs per N (median and min–max shown).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = commands::bench_mva::DEFAULT_SAMPLES)]
     samples: usize,
-    /// How long an idle INI thread keeps polling before it sleeps, µs.
-    #[arg(long, default_value_t = 50)]
-    ini_spin_us: u64,
     /// Also write the report as JSON to this file (`-`: standard output; the table goes
     /// to standard error).
     #[arg(long, value_name = "FILE")]
@@ -406,14 +399,7 @@ fn run(cli: Cli) -> Result<()> {
         ),
         Command::Bench(BenchCommand::Apps(a)) => commands::bench_apps::run(&a),
         Command::Bench(BenchCommand::Mva(a)) => commands::bench_mva::main(
-            &commands::bench_mva::Options {
-                threads_max: a.threads_max,
-                work_us: a.work_us,
-                work: a.work,
-                requests: a.requests,
-                samples: a.samples,
-                ini_spin_us: a.ini_spin_us,
-            },
+            &commands::bench_mva::Options::new(a.threads_max, a.requests, a.samples, &a.workload),
             a.json.as_deref(),
         ),
         Command::Selftest(a) => {

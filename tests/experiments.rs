@@ -1,8 +1,9 @@
 //! `multigrain experiment NAME --quick` end to end: every experiment runs its small
-//! sweep of real jobs and writes its tables (CSV, JSON, text) and figure (PNG, SVG).
+//! sweep of real runs and writes its tables (CSV, JSON, text) and figure (PNG, SVG).
 //! Only the shape of the output is checked, never a timing: every expected row is
 //! there, numbers are finite and positive where they must be, utilizations and count
-//! rates lie in [0, 1], and the figure files are non-empty.
+//! rates lie in [0, 1], the model's bound Q ≤ N holds (mva), and the figure files are
+//! non-empty.
 //!
 //! The experiments run one at a time (a lock): each already puts several cluster
 //! processes on the machine.
@@ -191,4 +192,62 @@ fn cluster_size_has_every_app_shape_and_the_edge_split() {
     for layout in ["naive", "good"] {
         assert!(rows.iter().any(|r| text(r, "layout") == layout));
     }
+}
+
+#[test]
+fn mva_has_a_row_per_n_within_the_model_bound() {
+    let dir = TempDir::new("exp-mva");
+    let doc = experiment("mva", dir.path(), &[]);
+    let rows = table(&doc, dir.path(), "mva");
+    // --quick: N = 1 … 3, one round.
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    let cores = doc["cores"].as_u64().expect("cores");
+    for (i, r) in rows.iter().enumerate() {
+        let n = i as u64 + 1;
+        assert_eq!(r["n"].as_u64(), Some(n), "{r}");
+        assert_eq!(
+            r["threads"].as_u64(),
+            Some(n + 3),
+            "N clients, server, 2 INIs: {r}"
+        );
+        for k in ["q_measured", "q_model", "q_exact"] {
+            let q = positive(r, k);
+            assert!(r[k]["max"].as_f64().unwrap() <= n as f64, "{k} > N in {r}");
+            assert!(q <= n as f64, "{k} = {q} > N = {n}");
+        }
+        for k in ["r_measured", "r_model", "r_exact"] {
+            positive(r, k);
+        }
+        for k in ["q_error", "q_exact_error", "r_error"] {
+            median(r, k);
+        }
+        assert_eq!(text(r, "q_within_n"), "yes", "{r}");
+        assert_eq!(text(r, "note") == "oversubscribed", n + 3 > cores, "{r}");
+    }
+    let cal = &doc["params"]["calibration"];
+    for k in ["w", "big_o", "solo_cycle"] {
+        let x = cal[k].as_f64().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "calibration {k} = {x}");
+    }
+    let txt = std::fs::read_to_string(dir.path().join("mva.txt")).unwrap();
+    assert!(
+        txt.contains("Figure 6-3") && txt.contains("model inputs"),
+        "{txt}"
+    );
+    // The runs are not `multigrain run` jobs: a --set would change nothing, so it is
+    // refused rather than ignored.
+    let out = Command::new(bin())
+        .args([
+            "experiment",
+            "mva",
+            "--quick",
+            "--set",
+            "ini.window=64",
+            "--out",
+        ])
+        .arg(dir.path().join("refused"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--set"));
 }

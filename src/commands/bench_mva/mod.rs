@@ -29,6 +29,28 @@ use multigrain_model::{Arrival, ExactSolution, Inputs, Pattern, equations};
 use serde::Serialize;
 use std::time::Instant;
 
+/// Rows of a full-size run: N = 1 ..= this (`--threads-max`).
+pub const DEFAULT_THREADS_MAX: usize = 8;
+/// Timed requests per client per run of a full-size run (`--requests`).
+pub const DEFAULT_REQUESTS: u64 = 2000;
+/// Runs per N of a full-size run (`bench mva --samples`, `experiment mva --repeat`).
+pub const DEFAULT_SAMPLES: usize = 3;
+
+/// The synthetic application's flags that `multigrain bench mva` and `multigrain
+/// experiment mva` share (the sizes, whose defaults differ, are each command's own).
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub struct WorkloadArgs {
+    /// W: compute time per cycle, µs.
+    #[arg(long, default_value_t = 200.0)]
+    pub work_us: f64,
+    /// How a client spends W: spin (busy-wait) or sleep.
+    #[arg(long, value_enum, default_value_t = Work::Spin)]
+    pub work: Work,
+    /// How long an idle INI thread keeps polling before it sleeps, µs.
+    #[arg(long, default_value_t = 50)]
+    pub ini_spin_us: u64,
+}
+
 /// The command's options.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Options {
@@ -44,6 +66,21 @@ pub struct Options {
     pub samples: usize,
     /// How long an idle INI thread keeps polling before it sleeps, µs.
     pub ini_spin_us: u64,
+}
+
+impl Options {
+    /// Options for N = 1 ..= `threads_max`, `requests` timed requests per client and
+    /// `samples` runs per N, with the workload `w`.
+    pub fn new(threads_max: usize, requests: u64, samples: usize, w: &WorkloadArgs) -> Options {
+        Options {
+            threads_max,
+            work_us: w.work_us,
+            work: w.work,
+            requests,
+            samples,
+            ini_spin_us: w.ini_spin_us,
+        }
+    }
 }
 
 /// The model's inputs as calibrated from the N = 1 runs, µs.

@@ -4,7 +4,7 @@
 //! cluster): run time, slowdown and DSM statistics of Water and EM3D.
 
 use super::ini_scheduling::{run_s, slowdown};
-use super::plot::{Figure, Series};
+use super::plot::{Figure, Kind, Series};
 use super::sweep::{Point, Runs, Sweep};
 use super::table::{Cell, Column, Fmt, Table};
 use super::{
@@ -210,6 +210,7 @@ pub fn run(ctx: &Context, a: &ClusterSizeArgs) -> Result<Outcome> {
     let mut series: Vec<Series> = apps
         .iter()
         .map(|app| Series {
+            kind: Kind::Bar,
             name: if app.layout == "—" {
                 app.name.to_owned()
             } else {

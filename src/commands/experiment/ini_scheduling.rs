@@ -3,7 +3,7 @@
 //! with the INIs' message length, message time, queue length and utilization from the
 //! traces, and the run time against "No IO node" and "IO delay".
 
-use super::plot::{Figure, Series};
+use super::plot::{Figure, Kind, Series};
 use super::sweep::{Point, Runs, Sweep};
 use super::table::{Cell, Column, Fmt, Table};
 use super::{
@@ -191,6 +191,7 @@ pub fn run(ctx: &Context, a: &IniSchedulingArgs) -> Result<Outcome> {
         .into_iter()
         .chain(POLICIES)
         .map(|n| Series {
+            kind: Kind::Bar,
             name: n.to_owned(),
             values: Vec::new(),
         })

@@ -3,7 +3,7 @@
 //! is idle, per policy and INI count, from the traces.
 
 use super::ini_scheduling::{run_s, traced};
-use super::plot::{Figure, Series};
+use super::plot::{Figure, Kind, Series};
 use super::sweep::{Point, Runs, Sweep};
 use super::table::{Cell, Column, Fmt, Table};
 use super::{
@@ -93,6 +93,7 @@ pub fn run(ctx: &Context, a: &MisSchedulingArgs) -> Result<Outcome> {
     let mut series: Vec<Series> = POLICIES
         .iter()
         .map(|p| Series {
+            kind: Kind::Bar,
             name: format!("{p}: count rate"),
             values: Vec::new(),
         })

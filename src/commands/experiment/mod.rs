@@ -1,5 +1,5 @@
 //! `multigrain experiment NAME`: the experiments of paper 002 (Jiang's INI thesis),
-//! chapter 5, as sweeps of real runs.
+//! chapters 5 and 6, as sweeps of real runs.
 //!
 //! The framework: an experiment lays out its points (one `multigrain run` command line
 //! each, [`sweep::Point`]), runs them `--repeat` times interleaved round by round
@@ -11,6 +11,7 @@
 pub mod cluster_size;
 pub mod ini_scheduling;
 pub mod mis_scheduling;
+pub mod mva;
 pub mod plot;
 pub mod sweep;
 pub mod table;
@@ -24,8 +25,8 @@ use std::time::Duration;
 use sweep::{Point, Runs};
 use table::{Cell, Table};
 
-/// Run one of the INI thesis's experiments (paper 002, chapter 5) as a sweep of real
-/// runs, and write its tables (CSV, JSON, text) and figure (PNG, SVG).
+/// Run one of the INI thesis's experiments (paper 002, chapters 5 and 6) as a sweep of
+/// real runs, and write its tables (CSV, JSON, text) and figure (PNG, SVG).
 ///
 /// Every point of a sweep is this executable's own `multigrain run … --json`, started
 /// as a user would start it. `--repeat N` rounds each run every point once
@@ -35,7 +36,7 @@ use table::{Cell, Table};
 /// cluster on this machine) than cores are marked "oversubscribed".
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  multigrain experiment ini-scheduling --quick\n  multigrain experiment ini-scheduling --molecules 512 --steps 3 --repeat 5 --out results/ini\n  multigrain experiment mis-scheduling --set ini.window=64\n  multigrain experiment cluster-size --threads 8 --json > cluster-size.json"
+    after_help = "Examples:\n  multigrain experiment ini-scheduling --quick\n  multigrain experiment ini-scheduling --molecules 512 --steps 3 --repeat 5 --out results/ini\n  multigrain experiment mis-scheduling --set ini.window=64\n  multigrain experiment cluster-size --threads 8 --json > cluster-size.json\n  multigrain experiment mva --threads-max 8 --repeat 5 --out results/mva"
 )]
 pub struct ExperimentArgs {
     /// The experiment.
@@ -88,6 +89,22 @@ pub enum Which {
     /// to another thread of the same cluster (local, hardware) and to another cluster
     /// (remote, through the DSM).
     ClusterSize(cluster_size::ClusterSizeArgs),
+    /// Chapter 6 and Figure 6-3: the contention model's mean INI queue length and cycle
+    /// time beside the measured ones, for N = 1 … --threads-max compute threads per INI.
+    ///
+    /// The synthetic application of `multigrain bench mva` (its runs, calibration and
+    /// model): N client threads in cluster 0 each compute W µs (--work-us, --work), then
+    /// make a blocking Express request through the INIs (one dedicated INI thread per
+    /// cluster, UDP on loopback) to a server thread in cluster 1. --repeat rounds run
+    /// every N once each [default: 3; with --quick 1]; the model's inputs (W, o, O, l,
+    /// L) come from the N = 1 runs. Per N: the measured time-average INI queue length Q
+    /// (median (min–max) of the rounds) beside equations 6.1–6.10 and the exact MVA,
+    /// their relative errors, the measured cycle time R beside the predicted, and
+    /// whether Q ≤ N (eq. 6.11). Full size: N = 1 … 8, 2000 requests per client; --quick:
+    /// N = 1 … 3, 500 requests. The runs are in this process, not `multigrain run` jobs:
+    /// --set is refused, and --timeout-s does not apply (a run gives up when a reply takes
+    /// more than a minute).
+    Mva(mva::MvaArgs),
 }
 
 /// Flags every experiment takes.
@@ -356,9 +373,10 @@ pub struct Outcome {
     pub tables: Vec<Table>,
     /// Its figure.
     pub figure: plot::Figure,
-    /// Its parameters (problem, threads, …), for the JSON.
+    /// Its parameters (problem, threads, …), for the JSON; for an experiment whose runs
+    /// are not `multigrain run` jobs (mva), its measurements too.
     pub params: Value,
-    /// Every point's runs, for the JSON.
+    /// Every point's runs, for the JSON (`multigrain run` jobs; none for mva).
     pub points: Vec<(Point, Runs)>,
     /// Runs that failed.
     pub failed: usize,
@@ -447,6 +465,7 @@ pub fn run(args: &ExperimentArgs) -> Result<()> {
         Which::IniScheduling(a) => ("ini-scheduling", &a.common),
         Which::MisScheduling(a) => ("mis-scheduling", &a.common),
         Which::ClusterSize(a) => ("cluster-size", &a.common),
+        Which::Mva(a) => ("mva", &a.common),
     };
     let ctx = Context::new(name, common)?;
     std::fs::create_dir_all(&ctx.out)
@@ -455,6 +474,7 @@ pub fn run(args: &ExperimentArgs) -> Result<()> {
         Which::IniScheduling(a) => ini_scheduling::run(&ctx, a)?,
         Which::MisScheduling(a) => mis_scheduling::run(&ctx, a)?,
         Which::ClusterSize(a) => cluster_size::run(&ctx, a)?,
+        Which::Mva(a) => mva::run(&ctx, a)?,
     };
     deliver(&ctx, &outcome, common.json)?;
     if outcome.failed > 0 {

@@ -1,5 +1,6 @@
 //! An experiment's figure: grouped bars (median of the rounds) with min–max whiskers,
-//! drawn with `plotters` as PNG and SVG. Text uses the DejaVu Sans font embedded in the
+//! or, per series, points with min–max error bars or lines through the groups (e.g. a
+//! measured curve beside a model's), drawn with `plotters` as PNG and SVG. Text uses the DejaVu Sans font embedded in the
 //! binary (plotters' `ab_glyph` feature), so no system font or fontconfig is needed.
 
 use crate::measure::Summary;
@@ -9,11 +10,25 @@ use plotters::prelude::*;
 use std::path::Path;
 use std::sync::Once;
 
-/// One series: a bar in every group where it has a value.
+/// How a series is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A bar per group (median) with a min–max whisker; the bar series of a figure sit
+    /// side by side in each group.
+    Bar,
+    /// A point per group (median) with a min–max error bar, at the group's centre.
+    Points,
+    /// A line through the groups' centres (median), with a small mark at each.
+    Line,
+}
+
+/// One series: a bar, point or line vertex in every group where it has a value.
 #[derive(Clone, Debug)]
 pub struct Series {
     /// Legend text, e.g. `round-robin`.
     pub name: String,
+    /// How it is drawn.
+    pub kind: Kind,
     /// Per group (in [`Figure::groups`] order), the value's summary over the rounds.
     pub values: Vec<Option<Summary>>,
 }
@@ -96,30 +111,84 @@ where
         .axis_desc_style(("sans-serif", 16))
         .draw()
         .map_err(err)?;
-    let k = fig.series.len().max(1) as f64;
+    let bar_series = fig.series.iter().filter(|s| s.kind == Kind::Bar).count();
+    let k = bar_series.max(1) as f64;
     let width = 0.8 / k;
+    let mut bar_index = 0usize;
     for (si, s) in fig.series.iter().enumerate() {
         let c = colour(si);
-        let bars = s.values.iter().enumerate().filter_map(|(g, v)| {
-            v.map(|v| {
-                let x0 = g as f64 + 0.1 + si as f64 * width;
-                (x0, v)
-            })
-        });
-        let bars: Vec<(f64, Summary)> = bars.collect();
-        chart
-            .draw_series(bars.iter().map(|&(x0, v)| {
-                Rectangle::new([(x0, 0.0), (x0 + width * 0.9, v.median)], c.filled())
-            }))
-            .map_err(err)?
-            .label(s.name.as_str())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
-        chart
-            .draw_series(bars.iter().map(|&(x0, v)| {
-                let xm = x0 + width * 0.45;
-                PathElement::new(vec![(xm, v.min), (xm, v.max)], BLACK.stroke_width(2))
-            }))
-            .map_err(err)?;
+        let at: Vec<(usize, Summary)> = s
+            .values
+            .iter()
+            .enumerate()
+            .filter_map(|(g, v)| v.map(|v| (g, v)))
+            .collect();
+        match s.kind {
+            Kind::Bar => {
+                let bi = bar_index as f64;
+                bar_index += 1;
+                let bars: Vec<(f64, Summary)> = at
+                    .iter()
+                    .map(|&(g, v)| (g as f64 + 0.1 + bi * width, v))
+                    .collect();
+                chart
+                    .draw_series(bars.iter().map(|&(x0, v)| {
+                        Rectangle::new([(x0, 0.0), (x0 + width * 0.9, v.median)], c.filled())
+                    }))
+                    .map_err(err)?
+                    .label(s.name.as_str())
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled())
+                    });
+                chart
+                    .draw_series(bars.iter().map(|&(x0, v)| {
+                        let xm = x0 + width * 0.45;
+                        PathElement::new(vec![(xm, v.min), (xm, v.max)], BLACK.stroke_width(2))
+                    }))
+                    .map_err(err)?;
+            }
+            Kind::Points => {
+                let cap = 0.06;
+                chart
+                    .draw_series(
+                        at.iter()
+                            .map(|&(g, v)| Circle::new((g as f64 + 0.5, v.median), 6, c.filled())),
+                    )
+                    .map_err(err)?
+                    .label(s.name.as_str())
+                    .legend(move |(x, y)| Circle::new((x + 7, y), 6, c.filled()));
+                for &(g, v) in &at {
+                    let x = g as f64 + 0.5;
+                    let bar = [
+                        vec![(x, v.min), (x, v.max)],
+                        vec![(x - cap, v.min), (x + cap, v.min)],
+                        vec![(x - cap, v.max), (x + cap, v.max)],
+                    ];
+                    chart
+                        .draw_series(
+                            bar.into_iter()
+                                .map(|p| PathElement::new(p, c.stroke_width(2))),
+                        )
+                        .map_err(err)?;
+                }
+            }
+            Kind::Line => {
+                let pts: Vec<(f64, f64)> = at
+                    .iter()
+                    .map(|&(g, v)| (g as f64 + 0.5, v.median))
+                    .collect();
+                chart
+                    .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(3)))
+                    .map_err(err)?
+                    .label(s.name.as_str())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 14, y)], c.stroke_width(3))
+                    });
+                chart
+                    .draw_series(pts.iter().map(|&p| Cross::new(p, 5, c.stroke_width(2))))
+                    .map_err(err)?;
+            }
+        }
     }
     chart
         .configure_series_labels()
@@ -181,10 +250,12 @@ mod tests {
             series: vec![
                 Series {
                     name: "static".into(),
+                    kind: Kind::Bar,
                     values: vec![Some(Summary::of(&[1.0, 1.2])), None],
                 },
                 Series {
                     name: "round-robin".into(),
+                    kind: Kind::Points,
                     values: vec![Some(Summary::of(&[0.9])), Some(Summary::of(&[0.5, 0.7]))],
                 },
             ],

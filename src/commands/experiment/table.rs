@@ -22,6 +22,8 @@ pub enum Fmt {
     Ratio,
     /// A fraction in [0, 1] shown as a percentage with 1 decimal.
     Pct,
+    /// A relative error or change, a signed percentage with 1 decimal (`+12.5%`).
+    SignedPct,
 }
 
 impl Fmt {
@@ -33,6 +35,7 @@ impl Fmt {
             Fmt::Count => format!("{x:.0}"),
             Fmt::Ratio => format!("{x:.2}"),
             Fmt::Pct => format!("{:.1}%", 100.0 * x),
+            Fmt::SignedPct => format!("{:+.1}%", 100.0 * x),
         }
     }
 }
