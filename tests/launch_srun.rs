@@ -317,3 +317,52 @@ fn a_coordinator_that_cannot_start_stops_the_members_at_once() {
     );
     drop(busy);
 }
+
+#[test]
+fn a_config_that_puts_cluster_0_elsewhere_stops_every_rank_within_seconds() {
+    // srun placed rank 0 here (first node of the step: localhost), the config puts
+    // cluster 0 on 192.0.2.7: rank 0 says so at once, rank 1 gives up on that address
+    // after 2 s naming both, not after the 20 s start-up timeout.
+    let dir = TempDir::new("srun-c0-elsewhere");
+    let cfg = dir.write(
+        "job.toml",
+        "[job]\nstartup_timeout_ms = 20000\n\n[[cluster]]\nhost = \"192.0.2.7\"\n\n\
+         [[cluster]]\nhost = \"127.0.0.1\"\n",
+    );
+    let t0 = Instant::now();
+    let mut procs: Vec<Proc> = (0..2)
+        .map(|r| {
+            let mut cmd = Command::new(bin());
+            cmd.args(["hello", "--config"]).arg(&cfg);
+            for var in common::LAUNCH_VARS {
+                cmd.env_remove(var);
+            }
+            cmd.env("SLURM_PROCID", r.to_string())
+                .env("SLURM_NTASKS", "2")
+                .env("SLURM_STEP_ID", "0")
+                .env("SLURM_JOB_ID", "4242")
+                .env("SLURM_STEP_NODELIST", "localhost");
+            Proc::spawn(&format!("rank {r}"), cmd)
+        })
+        .collect();
+    for p in &mut procs {
+        assert!(!p.wait_exit(HANG).success(), "{}", p.transcript());
+    }
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(6),
+        "the job took {took:?} to stop"
+    );
+    let rank0 = procs[0].lines(Stream::Err).join("\n");
+    assert!(
+        rank0.contains("cluster 0 (Slurm rank 0) runs on"),
+        "{rank0}"
+    );
+    let rank1 = procs[1].lines(Stream::Err).join("\n");
+    assert!(
+        rank1.contains(
+            "Slurm placed rank 0 on localhost, but the config places cluster 0 on 192.0.2.7"
+        ),
+        "{rank1}"
+    );
+}

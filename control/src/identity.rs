@@ -36,7 +36,15 @@ pub struct Identity {
     /// The launcher whose ranks gave the cluster ids (`None`: `multigrain launch` or
     /// a test).
     pub launcher: Option<Launcher>,
+    /// Why the config's coordinator address may be wrong: the launcher placed rank 0 on
+    /// a node whose addresses do not include cluster 0's configured host. A member then
+    /// gives up after [`DOUBT_WAIT`] without an answer there (naming both), instead of
+    /// the whole start-up timeout; an answer proves the config right.
+    pub doubt: Option<String>,
 }
+
+/// How long a member with an [`Identity::doubt`] tries the configured coordinator.
+pub const DOUBT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What a launcher-placed job changes in the config of one cluster
 /// ([`Identity::placed`]).
@@ -153,6 +161,7 @@ impl Identity {
                 listen: None,
                 placed: None,
                 launcher: None,
+                doubt: None,
             });
         }
         let Some(rank) = detect_rank(|k| env(k))? else {
@@ -175,6 +184,7 @@ impl Identity {
             listen: None,
             placed: None,
             launcher: Some(rank.launcher),
+            doubt: placement_doubt(cfg, &rank, env),
         })
     }
 
@@ -251,6 +261,11 @@ impl Identity {
             listen,
             placed,
             launcher: Some(rank.launcher),
+            doubt: if hostless {
+                None
+            } else {
+                placement_doubt(cfg, rank, &env)
+            },
         })
     }
 
@@ -359,6 +374,34 @@ fn local_ips() -> Vec<IpAddr> {
         ips.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
     }
     ips
+}
+
+/// Whether the launcher placed rank 0 on a node that has none of the addresses of
+/// cluster 0's configured host (both resolved here), in words; `None` when they share
+/// an address or the launcher does not say where rank 0 runs.
+fn placement_doubt(
+    cfg: &JobConfig,
+    rank: &LaunchRank,
+    env: impl Fn(&str) -> Option<String>,
+) -> Option<String> {
+    if rank.rank == 0 {
+        return None;
+    }
+    let node = detect_placement(rank, &env).rank0_host.ok()?;
+    let ips = |host: &str| -> Option<Vec<IpAddr>> {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        Some((bare, 0).to_socket_addrs().ok()?.map(|a| a.ip()).collect())
+    };
+    let configured = &cfg.clusters[0].host;
+    let (a, b) = (ips(&node)?, ips(configured)?);
+    if a.iter().any(|ip| b.contains(ip)) {
+        return None;
+    }
+    Some(format!(
+        "{} placed rank 0 on {node}, but the config places cluster 0 on {configured}: list \
+         the clusters in the order of the launcher's ranks, or leave the hosts out",
+        rank.launcher
+    ))
 }
 
 /// The local address this machine sends from to reach `to` (a connected UDP

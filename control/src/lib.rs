@@ -1218,8 +1218,19 @@ fn handshake(
 fn connect(id: &Identity, timeout: Duration, deadline: Instant) -> Result<TcpStream, ControlError> {
     let mut pause = Duration::from_millis(20);
     let mut last_error = "no attempt was made".to_owned();
+    let started = Instant::now();
     loop {
         let now = Instant::now();
+        if let Some(doubt) = &id.doubt
+            && now.duration_since(started) >= identity::DOUBT_WAIT
+        {
+            return Err(ControlError::Unreachable {
+                cluster: id.cluster,
+                addr: id.coordinator,
+                timeout: identity::DOUBT_WAIT,
+                last_error: format!("{last_error}; {doubt}"),
+            });
+        }
         if now >= deadline {
             return Err(ControlError::Unreachable {
                 cluster: id.cluster,

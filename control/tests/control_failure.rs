@@ -61,6 +61,7 @@ fn join_on_threads(
                     listen: None,
                     placed: None,
                     launcher: None,
+                    doubt: None,
                 };
                 let _ = tx.send(Control::join(&id, &s, Registration::local(c, Vec::new())));
             });

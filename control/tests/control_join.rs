@@ -38,6 +38,7 @@ fn identity(cluster: usize, clusters: usize, coordinator: SocketAddr) -> Identit
         listen: None,
         placed: None,
         launcher: None,
+        doubt: None,
     }
 }
 
