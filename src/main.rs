@@ -36,7 +36,8 @@ struct Cli {
     /// Which launcher started this process: auto (default: a Slurm task inside a job step
     /// — SLURM_STEP_ID set, never the shell of an sbatch script or salloc — else PMI_RANK,
     /// else OMPI_COMM_WORLD_RANK), none (not a launcher rank, whatever the environment
-    /// says), slurm, pmi or mpi (only that launcher's variables). The environment variable
+    /// says), slurm, pmi or mpi (only that launcher's variables; `pmix` = mpi: Open MPI's
+    /// rank variables, PMIx for the rendezvous). The environment variable
     /// MULTIGRAIN_LAUNCHER sets the same; this flag wins.
     #[arg(long, global = true, value_name = "LAUNCHER", value_parser = parse_launcher)]
     launcher: Option<multigrain_cluster_config::LauncherChoice>,

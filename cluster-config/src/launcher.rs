@@ -76,13 +76,14 @@ pub enum LauncherChoice {
     Slurm,
     /// Only PMI's (`PMI_RANK`/`PMI_SIZE`).
     Pmi,
-    /// Only Open MPI's (`OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE`).
+    /// Only Open MPI's (`OMPI_COMM_WORLD_RANK`/`OMPI_COMM_WORLD_SIZE`), with PMIx's
+    /// key–value service for the rendezvous (`mpi`, or `pmix`).
     OpenMpi,
 }
 
 impl LauncherChoice {
     /// The names [`FromStr`] accepts.
-    pub const NAMES: &'static str = "auto, none, slurm, pmi, mpi";
+    pub const NAMES: &'static str = "auto, none, slurm, pmi, mpi (or pmix)";
 }
 
 impl FromStr for LauncherChoice {
@@ -94,7 +95,7 @@ impl FromStr for LauncherChoice {
             "none" => Ok(Self::None),
             "slurm" | "srun" => Ok(Self::Slurm),
             "pmi" => Ok(Self::Pmi),
-            "mpi" | "openmpi" | "ompi" | "mpirun" => Ok(Self::OpenMpi),
+            "mpi" | "pmix" | "openmpi" | "ompi" | "mpirun" => Ok(Self::OpenMpi),
             other => Err(format!(
                 "launcher {other:?} is not known; use one of {}",
                 Self::NAMES
