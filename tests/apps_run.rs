@@ -33,7 +33,7 @@ fn one_job_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 fn run_cmd(name: &str, args: &[&str]) -> Proc {
     let mut cmd = Command::new(bin());
     cmd.arg("run").args(args);
-    for var in common::LAUNCH_VARS {
+    for var in common::launch_vars() {
         cmd.env_remove(var);
     }
     Proc::spawn(name, cmd)
@@ -414,7 +414,7 @@ fn launch_and_srun_start_cluster_processes_of_the_same_command() {
         "em3d",
     ])
     .args(size);
-    for var in common::LAUNCH_VARS {
+    for var in common::launch_vars() {
         cmd.env_remove(var);
     }
     let mut job = Proc::spawn("launch run em3d", cmd);
@@ -451,7 +451,7 @@ fn launch_and_srun_start_cluster_processes_of_the_same_command() {
             let mut cmd = Command::new(bin());
             cmd.args(["run", "em3d", "--config", srun_cfg.to_str().unwrap()])
                 .args(size);
-            for var in common::LAUNCH_VARS {
+            for var in common::launch_vars() {
                 cmd.env_remove(var);
             }
             cmd.env("SLURM_PROCID", r.to_string())

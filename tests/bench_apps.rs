@@ -36,7 +36,7 @@ fn bench_apps_prints_and_writes_every_configuration_and_ratio() {
         "--json",
     ])
     .arg(&json);
-    for var in common::LAUNCH_VARS {
+    for var in common::launch_vars() {
         cmd.env_remove(var);
     }
     let mut p = Proc::spawn("bench apps", cmd);

@@ -32,7 +32,7 @@ fn experiment(name: &str, dir: &Path, extra: &[&str]) -> Value {
     cmd.args(["experiment", name, "--quick", "--out"])
         .arg(dir)
         .args(extra);
-    for var in common::LAUNCH_VARS {
+    for var in common::launch_vars() {
         cmd.env_remove(var);
     }
     let mut p = Proc::spawn(name, cmd);

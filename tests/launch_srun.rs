@@ -27,7 +27,7 @@ fn config(dir: &TempDir, clusters: usize, port: u16, startup_ms: u64) -> std::pa
 fn rank(vars: (&str, &str), rank: usize, size: usize, config: &std::path::Path) -> Proc {
     let mut cmd = Command::new(bin());
     cmd.arg("hello").arg("--config").arg(config);
-    for var in common::LAUNCH_VARS {
+    for var in common::launch_vars() {
         cmd.env_remove(var);
     }
     cmd.env(vars.0, rank.to_string())
@@ -140,7 +140,7 @@ fn port_zero_without_a_launch_id_is_explained() {
 fn slurm_task(job: u32, rank: usize, size: usize, args: &[&str]) -> Proc {
     let mut cmd = Command::new(bin());
     cmd.args(args);
-    for var in common::LAUNCH_VARS {
+    for var in common::launch_vars() {
         cmd.env_remove(var);
     }
     cmd.env("SLURM_PROCID", rank.to_string())
@@ -150,6 +150,35 @@ fn slurm_task(job: u32, rank: usize, size: usize, args: &[&str]) -> Proc {
         .env("SLURM_STEP_NODELIST", "localhost")
         .env("SLURM_CPUS_PER_TASK", "2");
     Proc::spawn(&format!("job {job} rank {rank}"), cmd)
+}
+
+/// Waits for every process, asserting that each fails and that all have ended within
+/// `limit` of `t0`; returns each one's stderr, in order.
+fn all_fail_within(mut procs: Vec<Proc>, t0: Instant, limit: Duration) -> Vec<String> {
+    for p in &mut procs {
+        assert!(!p.wait_exit(HANG).success(), "{}", p.transcript());
+    }
+    let took = t0.elapsed();
+    assert!(took < limit, "the job took {took:?} to stop");
+    procs
+        .iter()
+        .map(|p| p.lines(Stream::Err).join("\n"))
+        .collect()
+}
+
+/// Starts `multigrain ARGS` as Slurm rank `rank` of 2 inside a job step, with `extra`
+/// launcher variables.
+fn step_rank(rank: usize, args: &[&str], extra: &[(&str, &str)]) -> Proc {
+    let mut cmd = Command::new(bin());
+    cmd.args(args);
+    for var in common::launch_vars() {
+        cmd.env_remove(var);
+    }
+    cmd.env("SLURM_PROCID", rank.to_string())
+        .env("SLURM_NTASKS", "2")
+        .env("SLURM_STEP_ID", "0")
+        .envs(extra.iter().copied());
+    Proc::spawn(&format!("rank {rank}"), cmd)
 }
 
 #[test]
@@ -188,7 +217,7 @@ fn a_batch_shell_is_not_a_launcher_rank() {
     // README's run command there starts its own cluster processes (the embedded 2×2 job).
     let mut cmd = Command::new(bin());
     cmd.args(["run", "water", "--molecules", "64", "--steps", "1"]);
-    for var in common::LAUNCH_VARS {
+    for var in common::launch_vars() {
         cmd.env_remove(var);
     }
     cmd.env("SLURM_PROCID", "0")
@@ -205,7 +234,7 @@ fn a_batch_shell_is_not_a_launcher_rank() {
 fn a_forced_launcher_without_its_variables_is_explained() {
     let mut cmd = Command::new(bin());
     cmd.args(["--launcher", "mpi", "hello"]);
-    for var in common::LAUNCH_VARS {
+    for var in common::launch_vars() {
         cmd.env_remove(var);
     }
     let mut p = Proc::spawn("forced mpi", cmd);
@@ -243,21 +272,14 @@ fn a_rank_on_the_wrong_host_stops_the_whole_job_at_once() {
     );
     let vars = ("SLURM_PROCID", "SLURM_NTASKS");
     let t0 = Instant::now();
-    let mut procs = [rank(vars, 0, 2, &cfg), rank(vars, 1, 2, &cfg)];
-    for p in &mut procs {
-        assert!(!p.wait_exit(HANG).success(), "{}", p.transcript());
-    }
-    let took = t0.elapsed();
-    assert!(
-        took < Duration::from_secs(5),
-        "the job took {took:?} to stop"
-    );
-    let rank1 = procs[1].lines(Stream::Err).join("\n");
+    let procs = vec![rank(vars, 0, 2, &cfg), rank(vars, 1, 2, &cfg)];
+    let errs = all_fail_within(procs, t0, Duration::from_secs(5));
+    let rank1 = &errs[1];
     assert!(
         rank1.contains("cluster 1 (Slurm rank 1) runs on") && rank1.contains("192.0.2.7"),
         "{rank1}"
     );
-    let rank0 = procs[0].lines(Stream::Err).join("\n");
+    let rank0 = &errs[0];
     assert!(
         rank0.contains("cluster 1 failed: could not start: cluster 1 (Slurm rank 1)"),
         "{rank0}"
@@ -279,38 +301,20 @@ fn a_coordinator_that_cannot_start_stops_the_members_at_once() {
         ),
     );
     let t0 = Instant::now();
-    let mut procs: Vec<Proc> = (0..2)
-        .rev()
-        .map(|r| {
-            let mut cmd = Command::new(bin());
-            cmd.args([
-                "run",
-                "water",
-                "--molecules",
-                "64",
-                "--steps",
-                "1",
-                "--config",
-            ])
-            .arg(&cfg);
-            for var in common::LAUNCH_VARS {
-                cmd.env_remove(var);
-            }
-            cmd.env("SLURM_PROCID", r.to_string())
-                .env("SLURM_NTASKS", "2")
-                .env("SLURM_STEP_ID", "0");
-            Proc::spawn(&format!("rank {r}"), cmd)
-        })
-        .collect();
-    for p in &mut procs {
-        assert!(!p.wait_exit(HANG).success(), "{}", p.transcript());
-    }
-    let took = t0.elapsed();
-    assert!(
-        took < Duration::from_secs(5),
-        "the job took {took:?} to stop"
-    );
-    let member = procs[0].lines(Stream::Err).join("\n");
+    let cfg = cfg.to_str().unwrap();
+    let water = [
+        "run",
+        "water",
+        "--molecules",
+        "64",
+        "--steps",
+        "1",
+        "--config",
+        cfg,
+    ];
+    let procs: Vec<Proc> = (0..2).rev().map(|r| step_rank(r, &water, &[])).collect();
+    let errs = all_fail_within(procs, t0, Duration::from_secs(5));
+    let member = &errs[0];
     assert!(
         member.contains("cluster 0 failed: could not start: cannot bind INI 0 of cluster 0"),
         "{member}"
@@ -330,35 +334,19 @@ fn a_config_that_puts_cluster_0_elsewhere_stops_every_rank_within_seconds() {
          [[cluster]]\nhost = \"127.0.0.1\"\n",
     );
     let t0 = Instant::now();
-    let mut procs: Vec<Proc> = (0..2)
-        .map(|r| {
-            let mut cmd = Command::new(bin());
-            cmd.args(["hello", "--config"]).arg(&cfg);
-            for var in common::LAUNCH_VARS {
-                cmd.env_remove(var);
-            }
-            cmd.env("SLURM_PROCID", r.to_string())
-                .env("SLURM_NTASKS", "2")
-                .env("SLURM_STEP_ID", "0")
-                .env("SLURM_JOB_ID", "4242")
-                .env("SLURM_STEP_NODELIST", "localhost");
-            Proc::spawn(&format!("rank {r}"), cmd)
-        })
-        .collect();
-    for p in &mut procs {
-        assert!(!p.wait_exit(HANG).success(), "{}", p.transcript());
-    }
-    let took = t0.elapsed();
-    assert!(
-        took < Duration::from_secs(6),
-        "the job took {took:?} to stop"
-    );
-    let rank0 = procs[0].lines(Stream::Err).join("\n");
+    let hello = ["hello", "--config", cfg.to_str().unwrap()];
+    let placed = [
+        ("SLURM_JOB_ID", "4242"),
+        ("SLURM_STEP_NODELIST", "localhost"),
+    ];
+    let procs: Vec<Proc> = (0..2).map(|r| step_rank(r, &hello, &placed)).collect();
+    let errs = all_fail_within(procs, t0, Duration::from_secs(6));
+    let rank0 = &errs[0];
     assert!(
         rank0.contains("cluster 0 (Slurm rank 0) runs on"),
         "{rank0}"
     );
-    let rank1 = procs[1].lines(Stream::Err).join("\n");
+    let rank1 = &errs[1];
     assert!(
         rank1.contains(
             "Slurm placed rank 0 on localhost, but the config places cluster 0 on 192.0.2.7"

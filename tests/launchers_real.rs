@@ -27,7 +27,7 @@ fn run(what: &str, cmd: &mut Command, limit: Duration) -> Output {
             None => wrapped.env_remove(k),
         };
     }
-    for var in common::LAUNCH_VARS {
+    for var in common::launch_vars() {
         wrapped.env_remove(var);
     }
     let out = wrapped
@@ -72,20 +72,25 @@ fn slurm() {
     }
 }
 
-/// `mpirun` exists (installed with apt when missing), or the test fails saying why.
-fn open_mpi() {
-    static UP: OnceLock<Result<(), String>> = OnceLock::new();
-    let up = UP.get_or_init(|| {
-        if Command::new("mpirun").arg("--version").output().is_ok() {
+/// Installs `packages` with apt unless `present` says they are there; the outcome is
+/// kept per test process in `once`. Panics, loudly naming `what`, when they cannot be had.
+fn installed(
+    once: &OnceLock<Result<(), String>>,
+    what: &str,
+    present: fn() -> bool,
+    packages: &str,
+) {
+    let up = once.get_or_init(|| {
+        if present() {
             return Ok(());
         }
         let out = Command::new("sh")
             .arg("-c")
-            .arg(
+            .arg(format!(
                 "export DEBIAN_FRONTEND=noninteractive; \
-                 apt-get install -y --no-install-recommends openmpi-bin \
-                 || (apt-get update && apt-get install -y --no-install-recommends openmpi-bin)",
-            )
+                 apt-get install -y --no-install-recommends {packages} \
+                 || (apt-get update && apt-get install -y --no-install-recommends {packages})"
+            ))
             .output()
             .map_err(|e| format!("cannot run apt-get: {e}"))?;
         if out.status.success() {
@@ -95,8 +100,19 @@ fn open_mpi() {
         }
     });
     if let Err(e) = up {
-        panic!("OPEN MPI COULD NOT BE INSTALLED, so the mpirun tests cannot run:\n{e}");
+        panic!("{what} COULD NOT BE INSTALLED, so the tests that need it cannot run:\n{e}");
     }
+}
+
+/// `mpirun` exists (installed with apt when missing), or the test fails saying why.
+fn open_mpi() {
+    static UP: OnceLock<Result<(), String>> = OnceLock::new();
+    installed(
+        &UP,
+        "OPEN MPI",
+        || Command::new("mpirun").arg("--version").output().is_ok(),
+        "openmpi-bin",
+    );
 }
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -289,31 +305,19 @@ fn mpirun_across_two_network_namespaces_needs_no_hosts() {
     );
 }
 
-/// openssh-server is installed (with apt when missing), or the test fails saying why.
+/// openssh-server and the client are installed (with apt when missing), or the test
+/// fails saying why.
 fn openssh() {
     static UP: OnceLock<Result<(), String>> = OnceLock::new();
-    let up = UP.get_or_init(|| {
-        if std::path::Path::new("/usr/sbin/sshd").exists() && Command::new("ssh").arg("-V").output().is_ok() {
-            return Ok(());
-        }
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(
-                "export DEBIAN_FRONTEND=noninteractive; \
-                 apt-get install -y --no-install-recommends openssh-server openssh-client \
-                 || (apt-get update && apt-get install -y --no-install-recommends openssh-server openssh-client)",
-            )
-            .output()
-            .map_err(|e| format!("cannot run apt-get: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(text(&out))
-        }
-    });
-    if let Err(e) = up {
-        panic!("OPENSSH COULD NOT BE INSTALLED, so the ssh launch test cannot run:\n{e}");
-    }
+    installed(
+        &UP,
+        "OPENSSH",
+        || {
+            std::path::Path::new("/usr/sbin/sshd").exists()
+                && Command::new("ssh").arg("-V").output().is_ok()
+        },
+        "openssh-server openssh-client",
+    );
 }
 
 /// A real sshd in network namespace `ns` at `addr`, with its own host key and one client
@@ -430,7 +434,7 @@ fn clusters_started_over_real_ssh_do_not_outlive_the_launcher() {
                 "--sleep-ms",
                 "60000",
             ]);
-        for var in common::LAUNCH_VARS {
+        for var in common::launch_vars() {
             cmd.env_remove(var);
         }
         let job = common::Proc::spawn("launch over ssh", cmd);

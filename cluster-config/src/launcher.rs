@@ -59,6 +59,30 @@ impl fmt::Display for Launcher {
     }
 }
 
+/// Every variable through which a launcher tells a process its rank or placement (Slurm,
+/// PMI, Open MPI/PMIx) or chooses the launcher ([`ENV_LAUNCHER`]): what a parent removes
+/// from a child's environment so that the child is not taken for a launcher rank.
+pub const LAUNCHER_VARIABLES: [&str; 18] = [
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_NODELIST",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURM_CPUS_PER_TASK",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMI_KVSNAME",
+    "MPI_LOCALNRANKS",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_MCA_ess_base_jobid",
+    "PMIX_NAMESPACE",
+    ENV_LAUNCHER,
+];
+
 /// The environment variable that chooses how the launcher is detected
 /// (`auto`, `none`, `slurm`, `pmi`, `mpi`); `--launcher` sets the same.
 pub const ENV_LAUNCHER: &str = "MULTIGRAIN_LAUNCHER";

@@ -86,9 +86,9 @@ use std::path::Path;
 
 pub use error::{ConfigError, Location};
 pub use launcher::{
-    ENV_LAUNCHER, LaunchRank, Launcher, LauncherChoice, Placement, RankError, detect_placement,
-    detect_placement_from_env, detect_rank, detect_rank_from_env, first_host, instance_key,
-    rendezvous_port, set_launcher_choice,
+    ENV_LAUNCHER, LAUNCHER_VARIABLES, LaunchRank, Launcher, LauncherChoice, Placement, RankError,
+    detect_placement, detect_placement_from_env, detect_rank, detect_rank_from_env, first_host,
+    instance_key, rendezvous_port, set_launcher_choice,
 };
 pub use model::{
     ClusterSpec, DEFAULT_JOB_KEY, DEFAULT_PREFETCH, DsmConfig, EmulationConfig, FaultConfig,

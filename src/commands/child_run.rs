@@ -8,31 +8,18 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// Variables that would make a child `multigrain run` think a launcher started it.
-pub const LAUNCH_VARS: [&str; 22] = [
-    multigrain_messaging::control::ENV_CLUSTER,
-    multigrain_messaging::control::ENV_CLUSTERS,
-    multigrain_messaging::control::ENV_COORDINATOR,
-    multigrain_messaging::control::ENV_CONFIG,
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "PMI_RANK",
-    "PMI_SIZE",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "SLURM_STEP_ID",
-    "SLURM_JOB_ID",
-    "SLURM_STEP_NODELIST",
-    "SLURM_JOB_NODELIST",
-    "SLURM_NODELIST",
-    "SLURM_CPUS_PER_TASK",
-    "PMI_KVSNAME",
-    "MPI_LOCALNRANKS",
-    "PMIX_NAMESPACE",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "OMPI_MCA_ess_base_jobid",
-    "MULTIGRAIN_LAUNCHER",
-];
+/// Variables that would make a child `multigrain run` think a launcher started it:
+/// `multigrain launch`'s and every launcher's.
+pub fn launch_vars() -> impl Iterator<Item = &'static str> {
+    [
+        multigrain_messaging::control::ENV_CLUSTER,
+        multigrain_messaging::control::ENV_CLUSTERS,
+        multigrain_messaging::control::ENV_COORDINATOR,
+        multigrain_messaging::control::ENV_CONFIG,
+    ]
+    .into_iter()
+    .chain(multigrain_cluster_config::LAUNCHER_VARIABLES)
+}
 
 /// The last `n` non-empty lines of a file joined by ` | `, for an error message.
 pub fn tail(path: &Path, n: usize) -> String {
@@ -89,7 +76,7 @@ pub fn run_report(
     let _ = std::fs::remove_file(&json);
     let mut cmd = Command::new(exe);
     cmd.arg("run").args(args).arg("--json").arg(&json);
-    for var in LAUNCH_VARS {
+    for var in launch_vars() {
         cmd.env_remove(var);
     }
     let file =

@@ -330,30 +330,16 @@ pub fn local_config(
 /// Variables that make a `multigrain` process a cluster of a launched job (set by
 /// `multigrain launch`, Slurm, PMI or Open MPI): tests remove them from child
 /// environments so that each child gets only the identity the test gives it.
-pub const LAUNCH_VARS: [&str; 22] = [
-    "MULTIGRAIN_CLUSTER_ID",
-    "MULTIGRAIN_CLUSTERS",
-    "MULTIGRAIN_COORDINATOR",
-    "MULTIGRAIN_CONFIG",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "PMI_RANK",
-    "PMI_SIZE",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "SLURM_STEP_ID",
-    "SLURM_JOB_ID",
-    "SLURM_STEP_NODELIST",
-    "SLURM_JOB_NODELIST",
-    "SLURM_NODELIST",
-    "SLURM_CPUS_PER_TASK",
-    "PMI_KVSNAME",
-    "MPI_LOCALNRANKS",
-    "PMIX_NAMESPACE",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "OMPI_MCA_ess_base_jobid",
-    "MULTIGRAIN_LAUNCHER",
-];
+pub fn launch_vars() -> impl Iterator<Item = &'static str> {
+    [
+        "MULTIGRAIN_CLUSTER_ID",
+        "MULTIGRAIN_CLUSTERS",
+        "MULTIGRAIN_COORDINATOR",
+        "MULTIGRAIN_CONFIG",
+    ]
+    .into_iter()
+    .chain(multigrain_cluster_config::LAUNCHER_VARIABLES)
+}
 
 /// Two network namespaces joined by a veth pair, torn down on drop.
 pub struct Netns {
