@@ -38,7 +38,7 @@ pub struct Identity {
     pub launcher: Option<Launcher>,
     /// Why the config's coordinator address may be wrong: the launcher placed rank 0 on
     /// a node whose addresses do not include cluster 0's configured host. A member then
-    /// gives up after [`DOUBT_WAIT`] without an answer there (naming both), instead of
+    /// gives up after 2 s (`DOUBT_WAIT`) without an answer there (naming both), instead of
     /// the whole start-up timeout; an answer proves the config right.
     pub doubt: Option<String>,
 }
