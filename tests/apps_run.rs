@@ -876,3 +876,22 @@ fn completions_and_man_pages_are_generated() {
         );
     }
 }
+
+/// Every `ini.window` that `config check` accepts runs: the smallest (1 frame) and the
+/// largest (the sliding window's own limit), over the INIs.
+#[test]
+fn every_window_the_schema_accepts_runs() {
+    let _one = one_job_at_a_time();
+    for window in ["1", "32768"] {
+        let set = format!("ini.window={window}");
+        let (report, _) = run_ok(
+            &format!("window {window}"),
+            &["water", "--molecules", "64", "--steps", "1", "--set", &set],
+            Some(2),
+        );
+        assert!(
+            report["run_s"].as_f64().is_some_and(|s| s > 0.0),
+            "{report}"
+        );
+    }
+}

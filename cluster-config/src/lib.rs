@@ -9,7 +9,7 @@
 //! is allowed, e.g.
 //!
 //! ```text
-//! jobs/2x2.toml:14:10: ini.window = 0: must be between 1 and 2147483648 (half the 32-bit sequence space)
+//! jobs/2x2.toml:14:10: ini.window = 0: must be between 1 and 32768 (frames in flight per INI connection)
 //! ```
 //!
 //! [`JobConfig::from_str_with_overrides`] applies `--set KEY=VALUE` values
@@ -39,7 +39,7 @@
 //! | `ini.per_cluster` | 1 | 1 ..= 64 |
 //! | `ini.policy` | `"static"` | `static`, `round-robin`, `least-loaded` |
 //! | `ini.substrate` | `"auto"` | `auto`, `shm`, `udp` |
-//! | `ini.window` | 32 | 1 ..= 2^31 frames |
+//! | `ini.window` | 32 | 1 ..= 32768 (2^15) frames |
 //! | `ini.send_timeout_us` | 2000 | ≥ 1 µs |
 //! | `ini.ack_timeout_us` | 200 | ≥ 1 µs, < `ini.send_timeout_us` |
 //! | `ini.mtu` | 1472 | 512 ..= 65507 bytes |

@@ -18,9 +18,10 @@ pub const MIN_REGION_BASE: u64 = 0x1_0000;
 /// without opting into 5-level paging: 2^47 bytes. The DSM region must end
 /// at or below it.
 pub const USER_SPACE_END: u64 = 1 << 47;
-/// Largest sliding-window size in frames: half the 32-bit sequence space, so
-/// that a sequence number is never ambiguous between two windows.
-pub const MAX_WINDOW: u32 = 1 << 31;
+/// Largest sliding-window size in frames (`ini.window`): the sliding window's own
+/// limit, [`multigrain_window::MAX_WINDOW`], so that what `config check` accepts
+/// is what the INIs run.
+pub const MAX_WINDOW: u32 = multigrain_window::MAX_WINDOW;
 /// Smallest allowed `ini.mtu`, in bytes.
 pub const MIN_MTU: usize = 512;
 /// Largest allowed `ini.mtu`, in bytes: the largest UDP payload over IPv4

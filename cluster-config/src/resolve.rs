@@ -414,7 +414,7 @@ impl Resolver<'_, '_> {
                     "ini.window",
                     d.window,
                     Bounds::between(1, MAX_WINDOW.into())
-                        .because(" (half the 32-bit sequence space)"),
+                        .because(" (frames in flight per INI connection)"),
                 )?
                 .value,
             send_timeout_us: self.int(

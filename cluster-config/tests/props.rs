@@ -42,7 +42,7 @@ prop_compose! {
         peer_extra in 1u64..10_000,
         policy in choice(IniPolicy::ALL),
         substrate in choice(Substrate::ALL),
-        window in 1u32..=(1 << 31),
+        window in 1u32..=multigrain_window::MAX_WINDOW,
         mtu in 512usize..=65507,
         queue in 1usize..100_000,
         inline in any::<bool>(),

@@ -302,20 +302,20 @@ fn ini_counts_and_keywords() {
 }
 
 #[test]
-fn window_is_at_most_half_the_sequence_space() {
+fn window_is_what_the_sliding_window_takes() {
     assert_eq!(
         err(&with_local("[ini]\nwindow = 0")),
-        "jobs/t.toml:2:10: ini.window = 0: must be between 1 and 2147483648 (half the 32-bit \
-         sequence space)"
+        "jobs/t.toml:2:10: ini.window = 0: must be between 1 and 32768 (frames in flight per \
+         INI connection)"
     );
     assert_eq!(
-        err(&with_local("[ini]\nwindow = 2147483649")),
-        "jobs/t.toml:2:10: ini.window = 2147483649: must be between 1 and 2147483648 (half the \
-         32-bit sequence space)"
+        err(&with_local("[ini]\nwindow = 32769")),
+        "jobs/t.toml:2:10: ini.window = 32769: must be between 1 and 32768 (frames in flight \
+         per INI connection)"
     );
     assert_eq!(
-        ok(&with_local("[ini]\nwindow = 2147483648")).ini.window,
-        1 << 31
+        ok(&with_local("[ini]\nwindow = 32768")).ini.window,
+        multigrain_window::MAX_WINDOW
     );
 }
 
@@ -660,8 +660,8 @@ fn file_errors_name_the_path() {
     assert_eq!(
         msg,
         format!(
-            "{}:5:10: ini.window = 0: must be between 1 and 2147483648 (half the 32-bit sequence \
-             space)",
+            "{}:5:10: ini.window = 0: must be between 1 and 32768 (frames in flight per INI \
+             connection)",
             path.display()
         )
     );
@@ -738,8 +738,8 @@ fn omitted_sections_take_their_defaults() {
 fn dotted_and_inline_forms_point_at_the_value() {
     assert_eq!(
         err(&with_local("ini.window = 0")),
-        "jobs/t.toml:1:14: ini.window = 0: must be between 1 and 2147483648 (half the 32-bit \
-         sequence space)"
+        "jobs/t.toml:1:14: ini.window = 0: must be between 1 and 32768 (frames in flight per \
+         INI connection)"
     );
     assert_eq!(
         err("cluster = [{ host = 'a' }, { host = 'b', threads = 0 }]\n"),

@@ -98,6 +98,8 @@ impl NetConfig {
             window: cfg.ini.window,
             ..WindowConfig::default()
         };
+        // An ACK at least every 32 frames, and at the latest when the window is full.
+        window.ack_every = window.ack_every.min(window.window);
         window.send_timeout = crate::window::Micros(cfg.ini.send_timeout_us);
         window.ack_timeout = crate::window::Micros(cfg.ini.ack_timeout_us);
         window.peer_timeout = crate::window::Micros::from_millis(cfg.job.peer_timeout_ms);
