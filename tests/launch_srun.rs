@@ -300,7 +300,6 @@ fn a_coordinator_that_cannot_start_stops_the_members_at_once() {
              [[cluster]]\nhost = \"127.0.0.1\"\n"
         ),
     );
-    let t0 = Instant::now();
     let cfg = cfg.to_str().unwrap();
     let water = [
         "run",
@@ -312,13 +311,18 @@ fn a_coordinator_that_cannot_start_stops_the_members_at_once() {
         "--config",
         cfg,
     ];
-    let procs: Vec<Proc> = (0..2).rev().map(|r| step_rank(r, &water, &[])).collect();
-    let errs = all_fail_within(procs, t0, Duration::from_secs(5));
-    let member = &errs[0];
-    assert!(
-        member.contains("cluster 0 failed: could not start: cannot bind INI 0 of cluster 0"),
-        "{member}"
-    );
+    // `hello` checks what `run` needs before joining, so it fails the same way.
+    let hello = ["hello", "--config", cfg];
+    for args in [&water[..], &hello[..]] {
+        let t0 = Instant::now();
+        let procs: Vec<Proc> = (0..2).rev().map(|r| step_rank(r, args, &[])).collect();
+        let errs = all_fail_within(procs, t0, Duration::from_secs(5));
+        let member = &errs[0];
+        assert!(
+            member.contains("cluster 0 failed: could not start: cannot bind INI 0 of cluster 0"),
+            "{args:?}: {member}"
+        );
+    }
     drop(busy);
 }
 

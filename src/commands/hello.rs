@@ -10,6 +10,7 @@ use multigrain_cluster_config::JobConfig;
 use multigrain_messaging::control::{
     Control, ControlError, EXIT_PEER_FAILED, Identity, Registration,
 };
+use multigrain_messaging::net::BoundInis;
 
 /// What `multigrain hello` was asked to do.
 pub struct Options {
@@ -48,7 +49,20 @@ pub fn run(opts: &Options) -> Result<()> {
 
 fn hello(opts: &Options, cfg: &JobConfig, id: &Identity) -> Result<()> {
     let me = id.cluster;
-    id.check_host(cfg).inspect_err(|e| {
+    // What `run` needs before it joins, checked the same way: the host is this machine
+    // and the INIs can bind (then let go at once).
+    let spec = &cfg.clusters[me];
+    let ready = id
+        .check_host(cfg)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| {
+            if id.clusters > 1 {
+                let ids = multigrain_messaging::SiteId(me as u16);
+                BoundInis::bind(ids, &spec.host, spec.port, cfg.inis_of(me))?;
+            }
+            Ok(())
+        });
+    ready.inspect_err(|e| {
         Control::refuse_start(id, &cfg.job, &e.to_string());
         Control::report_cannot_start(id, &cfg.job, &e.to_string());
     })?;
