@@ -877,16 +877,20 @@ fn completions_and_man_pages_are_generated() {
     }
 }
 
-/// Every `ini.window` that `config check` accepts runs: the smallest (1 frame) and the
-/// largest (the sliding window's own limit), over the INIs.
+/// The limits `config check` accepts run: the smallest and largest `ini.window` (1 frame,
+/// the sliding window's own limit) over the INIs, and the largest `dsm.region_size` (what
+/// the coherence protocol can number, 64 GiB).
 #[test]
-fn every_window_the_schema_accepts_runs() {
+fn the_limits_the_schema_accepts_run() {
     let _one = one_job_at_a_time();
-    for window in ["1", "32768"] {
-        let set = format!("ini.window={window}");
+    for set in [
+        "ini.window=1",
+        "ini.window=32768",
+        "dsm.region_size=\"64GiB\"",
+    ] {
         let (report, _) = run_ok(
-            &format!("window {window}"),
-            &["water", "--molecules", "64", "--steps", "1", "--set", &set],
+            set,
+            &["water", "--molecules", "64", "--steps", "1", "--set", set],
             Some(2),
         );
         assert!(

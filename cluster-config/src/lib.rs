@@ -50,7 +50,7 @@
 //! | `dsm.protocol` | `"hlrc"` | `hlrc`, `sc` |
 //! | `dsm.home` | `"round-robin"` | `round-robin`, `block`, `first-touch` |
 //! | `dsm.region_base` | `0x5000_0000_0000` | page-aligned, 0x10000 ..= 2^47 − 4096 |
-//! | `dsm.region_size` | 1073741824 | bytes or `"1GiB"`-style string; multiple of 4096; base + size ≤ 2^47 |
+//! | `dsm.region_size` | 1073741824 | bytes or `"1GiB"`-style string; multiple of 4096; at most 64 GiB (2^24 pages); base + size ≤ 2^47 |
 //! | `dsm.page_size` | 4096 | 4096 only |
 //! | `dsm.prefetch` | 7 | 0 ..= 64 pages after a faulting one, fetched with it (hlrc) |
 //! | `dsm.protocol_priority` | `"auto"` | `auto`, `realtime`, `normal` |
@@ -93,9 +93,10 @@ pub use launcher::{
 pub use model::{
     ClusterSpec, DEFAULT_JOB_KEY, DEFAULT_PREFETCH, DsmConfig, EmulationConfig, FaultConfig,
     HomePolicy, IniConfig, IniPolicy, JobConfig, JobSettings, LOCAL_HOST, LaunchConfig, Link,
-    MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH, MAX_THREADS_PER_CLUSTER,
-    MAX_TRACE_RECORDS, MAX_WINDOW, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol,
-    ProtocolPriority, Substrate, USER_SPACE_END, is_loopback, same_host,
+    MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH, MAX_REGION_SIZE,
+    MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS, MAX_WINDOW, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE,
+    ParseChoiceError, Protocol, ProtocolPriority, Substrate, USER_SPACE_END, is_loopback,
+    same_host,
 };
 pub use overrides::{BadOverride, Override};
 pub use size::{ParseSizeError, format_bytes, parse_byte_size};

@@ -22,6 +22,10 @@ pub const USER_SPACE_END: u64 = 1 << 47;
 /// limit, [`multigrain_window::MAX_WINDOW`], so that what `config check` accepts
 /// is what the INIs run.
 pub const MAX_WINDOW: u32 = multigrain_window::MAX_WINDOW;
+/// Largest `dsm.region_size`, in bytes: the coherence protocol's page numbers
+/// ([`multigrain_coherence::MAX_PAGES`] pages of [`PAGE_SIZE`] bytes, 64 GiB), so that
+/// what `config check` accepts is what the DSM runs.
+pub const MAX_REGION_SIZE: u64 = multigrain_coherence::MAX_PAGES as u64 * PAGE_SIZE;
 /// Smallest allowed `ini.mtu`, in bytes.
 pub const MIN_MTU: usize = 512;
 /// Largest allowed `ini.mtu`, in bytes: the largest UDP payload over IPv4

@@ -9,7 +9,7 @@ use toml::Spanned;
 use crate::error::{ConfigError, Source};
 use crate::model::{
     ClusterSpec, DsmConfig, EmulationConfig, FaultConfig, IniConfig, JobConfig, JobSettings,
-    LaunchConfig, MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH,
+    LaunchConfig, MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH, MAX_REGION_SIZE,
     MAX_THREADS_PER_CLUSTER, MAX_WINDOW, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, Substrate,
     USER_SPACE_END, local_clusters, same_host,
 };
@@ -515,7 +515,7 @@ impl Resolver<'_, '_> {
                 let v = f.get_ref().0;
                 let ok = u64::try_from(v)
                     .ok()
-                    .filter(|v| *v > 0 && v.is_multiple_of(PAGE_SIZE));
+                    .filter(|v| *v > 0 && v.is_multiple_of(PAGE_SIZE) && *v <= MAX_REGION_SIZE);
                 match ok {
                     Some(value) => Val {
                         value,
@@ -527,7 +527,9 @@ impl Resolver<'_, '_> {
                             "dsm.region_size",
                             format!(
                                 "must be a positive multiple of the page size ({PAGE_SIZE} \
-                                 bytes), e.g. 1073741824 or \"1GiB\""
+                                 bytes) and at most {} (the protocol's page numbers), e.g. \
+                                 1073741824 or \"1GiB\"",
+                                format_bytes(MAX_REGION_SIZE)
                             ),
                         ));
                     }

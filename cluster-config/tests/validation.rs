@@ -464,8 +464,8 @@ fn region_base_is_page_aligned_user_space() {
 
 #[test]
 fn region_size_is_a_positive_multiple_of_the_page_size() {
-    let allowed = "must be a positive multiple of the page size (4096 bytes), e.g. 1073741824 or \
-                   \"1GiB\"";
+    let allowed = "must be a positive multiple of the page size (4096 bytes) and at most 64 GiB \
+                   (the protocol's page numbers), e.g. 1073741824 or \"1GiB\"";
     assert_eq!(
         err(&with_local("[dsm]\nregion_size = 0")),
         format!("jobs/t.toml:2:15: dsm.region_size = 0: {allowed}")
@@ -473,6 +473,11 @@ fn region_size_is_a_positive_multiple_of_the_page_size() {
     assert_eq!(
         err(&with_local("[dsm]\nregion_size = 4097")),
         format!("jobs/t.toml:2:15: dsm.region_size = 4097: {allowed}")
+    );
+    // One page above what the coherence protocol can number.
+    assert_eq!(
+        err(&with_local("[dsm]\nregion_size = 68719480832")),
+        format!("jobs/t.toml:2:15: dsm.region_size = 68719480832: {allowed}")
     );
     assert_eq!(
         err(&with_local("[dsm]\nregion_size = -4096")),
@@ -497,7 +502,7 @@ fn region_sizes_as_strings() {
         ("\"512MiB\"", 512 << 20),
         ("\"512 MiB\"", 512 << 20),
         ("\"64k\"", 64 << 10),
-        ("\"2T\"", 2 << 40),
+        ("\"64GiB\"", 64 << 30),
         ("\"8192\"", 8192),
         ("1_048_576", 1 << 20),
     ] {
