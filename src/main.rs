@@ -366,6 +366,9 @@ fn main() {
         std::env::var(k).ok().filter(|v| !v.is_empty())
     }));
     if let Err(e) = run(cli) {
+        if let Some(launch::Interrupted(signal)) = e.downcast_ref::<launch::Interrupted>() {
+            std::process::exit(128 + *signal as i32);
+        }
         logging::print_error(&e);
         std::process::exit(1);
     }

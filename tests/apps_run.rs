@@ -899,3 +899,47 @@ fn the_limits_the_schema_accepts_run() {
         );
     }
 }
+
+/// Ctrl-C of `multigrain run` stops every cluster, exits with 130 and leaves no scratch
+/// directory (the resolved config and the progress socket) behind.
+#[test]
+fn interrupted_run_exits_130_and_leaves_no_scratch_directory() {
+    let _one = one_job_at_a_time();
+    let mut p = run_cmd(
+        "interrupted",
+        &[
+            "water",
+            "--molecules",
+            "1000",
+            "--steps",
+            "50",
+            "--set",
+            "ini.window=64",
+        ],
+    );
+    p.wait_line("water: time steps", JOB);
+    let scratch = format!("multigrain-run-{}-", p.pid);
+    let ours = || -> Vec<String> {
+        std::fs::read_dir(std::env::temp_dir())
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&scratch))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        ours().len(),
+        1,
+        "the run's scratch directory exists while it runs"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(p.pid),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = p.wait_exit(JOB);
+    assert_eq!(status.code(), Some(130), "{}", p.transcript());
+    assert!(ours().is_empty(), "left behind: {:?}", ours());
+}

@@ -313,7 +313,9 @@ pub fn run(opts: Options) -> Result<()> {
     if let Some(signal) = outcome.interrupted {
         let report: Vec<String> = procs.iter().map(Proc::describe).collect();
         launch_line(&format!("stopped by {signal}: {}", report.join("; ")));
-        std::process::exit(128 + signal as i32);
+        // Returned, not exited here, so that callers' scratch directories are removed on
+        // the way out; `main` exits with 128 + the signal's number.
+        return Err(Interrupted(signal).into());
     }
     let mut failed: Vec<&Proc> = procs.iter().filter(|p| p.failed()).collect();
     if failed.is_empty() {
@@ -465,3 +467,17 @@ fn is_this_machine(host: &str) -> bool {
     }
     resolve(host, 0).is_ok_and(|a| std::net::UdpSocket::bind(a).is_ok())
 }
+
+/// The launcher was stopped by SIGINT or SIGTERM after stopping every cluster; the
+/// process should exit with 128 + the signal's number (the shell's convention), saying
+/// nothing more (the launcher has reported).
+#[derive(Debug, Clone, Copy)]
+pub struct Interrupted(pub Signal);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stopped by {}", self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
