@@ -7,9 +7,7 @@ use super::ini_scheduling::{run_s, slowdown};
 use super::plot::{Figure, Kind, Series};
 use super::sweep::{Point, Runs, Sweep};
 use super::table::{Cell, Column, Fmt, Table};
-use super::{
-    CommonArgs, Context, Link, Outcome, POLICIES, Shape, check_water, dsm_point, water_app,
-};
+use super::{CommonArgs, Context, Link, Outcome, POLICIES, Shape, dsm_point, water_app};
 use crate::commands::run::report::{Outcome as RunOutcome, Report};
 use anyhow::{Result, bail};
 use multigrain_dsm::ClusterStats;
@@ -27,12 +25,8 @@ pub struct ClusterSizeArgs {
     /// INI scheduling policy of the runs over INIs.
     #[arg(long, default_value = "static", value_parser = POLICIES)]
     pub policy: String,
-    /// Water's molecules, a perfect cube [default: 343; with --quick 64].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub molecules: Option<u64>,
-    /// Water's time steps [default: 2; with --quick 1].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub steps: Option<u64>,
+    #[command(flatten)]
+    pub water: super::WaterSize,
     /// EM3D's E nodes (and as many H nodes) per thread [default: 2500; with --quick 500].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub nodes_per_thread: Option<u64>,
@@ -87,9 +81,7 @@ pub fn sqrt_inis(size: usize) -> usize {
 /// Bad flags.
 pub fn run(ctx: &Context, a: &ClusterSizeArgs) -> Result<Outcome> {
     let q = ctx.quick;
-    let molecules = a.molecules.unwrap_or(if q { 64 } else { 343 });
-    let steps = a.steps.unwrap_or(if q { 1 } else { 2 });
-    check_water(molecules, steps)?;
+    let (molecules, steps) = a.water.resolve(q)?;
     let nodes = a.nodes_per_thread.unwrap_or(if q { 500 } else { 2500 });
     let iterations = a.iterations.unwrap_or(if q { 10 } else { 100 });
     let total_threads = a.threads.map_or(4, |t| t as usize);

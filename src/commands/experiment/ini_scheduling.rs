@@ -6,9 +6,7 @@
 use super::plot::{Figure, Kind, Series};
 use super::sweep::{Point, Runs, Sweep};
 use super::table::{Cell, Column, Fmt, Table};
-use super::{
-    CommonArgs, Context, Link, Outcome, POLICIES, Shape, check_water, dsm_point, water_app,
-};
+use super::{CommonArgs, Context, Link, Outcome, POLICIES, Shape, dsm_point, water_app};
 use crate::commands::run::report::Report;
 use anyhow::{Result, anyhow};
 use multigrain_messaging::net::trace::TraceSummary;
@@ -19,13 +17,8 @@ use serde_json::json;
 pub struct IniSchedulingArgs {
     #[command(flatten)]
     pub(super) common: CommonArgs,
-    /// Water's molecules, a perfect cube [default: 343, the thesis's problem; with
-    /// --quick 64]. A larger problem: --molecules 512 --steps 3.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub molecules: Option<u64>,
-    /// Water's time steps [default: 2; with --quick 1].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub steps: Option<u64>,
+    #[command(flatten)]
+    pub water: super::WaterSize,
     /// Compute threads of every job, split into every shape clusters × threads
     /// [default: 8 on a machine with at least 8 cores, else 4].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -80,9 +73,7 @@ fn columns() -> Vec<Column> {
 /// # Errors
 /// Bad flags, or a calibration run that failed.
 pub fn run(ctx: &Context, a: &IniSchedulingArgs) -> Result<Outcome> {
-    let molecules = a.molecules.unwrap_or(if ctx.quick { 64 } else { 343 });
-    let steps = a.steps.unwrap_or(if ctx.quick { 1 } else { 2 });
-    check_water(molecules, steps)?;
+    let (molecules, steps) = a.water.resolve(ctx.quick)?;
     let total = a
         .threads
         .map_or(if ctx.cores >= 8 { 8 } else { 4 }, |t| t as usize);

@@ -6,9 +6,7 @@ use super::ini_scheduling::{run_s, traced};
 use super::plot::{Figure, Kind, Series};
 use super::sweep::{Point, Runs, Sweep};
 use super::table::{Cell, Column, Fmt, Table};
-use super::{
-    CommonArgs, Context, Link, Outcome, POLICIES, Shape, check_water, dsm_point, water_app,
-};
+use super::{CommonArgs, Context, Link, Outcome, POLICIES, Shape, dsm_point, water_app};
 use anyhow::{Result, bail};
 use serde_json::json;
 
@@ -17,12 +15,8 @@ use serde_json::json;
 pub struct MisSchedulingArgs {
     #[command(flatten)]
     pub(super) common: CommonArgs,
-    /// Water's molecules, a perfect cube [default: 343; with --quick 64].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub molecules: Option<u64>,
-    /// Water's time steps [default: 2; with --quick 1].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub steps: Option<u64>,
+    #[command(flatten)]
+    pub water: super::WaterSize,
     /// Compute threads of every job; the shapes are those with at least 2 clusters of
     /// at least 2 threads [default: 8 (4×2, 2×4), with --quick 4 (2×2)].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(4..=64))]
@@ -34,9 +28,7 @@ pub struct MisSchedulingArgs {
 /// # Errors
 /// Bad flags (no shape with several clusters of several threads).
 pub fn run(ctx: &Context, a: &MisSchedulingArgs) -> Result<Outcome> {
-    let molecules = a.molecules.unwrap_or(if ctx.quick { 64 } else { 343 });
-    let steps = a.steps.unwrap_or(if ctx.quick { 1 } else { 2 });
-    check_water(molecules, steps)?;
+    let (molecules, steps) = a.water.resolve(ctx.quick)?;
     let total = a
         .threads
         .map_or(if ctx.quick { 4 } else { 8 }, |t| t as usize);

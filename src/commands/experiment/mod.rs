@@ -361,6 +361,35 @@ pub fn water_app(molecules: u64, steps: u64) -> Vec<String> {
 ///
 /// # Errors
 /// What is wrong, naming the flag.
+/// Water's problem size flags, shared by the experiments that run Water.
+#[derive(clap::Args, Debug)]
+pub struct WaterSize {
+    /// Water's molecules, a perfect cube [default: 343, the thesis's problem; with
+    /// --quick 64]. A larger problem: --molecules 512 --steps 3.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub molecules: Option<u64>,
+    /// Water's time steps [default: 2; with --quick 1].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: Option<u64>,
+}
+
+impl WaterSize {
+    /// (molecules, steps) with the defaults filled in (`quick`: the small problem).
+    ///
+    /// # Errors
+    /// A size Water cannot run (see [`check_water`]).
+    pub fn resolve(&self, quick: bool) -> Result<(u64, u64)> {
+        let molecules = self.molecules.unwrap_or(if quick { 64 } else { 343 });
+        let steps = self.steps.unwrap_or(if quick { 1 } else { 2 });
+        check_water(molecules, steps)?;
+        Ok((molecules, steps))
+    }
+}
+
+/// Checks that Water can run `molecules` × `steps`.
+///
+/// # Errors
+/// Which flag is wrong and why.
 pub fn check_water(molecules: u64, steps: u64) -> Result<()> {
     super::bench_apps::parse_water_size(&format!("{molecules}x{steps}"))
         .map_err(|e| anyhow::anyhow!("--molecules/--steps: {e}"))?;
