@@ -429,20 +429,34 @@ fn check_host_is_here(
         return Ok(());
     };
     let host = &spec.host;
-    let Ok(addr) = resolve(host, 0) else {
-        return Ok(()); // reported by the INIs' bind with the resolver's words
-    };
-    match std::net::UdpSocket::bind(addr) {
-        Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => Err(ControlError::HostNotHere {
-            cluster,
-            launcher,
-            host: host.clone(),
-            here: nix::sys::utsname::uname()
-                .map(|u| u.nodename().to_string_lossy().into_owned())
-                .unwrap_or_else(|_| "this machine".to_owned()),
-        }),
-        _ => Ok(()),
+    // Unresolvable hosts are reported by the INIs' bind with the resolver's words.
+    if host_is_here(host) != Some(false) {
+        return Ok(());
     }
+    Err(ControlError::HostNotHere {
+        cluster,
+        launcher,
+        host: host.clone(),
+        here: this_host_name().unwrap_or_else(|| "this machine".to_owned()),
+    })
+}
+
+/// This machine's host name (`uname`'s node name).
+pub fn this_host_name() -> Option<String> {
+    nix::sys::utsname::uname()
+        .ok()
+        .map(|u| u.nodename().to_string_lossy().into_owned())
+}
+
+/// Whether `host` (a name or an address) is one of this machine's addresses: binding a
+/// UDP socket to it succeeds, or fails only for another reason than "not an address of
+/// this machine". `None` when it does not resolve.
+pub fn host_is_here(host: &str) -> Option<bool> {
+    let addr = resolve(host, 0).ok()?;
+    Some(!matches!(
+        std::net::UdpSocket::bind(addr),
+        Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable
+    ))
 }
 
 fn parse_count(var: &'static str, value: &str) -> Result<usize, ControlError> {
@@ -547,10 +561,7 @@ impl Registration {
     /// This process's registration as cluster `cluster`: the host name
     /// (`uname`'s node name), the boot id and the pid filled in.
     pub fn local(cluster: usize, payload: Vec<u8>) -> Registration {
-        let host = nix::sys::utsname::uname()
-            .ok()
-            .map(|u| u.nodename().to_string_lossy().into_owned())
-            .unwrap_or_else(|| "unknown-host".to_owned());
+        let host = this_host_name().unwrap_or_else(|| "unknown-host".to_owned());
         let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .map(|s| s.trim().to_owned())
             .unwrap_or_else(|_| format!("unknown-boot-id-of-{host}"));

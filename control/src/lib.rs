@@ -66,7 +66,8 @@ use parking_lot::{Condvar, Mutex};
 
 pub use error::{ControlError, Failure};
 pub use identity::{
-    Identity, Placed, Registration, free_loopback_port, free_tcp_port, parse_host_port, resolve,
+    Identity, Placed, Registration, free_loopback_port, free_tcp_port, host_is_here,
+    parse_host_port, resolve, this_host_name,
 };
 use wire::{FrameError, Message, ReadError};
 
@@ -592,6 +593,17 @@ impl Control {
             }
         }
         joined
+    }
+
+    /// This cluster cannot start for `reason`: tells the others, so that they stop at
+    /// once — cluster 0 through [`Control::refuse_start`], a member through
+    /// [`Control::report_cannot_start`].
+    pub fn cannot_start(id: &Identity, settings: &JobSettings, reason: &str) {
+        if id.cluster == 0 {
+            Self::refuse_start(id, settings, reason);
+        } else {
+            Self::report_cannot_start(id, settings, reason);
+        }
     }
 
     /// Called by cluster 0 when it cannot start: listens at the coordinator's address

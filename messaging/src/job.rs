@@ -128,13 +128,8 @@ impl Job {
             };
             Ok((site, bound))
         })();
-        let (site, bound) = early.inspect_err(|e| {
-            if me == 0 {
-                Control::refuse_start(&identity, &cfg.job, &e.to_string());
-            } else {
-                Control::report_cannot_start(&identity, &cfg.job, &e.to_string());
-            }
-        })?;
+        let (site, bound) =
+            early.inspect_err(|e| Control::cannot_start(&identity, &cfg.job, &e.to_string()))?;
         let address = NetAddress {
             inis: bound.as_ref().map_or_else(Vec::new, |b| b.addrs().to_vec()),
             segment: site.segment_name().map(str::to_owned),

@@ -62,10 +62,7 @@ fn hello(opts: &Options, cfg: &JobConfig, id: &Identity) -> Result<()> {
             }
             Ok(())
         });
-    ready.inspect_err(|e| {
-        Control::refuse_start(id, &cfg.job, &e.to_string());
-        Control::report_cannot_start(id, &cfg.job, &e.to_string());
-    })?;
+    ready.inspect_err(|e| Control::cannot_start(id, &cfg.job, &e.to_string()))?;
     let (control, all) = Control::join(id, &cfg.job, Registration::local(me, Vec::new()))?;
     if me == 0 {
         let name = cfg.job.name.as_deref().unwrap_or("(unnamed)");

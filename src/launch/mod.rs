@@ -456,16 +456,10 @@ fn monitor(
 /// name, or a name or address that resolves to an address of this machine (binding a
 /// UDP socket to it succeeds). Such clusters are started directly, not over ssh.
 fn is_this_machine(host: &str) -> bool {
-    if multigrain_cluster_config::is_loopback(host) {
-        return true;
-    }
-    let name = nix::sys::utsname::uname()
-        .ok()
-        .map(|u| u.nodename().to_string_lossy().into_owned());
-    if name.is_some_and(|n| n.eq_ignore_ascii_case(host)) {
-        return true;
-    }
-    resolve(host, 0).is_ok_and(|a| std::net::UdpSocket::bind(a).is_ok())
+    use multigrain_messaging::control::{host_is_here, this_host_name};
+    multigrain_cluster_config::is_loopback(host)
+        || this_host_name().is_some_and(|n| n.eq_ignore_ascii_case(host))
+        || host_is_here(host) == Some(true)
 }
 
 /// The launcher was stopped by SIGINT or SIGTERM after stopping every cluster; the
