@@ -388,6 +388,13 @@ pub struct DsmConfig {
     /// also requests from their homes (0 ..= [`MAX_PREFETCH`]; 0 turns
     /// prefetching off). Default: [`DEFAULT_PREFETCH`].
     pub prefetch: u32,
+    /// `release_batch`: contended or pushed locks a cluster keeps, released, until
+    /// they leave together after one flush (1 ..= [`MAX_RELEASE_BATCH`]; 1 sends
+    /// each back at its release). They also leave at once when another cluster asks
+    /// for one of them, when a local thread waits for another cluster's lock, and at
+    /// barriers. Default: [`DEFAULT_RELEASE_BATCH`]. See
+    /// `multigrain_coherence::Config::release_batch`.
+    pub release_batch: u32,
     /// `protocol_priority`: the scheduling priority of the protocol thread.
     /// Default: `auto`.
     pub protocol_priority: ProtocolPriority,
@@ -400,6 +407,12 @@ pub const DEFAULT_PREFETCH: u32 = 7;
 /// Largest `dsm.prefetch`.
 pub const MAX_PREFETCH: u32 = 64;
 
+/// Default of `dsm.release_batch` (the coherence protocol's).
+pub const DEFAULT_RELEASE_BATCH: u32 = multigrain_coherence::DEFAULT_RELEASE_BATCH;
+
+/// Largest `dsm.release_batch` (the coherence protocol's).
+pub const MAX_RELEASE_BATCH: u32 = multigrain_coherence::MAX_RELEASE_BATCH;
+
 impl Default for DsmConfig {
     fn default() -> Self {
         Self {
@@ -409,6 +422,7 @@ impl Default for DsmConfig {
             region_size: 1 << 30,
             page_size: PAGE_SIZE,
             prefetch: DEFAULT_PREFETCH,
+            release_batch: DEFAULT_RELEASE_BATCH,
             protocol_priority: ProtocolPriority::Auto,
         }
     }

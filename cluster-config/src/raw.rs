@@ -81,6 +81,7 @@ pub(crate) struct RawDsm {
     pub region_size: Field<Size>,
     pub page_size: Field<Int>,
     pub prefetch: Field<Int>,
+    pub release_batch: Field<Int>,
     pub protocol_priority: Field<ProtocolPriority>,
 }
 

@@ -273,13 +273,14 @@ impl JobConfig {
         let _ = writeln!(
             out,
             "\n[dsm]\nprotocol = \"{}\"\nhome = \"{}\"\nregion_base = {:#x}\nregion_size = {}\n\
-             page_size = {}\nprefetch = {}\nprotocol_priority = \"{}\"",
+             page_size = {}\nprefetch = {}\nrelease_batch = {}\nprotocol_priority = \"{}\"",
             dsm.protocol,
             dsm.home,
             dsm.region_base,
             dsm.region_size,
             dsm.page_size,
             dsm.prefetch,
+            dsm.release_batch,
             dsm.protocol_priority
         );
         let e = &self.emulation;

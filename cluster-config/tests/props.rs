@@ -3,8 +3,8 @@
 
 use multigrain_cluster_config::{
     ClusterSpec, DsmConfig, EMBEDDED_DEFAULT_TOML, EmulationConfig, FaultConfig, HomePolicy,
-    IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig, MAX_PREFETCH, MAX_TRACE_RECORDS,
-    PAGE_SIZE, Protocol, ProtocolPriority, Substrate,
+    IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig, MAX_PREFETCH, MAX_RELEASE_BATCH,
+    MAX_TRACE_RECORDS, PAGE_SIZE, Protocol, ProtocolPriority, Substrate,
 };
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -96,6 +96,9 @@ prop_compose! {
                 region_size: pages * PAGE_SIZE,
                 page_size: PAGE_SIZE,
                 prefetch,
+                // Every value in range, drawn from the seed (proptest's argument list
+                // is full).
+                release_batch: 1 + (seed % u64::from(MAX_RELEASE_BATCH)) as u32,
                 protocol_priority,
             },
             emulation: EmulationConfig {

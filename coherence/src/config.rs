@@ -67,7 +67,25 @@ pub struct Config {
     pub prefetch: u32,
     /// The cluster that runs the barrier manager.
     pub barrier_manager: ClusterId,
+    /// Release batching, `1..=MAX_RELEASE_BATCH`: a lock that must leave the cluster
+    /// by itself after its use (contended or pushed, see [`crate::sync`]) is kept,
+    /// released but still owned, until this many such locks wait; then they all leave
+    /// together after one flush — one interval, one diff per dirty page, their
+    /// `LockRelease`s sent at once. They also leave when any of them is recalled (a
+    /// cluster asked for it), when a local thread waits for a lock another cluster
+    /// owns, and at a barrier arrival; a local acquire takes a waiting one back at
+    /// once. 1 sends every such lock back at its release (no batching).
+    /// (Message aggregation of lazy release consistency: TreadMarks, USENIX Winter
+    /// 1994 §3.2, sends a lock's write notices only when another processor asks for
+    /// it; issue 10.)
+    pub release_batch: u32,
 }
+
+/// The default of [`Config::release_batch`].
+pub const DEFAULT_RELEASE_BATCH: u32 = 16;
+
+/// The largest [`Config::release_batch`].
+pub const MAX_RELEASE_BATCH: u32 = 1024;
 
 /// The default of [`Config::prefetch`]: 7 pages after the faulting one (8 per miss).
 pub const DEFAULT_PREFETCH: u32 = 7;
@@ -86,12 +104,16 @@ pub enum ConfigError {
     /// The barrier manager or the machine's own id is not a cluster of the job.
     #[error("cluster {0} is not below the cluster count {1}")]
     NoSuchCluster(ClusterId, u16),
+    /// `release_batch` is 0 or above [`MAX_RELEASE_BATCH`].
+    #[error("release batch {0} is outside 1..={MAX_RELEASE_BATCH}")]
+    ReleaseBatch(u32),
 }
 
 impl Config {
     /// A configuration with the default home policy (round-robin), single-writer
-    /// migration on, [`DEFAULT_PREFETCH`] pages prefetched per fetch, and the barrier
-    /// managed by cluster 0.
+    /// migration on, [`DEFAULT_PREFETCH`] pages prefetched per fetch,
+    /// [`DEFAULT_RELEASE_BATCH`] locks per release batch, and the barrier managed by
+    /// cluster 0.
     ///
     /// Source: design.md, *coherence* (hlrc default, round-robin homes).
     pub fn new(protocol: Protocol, clusters: u16, pages: u32) -> Self {
@@ -103,6 +125,7 @@ impl Config {
             migrate_single_writer: true,
             prefetch: DEFAULT_PREFETCH,
             barrier_manager: ClusterId::new(0).expect("0 is a valid cluster"),
+            release_batch: DEFAULT_RELEASE_BATCH,
         }
     }
 
@@ -115,6 +138,9 @@ impl Config {
         }
         if self.pages == 0 || self.pages > MAX_PAGES {
             return Err(ConfigError::Pages(self.pages));
+        }
+        if self.release_batch == 0 || self.release_batch > MAX_RELEASE_BATCH {
+            return Err(ConfigError::ReleaseBatch(self.release_batch));
         }
         if self.barrier_manager.get() >= self.clusters {
             return Err(ConfigError::NoSuchCluster(

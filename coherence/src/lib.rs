@@ -70,7 +70,10 @@ mod stats;
 pub mod sync;
 
 pub use action::{Action, Event, FlushPage, Source};
-pub use config::{Config, ConfigError, DEFAULT_PREFETCH, HomePolicy, Protocol};
+pub use config::{
+    Config, ConfigError, DEFAULT_PREFETCH, DEFAULT_RELEASE_BATCH, HomePolicy, MAX_RELEASE_BATCH,
+    Protocol,
+};
 pub use error::ProtocolError;
 pub use ids::{
     ClusterId, FaultToken, LockId, MAX_CLUSTERS, MAX_LOCKS, MAX_PAGES, PAGE_SIZE, PageId,

@@ -292,6 +292,8 @@ impl Machine {
             l.busy = true;
             l.used = true;
             self.stats.lock_local_acquires += 1;
+            // Released into a batch and taken again before it left: it stays.
+            self.deferred_releases.retain(|&d| d != lock);
             match l.pushed.take() {
                 // The first use of a pushed lock: its notices took effect on arrival,
                 // or take effect now.
@@ -326,6 +328,9 @@ impl Machine {
         if l.owned.is_none() && !l.requested {
             l.requested = true;
             self.request_lock(lock, out);
+            // This thread waits for another cluster, which may wait for a lock of the
+            // batch: the batch goes now.
+            return self.give_back_deferred(out);
         }
         Ok(())
     }
@@ -361,8 +366,53 @@ impl Machine {
             if !l.recalled {
                 self.stats.lock_eager_releases += 1;
             }
-            self.give_back_now(lock, out)?;
+            if l.recalled || !l.waiters.is_empty() {
+                // Asked for, or local threads wait beyond their hand-offs: it goes
+                // now (they ask again once it has left).
+                return self.give_back_now(lock, out);
+            }
+            self.deferred_releases.push(lock);
+            if self.deferred_releases.len() >= self.cfg.release_batch as usize {
+                return self.give_back_deferred(out);
+            }
         }
+        Ok(())
+    }
+
+    /// Moves the locks waiting for a batch into [`Machine::leaving`], marked as
+    /// returning (the flush that closes their interval is about to start).
+    pub(crate) fn take_deferred_releases(&mut self) {
+        for lock in std::mem::take(&mut self.deferred_releases) {
+            if let Some(l) = self.cluster_locks.get_mut(&lock) {
+                l.returning = true;
+                self.leaving.push(lock);
+            }
+        }
+    }
+
+    /// Gives back every lock waiting for a batch, after one flush.
+    pub(crate) fn give_back_deferred(
+        &mut self,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        if self.deferred_releases.is_empty() {
+            return Ok(());
+        }
+        self.stats.release_batches += 1;
+        self.take_deferred_releases();
+        self.close_interval(Completion::Release, out)
+    }
+
+    /// Sends the `LockRelease` of every lock of [`Machine::leaving`] (their interval
+    /// is flushed).
+    pub(crate) fn give_back_leaving(&mut self, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
+        for lock in std::mem::take(&mut self.leaving) {
+            self.give_back(lock, out)?;
+        }
+        self.batch_carried.clear();
+        // Diffs for a manager none of the leaving locks went to cannot remain: the
+        // carriers were exactly those managers.
+        debug_assert!(self.for_release.is_empty());
         Ok(())
     }
 
@@ -416,7 +466,14 @@ impl Machine {
         let l = held_lock(&mut self.cluster_locks, lock)?;
         if l.used {
             l.returning = true;
-            return self.close_interval(Completion::Release { lock }, out);
+            self.deferred_releases.retain(|&d| d != lock);
+            self.leaving.push(lock);
+            // The locks waiting for a batch go with it: one flush for all.
+            if !self.deferred_releases.is_empty() {
+                self.stats.release_batches += 1;
+            }
+            self.take_deferred_releases();
+            return self.close_interval(Completion::Release, out);
         }
         let Some(time) = l.owned.take() else {
             return Err(ProtocolError::NotHeld(lock));
@@ -483,10 +540,19 @@ impl Machine {
             .filter(|d| d.index > since)
             .count()
             .saturating_sub(MAX_CARRIED_DIFFS);
-        // First the diffs this release carries to the manager as their pages' home,
-        // then the others of the tenure.
-        let mut diffs = std::mem::take(&mut self.for_release);
+        // First the diffs this release carries to the manager as their pages' home
+        // (the first release of the flush to that manager takes them), then the
+        // others of the tenure.
+        let (mut diffs, rest): (Vec<IntervalDiff>, Vec<IntervalDiff>) =
+            std::mem::take(&mut self.for_release)
+                .into_iter()
+                .partition(|d| self.homes.get(d.page) == Some(mgr));
+        self.for_release = rest;
         let homed = diffs.len() as u32;
+        // A diff goes once per batch to each manager: the releases of one batch
+        // leave together, and the manager hands their grants out in that order, so
+        // the first one's grant brings the diff wherever the others' go next.
+        let carried = &self.batch_carried;
         let older: Vec<IntervalDiff> = self
             .recent
             .iter()
@@ -496,10 +562,13 @@ impl Machine {
                 !diffs[..homed as usize]
                     .iter()
                     .any(|h| h.page == d.page && h.index == d.index)
+                    && !carried.contains(&(mgr, d.page, d.index))
             })
             .cloned()
             .collect();
         diffs.extend(older);
+        self.batch_carried
+            .extend(diffs.iter().map(|d| (mgr, d.page, d.index)));
         self.stats.carried_diffs_sent += diffs.len() as u64;
         self.send(
             mgr,

@@ -88,8 +88,9 @@ impl Fetch {
 /// What closes an interval, run once its flush is done.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Completion {
-    /// The lock leaves this cluster: send `LockRelease` to its manager.
-    Release { lock: LockId },
+    /// The locks of [`Machine::leaving`] leave this cluster: send each one's
+    /// `LockRelease` to its manager.
+    Release,
     /// The barrier arrival (sent once this cluster's diffs are acknowledged).
     Barrier,
 }
@@ -219,9 +220,18 @@ pub struct Machine {
     /// whose lock time covers one waits for it, even when the notice came with an
     /// earlier grant (the cluster's time no longer says it is new).
     pub(crate) unreflected: Vec<(PageId, ClusterId, u32)>,
-    /// hlrc: diffs of the flush just done that the lock release it is for carries to
-    /// the pages' home, its manager, instead of a `Diff` message.
+    /// hlrc: diffs of the flush just done that the lock releases it is for carry to
+    /// the pages' home, one of their managers, instead of a `Diff` message.
     pub(crate) for_release: Vec<IntervalDiff>,
+    /// Locks released by their last local holder that must leave the cluster (eager)
+    /// but wait for a batch ([`Config::release_batch`]); still owned, not busy.
+    pub(crate) deferred_releases: Vec<LockId>,
+    /// The locks given back by the flush in progress (or just done): their
+    /// `LockRelease`s go out when it completes.
+    pub(crate) leaving: Vec<LockId>,
+    /// While the releases of [`Machine::leaving`] are built: `(manager, page, interval)`
+    /// of the diffs already carried to each manager (each goes once per batch).
+    pub(crate) batch_carried: Vec<(ClusterId, PageId, u32)>,
     /// hlrc: the flush in progress (between [`Action::Flush`] and
     /// [`Event::Flushed`]).
     pub(crate) flushing: Option<Flushing>,
@@ -267,6 +277,7 @@ impl Machine {
                 known: VectorTime::new(),
             })
             .collect();
+        let batching = cfg.release_batch > 1;
         Ok(Self {
             me,
             barrier_mgr: (cfg.barrier_manager == me).then(|| BarrierManager::new(cfg.clusters)),
@@ -281,6 +292,9 @@ impl Machine {
             held: Vec::new(),
             unreflected: Vec::new(),
             for_release: Vec::new(),
+            deferred_releases: Vec::new(),
+            leaving: Vec::new(),
+            batch_carried: Vec::new(),
             flushing: None,
             copysets: BTreeMap::new(),
             dirs: BTreeMap::new(),
@@ -289,7 +303,7 @@ impl Machine {
             cluster_locks: BTreeMap::new(),
             manager_seen: BTreeMap::new(),
             barrier: BarrierState::default(),
-            locks: LockManager::default(),
+            locks: LockManager::new(batching),
             stats: Stats::default(),
             inbox: VecDeque::new(),
         })
@@ -578,6 +592,10 @@ impl Machine {
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
         let all = c == Completion::Barrier;
+        if all {
+            // The locks waiting for a batch go with the barrier's flush.
+            self.take_deferred_releases();
+        }
         if self.open.is_empty() {
             return self.resume(Resume::Close(c), out);
         }
@@ -632,10 +650,14 @@ impl Machine {
         }
         let me = self.me;
         let index = self.time.get(me) + 1;
-        // A released lock goes to its manager with this flush's diffs.
-        let carrier = match f.then {
-            Resume::Close(Completion::Release { lock }) => Some(self.cfg.lock_manager(lock)),
-            _ => None,
+        // Released locks go to their managers with this flush's diffs.
+        let carriers: Vec<ClusterId> = match f.then {
+            Resume::Close(_) => self
+                .leaving
+                .iter()
+                .map(|&l| self.cfg.lock_manager(l))
+                .collect(),
+            Resume::Grant(_) => Vec::new(),
         };
         let mut written = Vec::new();
         for (fp, data) in f.pages.iter().zip(diffs) {
@@ -666,7 +688,7 @@ impl Machine {
             };
             match home {
                 Some(h) if h == me => {}
-                Some(h) if Some(h) == carrier => {
+                Some(h) if carriers.contains(&h) => {
                     self.stats.diffs_via_release += 1;
                     self.for_release.push(diff.clone());
                 }
@@ -706,8 +728,9 @@ impl Machine {
 
     fn resume(&mut self, r: Resume, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
         match r {
-            Resume::Close(Completion::Release { lock }) => self.give_back(lock, out),
+            Resume::Close(Completion::Release) => self.give_back_leaving(out),
             Resume::Close(Completion::Barrier) => {
+                self.give_back_leaving(out)?;
                 if self.fetches.is_empty() {
                     self.arrive(out);
                 } else {

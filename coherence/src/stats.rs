@@ -137,6 +137,9 @@ counters! {
     /// Contended or pushed locks this cluster gave back at a release without being
     /// asked (eager release).
     lock_eager_releases,
+    /// Flushes that gave back several eager locks at once, or one with the locks
+    /// waiting for a batch ([`crate::Config::release_batch`]).
+    release_batches,
     /// Locks pushed to this cluster by their manager without a request (predicted to
     /// be wanted here next).
     lock_pushes_received,

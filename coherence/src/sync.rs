@@ -171,6 +171,10 @@ pub(crate) struct LockManager {
     /// lock of this manager): it has seen every record up to it, so grants and pushes
     /// need not send those again.
     seen: BTreeMap<ClusterId, VectorTime>,
+    /// Owners keep released eager locks for a batch ([`crate::Config::release_batch`]
+    /// above 1): a contended grant is recalled like any other when a request comes,
+    /// since its owner may hold it, released, for a while.
+    batching: bool,
 }
 
 /// What [`LockManager::acquire`] did with a request.
@@ -184,6 +188,14 @@ pub(crate) enum Request {
 }
 
 impl LockManager {
+    /// A manager with no locks yet; `batching`: see [`crate::Config::release_batch`].
+    pub(crate) fn new(batching: bool) -> Self {
+        Self {
+            batching,
+            ..Self::default()
+        }
+    }
+
     /// Makes `to` the holder of `lock` in a new tenure and returns its grant (records
     /// after `their`), followed by a recall when other requests wait and the grant is
     /// not contended.
@@ -218,7 +230,7 @@ impl LockManager {
         // A contended grant goes back after its use by itself: it counts as recalled.
         // Others are recalled at once if requests wait (a push is made only when none
         // do, and must be recalled if one comes: it waits for a local use).
-        let implied = contended && !pushed;
+        let implied = contended && !pushed && !self.batching;
         let recall = !implied && !st.waiters.is_empty();
         st.recalled = implied || recall;
         let (tenure, time) = (st.tenure, st.time.clone());

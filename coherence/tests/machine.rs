@@ -313,10 +313,12 @@ fn recall(lock: u32, tenure: u32) -> Message {
 
 /// Lock caching: a lock granted to a cluster stays there; its threads acquire and
 /// release it without messages until the manager recalls it. A contended lock goes
-/// back at its release; a pushed one after its first use.
+/// back at its release; a pushed one after its first use (without release batching;
+/// see the next test).
 #[test]
 fn cached_lock_is_reacquired_without_messages_until_recalled() {
-    let cfg = Config::new(Protocol::Hlrc, 2, 4);
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
+    cfg.release_batch = 1;
     let mut me = Machine::new(c(0), cfg).unwrap();
     // lock 1 is managed by cluster 1: the first acquire asks for it
     assert_eq!(
@@ -464,6 +466,93 @@ fn cached_lock_is_reacquired_without_messages_until_recalled() {
         "{a:?}"
     );
     assert!(me.is_quiescent());
+}
+
+/// Release batching: contended and pushed locks released by their last local
+/// holder wait, still owned, until `release_batch` of them do; then one flush closes
+/// one interval for all and their releases leave together. A local acquire takes a
+/// waiting lock back without a message; a recall of any of them, or a local request
+/// for a lock another cluster owns, sends the whole batch at once.
+#[test]
+fn eager_releases_leave_in_batches() {
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
+    cfg.release_batch = 3;
+    let mut me = Machine::new(c(0), cfg).unwrap();
+    let releases = |a: &[Action]| -> Vec<u32> {
+        a.iter()
+            .filter_map(|a| match a {
+                Action::Send {
+                    to,
+                    msg: Message::LockRelease { lock, unused, .. },
+                } => {
+                    assert_eq!(*to, c(1), "locks 1, 3, 5, 7 are managed by cluster 1");
+                    assert!(!unused);
+                    Some(lock.get())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    // Locks 1, 3 and 5 (managed by cluster 1) pushed here: each is used once.
+    for (i, lock) in [1u32, 3, 5].into_iter().enumerate() {
+        assert_eq!(run(&mut me, msg(1, grant(lock, 1, true))), vec![]);
+        let t = 10 + i as u64;
+        assert_eq!(run(&mut me, acquire(lock, t)).len(), 1);
+        let a = run(&mut me, release(lock, t));
+        if lock < 5 {
+            // released, kept for the batch: no message
+            assert_eq!(
+                a,
+                vec![Action::ReleaseDone {
+                    lock: l(lock),
+                    token: SyncToken(t)
+                }]
+            );
+            if lock == 3 {
+                // lock 1, waiting for the batch, is taken again without a message
+                assert_eq!(
+                    run(&mut me, acquire(1, 20)),
+                    vec![Action::AcquireDone {
+                        lock: l(1),
+                        token: SyncToken(20)
+                    }]
+                );
+                assert_eq!(run(&mut me, release(1, 20)).len(), 1);
+            }
+        } else {
+            // the third fills the batch: all three leave together
+            let mut got = releases(&a);
+            got.sort_unstable();
+            assert_eq!(got, vec![1, 3, 5], "{a:?}");
+        }
+    }
+    assert_eq!(me.stats().release_batches, 1);
+    assert_eq!(me.stats().lock_eager_releases, 4);
+    assert_eq!(me.stats().messages_sent, 3);
+    // A recall of one waiting lock sends every waiting lock.
+    for lock in [1u32, 3] {
+        run(&mut me, msg(1, grant(lock, 2, true)));
+        run(&mut me, acquire(lock, 30 + u64::from(lock)));
+        assert_eq!(
+            releases(&run(&mut me, release(lock, 30 + u64::from(lock)))),
+            vec![]
+        );
+    }
+    let mut got = releases(&run(&mut me, msg(1, recall(3, 2))));
+    got.sort_unstable();
+    assert_eq!(got, vec![1, 3]);
+    // A local thread that must ask another cluster for a lock sends the batch first.
+    run(&mut me, msg(1, grant(5, 2, true)));
+    run(&mut me, acquire(5, 40));
+    assert_eq!(releases(&run(&mut me, release(5, 40))), vec![]);
+    let a = run(&mut me, acquire(7, 41));
+    assert_eq!(releases(&a), vec![5], "{a:?}");
+    assert!(
+        a.iter()
+            .any(|a| matches!(a, Action::Send { msg: Message::LockAcquire { lock, .. }, .. } if lock.get() == 7)),
+        "{a:?}"
+    );
+    assert_eq!(me.stats().release_batches, 3);
 }
 
 fn one(page: u32) -> PageRange {

@@ -146,8 +146,29 @@ const fn wp(page: u32, word: usize, value: u64) -> Op {
 /// also writes), page 1 at cluster 1.
 #[test]
 fn hlrc_transitive_locks() {
+    transitive_locks(
+        "hlrc_transitive_locks",
+        cfg(Protocol::Hlrc, 3, 2),
+        EXPECTED_HLRC_TRANSITIVE,
+    );
+}
+
+/// The same with release batches of two locks: a release that fills the batch sends
+/// both.
+#[test]
+fn hlrc_transitive_locks_batch_of_two() {
+    let mut c = cfg(Protocol::Hlrc, 3, 2);
+    c.release_batch = 2;
+    transitive_locks(
+        "hlrc_transitive_locks_batch_of_two",
+        c,
+        EXPECTED_HLRC_TRANSITIVE_BATCH_2,
+    );
+}
+
+fn transitive_locks(name: &str, cfg: Config, expected: usize) {
     let spec = Spec {
-        cfg: cfg(Protocol::Hlrc, 3, 2),
+        cfg,
         words: 2,
         threads: vec![
             (
@@ -179,7 +200,7 @@ fn hlrc_transitive_locks() {
         ],
     };
     check(
-        "hlrc_transitive_locks",
+        name,
         spec,
         vec![
             (
@@ -200,7 +221,7 @@ fn hlrc_transitive_locks() {
                 s.seen.carried_diff
             }),
         ],
-        EXPECTED_HLRC_TRANSITIVE,
+        expected,
     );
 }
 
@@ -482,6 +503,21 @@ fn hlrc_lock_held_across_barrier() {
 /// other cluster's last write.
 #[test]
 fn hlrc_lock_pushes() {
+    lock_pushes("hlrc_lock_pushes", 16, EXPECTED_HLRC_PUSHES);
+}
+
+/// The same without release batching: each contended or pushed lock leaves at its
+/// release.
+#[test]
+fn hlrc_lock_pushes_unbatched() {
+    lock_pushes(
+        "hlrc_lock_pushes_unbatched",
+        1,
+        EXPECTED_HLRC_PUSHES_UNBATCHED,
+    );
+}
+
+fn lock_pushes(name: &str, release_batch: u32, expected: usize) {
     let turn = |own: usize, other: usize, v: u64| {
         vec![
             Op::Acquire(1),
@@ -497,13 +533,15 @@ fn hlrc_lock_pushes() {
         p.extend([Op::Acquire(1), r(other), Op::Release(1)]);
         p
     };
+    let mut cfg = cfg(Protocol::Hlrc, 2, 1);
+    cfg.release_batch = release_batch;
     let spec = Spec {
-        cfg: cfg(Protocol::Hlrc, 2, 1),
+        cfg,
         words: 2,
         threads: vec![(0, program(0, 1)), (1, program(1, 0))],
     };
     check(
-        "hlrc_lock_pushes",
+        name,
         spec,
         vec![
             (
@@ -519,7 +557,7 @@ fn hlrc_lock_pushes() {
                 |_, s| s.seen.remote_value,
             ),
         ],
-        EXPECTED_HLRC_PUSHES,
+        expected,
     );
 }
 
@@ -749,15 +787,17 @@ fn sc_threads_and_locks() {
 // transitive 160,197 → 428,288 and first touch 63,350 → 254,652 (prefetches in
 // flight interleave with every other step, replies are installed or dropped as
 // stale); hlrc_prefetch is new.
-const EXPECTED_HLRC_TRANSITIVE: usize = 428_288;
+const EXPECTED_HLRC_TRANSITIVE: usize = 348_995;
 const EXPECTED_HLRC_BARRIER: usize = 59_573;
-const EXPECTED_HLRC_THREADS: usize = 19_109;
-const EXPECTED_HLRC_FIRST_TOUCH: usize = 254_652;
-const EXPECTED_HLRC_ACROSS_BARRIER: usize = 2_542;
-const EXPECTED_HLRC_PUSHES: usize = 13_198;
-const EXPECTED_HLRC_CARRIED: usize = 840;
-const EXPECTED_HLRC_OPEN_INVALIDATED: usize = 1_542;
-const EXPECTED_HLRC_HOME_WAITS: usize = 7_153;
-const EXPECTED_HLRC_PREFETCH: usize = 49_287;
+const EXPECTED_HLRC_THREADS: usize = 15_847;
+const EXPECTED_HLRC_FIRST_TOUCH: usize = 251_423;
+const EXPECTED_HLRC_ACROSS_BARRIER: usize = 2_586;
+const EXPECTED_HLRC_PUSHES: usize = 59_983;
+const EXPECTED_HLRC_PUSHES_UNBATCHED: usize = 13_198;
+const EXPECTED_HLRC_TRANSITIVE_BATCH_2: usize = 352_385;
+const EXPECTED_HLRC_CARRIED: usize = 803;
+const EXPECTED_HLRC_OPEN_INVALIDATED: usize = 1_244;
+const EXPECTED_HLRC_HOME_WAITS: usize = 5_870;
+const EXPECTED_HLRC_PREFETCH: usize = 44_057;
 const EXPECTED_SC_RACING: usize = 125_660;
-const EXPECTED_SC_THREADS: usize = 6_213;
+const EXPECTED_SC_THREADS: usize = 5_517;

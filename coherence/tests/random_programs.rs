@@ -120,6 +120,8 @@ fn program(rng: &mut StdRng, protocol: Protocol, policy: HomePolicy) -> Spec {
     }
     // Drawn last, so that the programs of earlier seeds are unchanged.
     cfg.prefetch = [0, 1, 7][rng.random_range(0..3)];
+    // Drawn after it for the same reason.
+    cfg.release_batch = [1, 2, 3, 16][rng.random_range(0..4)];
     Spec {
         cfg,
         words,
