@@ -584,6 +584,21 @@ impl Message {
         }
     }
 
+    /// Whether messages with `opcode` carry a bulk body ([`Body::Bulk`]): exactly the
+    /// opcodes [`Message::from_parts`] decodes with `bulk = Some(..)`.
+    pub fn opcode_has_bulk_body(opcode: u8) -> bool {
+        matches!(
+            opcode,
+            op::GET_PAGE
+                | op::DIFF
+                | op::LOCK_ACQUIRE
+                | op::LOCK_GRANT
+                | op::LOCK_RELEASE
+                | op::BARRIER_ARRIVE
+                | op::BARRIER_DEPART
+        )
+    }
+
     /// Decodes a message from its opcode, payload and bulk body (`None` for Express
     /// and Tag-On messages; the attached buffer of a Tag-On message is not needed to
     /// decode the header — check it against [`Message::attachment`]).
@@ -594,17 +609,7 @@ impl Message {
         if payload >> PAYLOAD_BITS != 0 {
             return Err(reserved());
         }
-        let is_bulk = matches!(
-            opcode,
-            op::GET_PAGE
-                | op::DIFF
-                | op::LOCK_ACQUIRE
-                | op::LOCK_GRANT
-                | op::LOCK_RELEASE
-                | op::BARRIER_ARRIVE
-                | op::BARRIER_DEPART
-        );
-        match (is_bulk, bulk.is_some()) {
+        match (Self::opcode_has_bulk_body(opcode), bulk.is_some()) {
             (true, false) => return Err(DecodeError::MissingBody(opcode)),
             (false, true) => return Err(DecodeError::UnexpectedBody(opcode)),
             _ => {}
@@ -953,6 +958,7 @@ mod tests {
             Body::Bulk(b) => Some(b.as_slice()),
             _ => None,
         };
+        assert_eq!(Message::opcode_has_bulk_body(parts.opcode), bulk.is_some());
         assert_eq!(
             Message::from_parts(parts.opcode, parts.payload, bulk),
             Ok(m.clone())

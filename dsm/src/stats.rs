@@ -182,6 +182,20 @@ pub struct ClusterStats {
     /// Bytes of bulk bodies sent, by message kind.
     #[serde(default)]
     pub bulk_bytes_sent: BTreeMap<String, u64>,
+    /// Bundles sent: message-layer bulk messages each carrying several bulk coherence
+    /// messages to one cluster (those messages are counted in `messages_sent` by their
+    /// own kind, not as bundles).
+    #[serde(default)]
+    pub bundles_sent: u64,
+    /// Coherence messages sent inside bundles.
+    #[serde(default)]
+    pub bundled_messages_sent: u64,
+    /// Bundles received.
+    #[serde(default)]
+    pub bundles_received: u64,
+    /// Coherence messages received inside bundles.
+    #[serde(default)]
+    pub bundled_messages_received: u64,
     /// The message layer's own counters.
     pub layer: LayerStats,
     /// The coherence machine's counters.
@@ -220,6 +234,10 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         for (k, v) in &o.bulk_bytes_sent {
             *self.bulk_bytes_sent.entry(k.clone()).or_default() += v;
         }
+        self.bundles_sent += o.bundles_sent;
+        self.bundled_messages_sent += o.bundled_messages_sent;
+        self.bundles_received += o.bundles_received;
+        self.bundled_messages_received += o.bundled_messages_received;
         self.layer += &o.layer;
         self.protocol += &o.protocol;
     }
@@ -271,6 +289,10 @@ pub(crate) struct Counters {
     pub(crate) sent: Box<[AtomicU64; 256]>,
     pub(crate) sent_bytes: Box<[AtomicU64; 256]>,
     pub(crate) received: Box<[AtomicU64; 256]>,
+    pub(crate) bundles_sent: AtomicU64,
+    pub(crate) bundled_sent: AtomicU64,
+    pub(crate) bundles_received: AtomicU64,
+    pub(crate) bundled_received: AtomicU64,
 }
 
 impl Default for Counters {
@@ -298,6 +320,10 @@ impl Default for Counters {
             sent: Box::new([const { AtomicU64::new(0) }; 256]),
             sent_bytes: Box::new([const { AtomicU64::new(0) }; 256]),
             received: Box::new([const { AtomicU64::new(0) }; 256]),
+            bundles_sent: AtomicU64::new(0),
+            bundled_sent: AtomicU64::new(0),
+            bundles_received: AtomicU64::new(0),
+            bundled_received: AtomicU64::new(0),
         }
     }
 }
@@ -364,6 +390,10 @@ impl Counters {
             messages_sent: by_kind(&self.sent),
             bulk_bytes_sent: by_kind(&self.sent_bytes),
             messages_received: by_kind(&self.received),
+            bundles_sent: g(&self.bundles_sent),
+            bundled_messages_sent: g(&self.bundled_sent),
+            bundles_received: g(&self.bundles_received),
+            bundled_messages_received: g(&self.bundled_received),
             layer,
             protocol,
         }
@@ -385,6 +415,8 @@ mod tests {
         a.messages_sent.insert("GetPage".into(), 2);
         a.protocol.diffs_applied = 4;
         a.layer.express_sent = 7;
+        a.bundles_sent = 2;
+        a.bundled_messages_received = 5;
         let mut b = a.clone();
         b.cluster = Some(0);
         b.messages_sent.insert("Diff".into(), 1);
@@ -399,6 +431,8 @@ mod tests {
         assert_eq!(job.total.messages_sent["Diff"], 1);
         assert_eq!(job.total.protocol.diffs_applied, 8);
         assert_eq!(job.total.layer.express_sent, 14);
+        assert_eq!(job.total.bundles_sent, 4);
+        assert_eq!(job.total.bundled_messages_received, 10);
         let json = serde_json::to_string(&job).unwrap();
         assert_eq!(serde_json::from_str::<JobStats>(&json).unwrap(), job);
     }

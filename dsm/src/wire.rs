@@ -15,6 +15,23 @@
 //! receiver's source id names the sending cluster (paper 004 §4.1).
 //!
 //! The runtime adds a few opcodes of its own above `0xF0` ([`RuntimeOp`]).
+//!
+//! # Bundles
+//!
+//! Several bulk coherence messages that one event sends to the same cluster travel as
+//! one message-layer bulk message, a [`RuntimeOp::Bundle`] (each bulk send costs
+//! fragment headers and a doorbell wake-up of the receiver). Its body is a sequence of
+//! at least one part, each
+//!
+//! ```text
+//! [handler u8][len u32 LE][len bytes: the bulk body exactly as sent alone —
+//!                          the 5-byte payload prefix, then the coherence body]
+//! ```
+//!
+//! and the receiver handles the parts in order, each as if it had arrived alone from
+//! the bundle's sender. Only bulk coherence opcodes may be parts (no runtime message,
+//! no nested bundle). The sender ([`Bundle`]) stops adding to a bundle at
+//! [`MAX_BUNDLE_BYTES`], and sends a bundle of one part as that plain bulk message.
 
 use multigrain_coherence::{Attachment, Body, Message, PAGE_SIZE, Parts};
 use multigrain_messaging::Handler;
@@ -35,6 +52,10 @@ pub(crate) enum RuntimeOp {
     Abort = 0xF2,
     /// Bulk: the sender's [`crate::ClusterStats`] as JSON, at shutdown.
     Stats = 0xF3,
+    /// Bulk: several bulk coherence messages to the same cluster, in order (see
+    /// [Bundles](self#bundles)): a sequence of parts `[handler u8][len u32 LE][len
+    /// bytes of bulk body]`.
+    Bundle = 0xF4,
 }
 
 impl RuntimeOp {
@@ -48,6 +69,7 @@ impl RuntimeOp {
             0xF1 => Some(RuntimeOp::Hello),
             0xF2 => Some(RuntimeOp::Abort),
             0xF3 => Some(RuntimeOp::Stats),
+            0xF4 => Some(RuntimeOp::Bundle),
             _ => None,
         }
     }
@@ -79,6 +101,7 @@ pub fn op_name(handler: u8) -> &'static str {
         0xF1 => "Hello",
         0xF2 => "Abort",
         0xF3 => "Stats",
+        0xF4 => "Bundle",
         _ => "unknown",
     }
 }
@@ -97,6 +120,137 @@ pub(crate) fn split_bulk(data: &[u8]) -> Option<(u64, &[u8])> {
     let mut p = [0u8; 8];
     p[..BULK_PAYLOAD_BYTES].copy_from_slice(head);
     Some((u64::from_le_bytes(p), rest))
+}
+
+/// Largest bundle body the sender builds: a bulk message that would take a bundle past
+/// it goes into the next one (a message longer than this is sent alone). 32 KiB keeps a
+/// bundle's fragments well within the buffer pool and its latency near one send, while
+/// a batch of lock releases or grants (a few hundred bytes each) still fits.
+pub(crate) const MAX_BUNDLE_BYTES: usize = 32 * 1024;
+
+/// Bytes of a bundle part's header: the handler (u8), then the length (u32 LE).
+pub(crate) const BUNDLE_PART_HEADER: usize = 5;
+
+/// Bulk coherence messages to one destination, encoded as a Bundle body as they are
+/// added (see [Bundles](self#bundles)).
+#[derive(Debug, Default)]
+pub(crate) struct Bundle {
+    /// The encoded parts.
+    buf: Vec<u8>,
+    /// Each part's handler and bulk-body length, in order.
+    parts: Vec<(Handler, usize)>,
+}
+
+impl Bundle {
+    /// The messages held: handler and bulk-body length of each, in order.
+    pub(crate) fn parts(&self) -> &[(Handler, usize)] {
+        &self.parts
+    }
+
+    /// Appends the bulk message `handler`, `data` (a bulk body as [`bulk_body`] makes
+    /// it), unless that would take the encoded bundle past [`MAX_BUNDLE_BYTES`]; returns
+    /// whether it was added.
+    pub(crate) fn try_push(&mut self, handler: Handler, data: &[u8]) -> bool {
+        let fits = self
+            .buf
+            .len()
+            .checked_add(BUNDLE_PART_HEADER)
+            .and_then(|n| n.checked_add(data.len()))
+            .is_some_and(|n| n <= MAX_BUNDLE_BYTES);
+        let Some(len) = u32::try_from(data.len()).ok().filter(|_| fits) else {
+            return false;
+        };
+        self.buf.push(handler.0);
+        self.buf.extend_from_slice(&len.to_le_bytes());
+        self.buf.extend_from_slice(data);
+        self.parts.push((handler, data.len()));
+        true
+    }
+
+    /// What to send for the bundle: its one message as that plain bulk message, or a
+    /// [`RuntimeOp::Bundle`]; `None` when empty.
+    pub(crate) fn wire(&self) -> Option<(Handler, &[u8])> {
+        match self.parts.as_slice() {
+            [] => None,
+            [(h, _)] => Some((*h, &self.buf[BUNDLE_PART_HEADER..])),
+            _ => Some((RuntimeOp::Bundle.handler(), &self.buf)),
+        }
+    }
+
+    /// Empties the bundle, keeping its buffers for reuse.
+    pub(crate) fn clear(&mut self) {
+        self.buf.clear();
+        self.parts.clear();
+    }
+}
+
+/// One message of a received bundle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BundlePart<'a> {
+    /// A bulk coherence opcode.
+    pub(crate) handler: Handler,
+    /// The 40-bit payload from the bulk body's prefix.
+    pub(crate) payload: u64,
+    /// The coherence body (after the payload prefix).
+    pub(crate) body: &'a [u8],
+}
+
+/// Splits a received Bundle body into its messages. Rejects, with the reason, an empty
+/// bundle, a truncated header or part, a part shorter than its payload prefix, and a
+/// part whose handler is not a bulk coherence opcode (a runtime message, a nested
+/// bundle, an Express or Tag-On opcode, an unknown one).
+pub(crate) fn decode_bundle(data: &[u8]) -> Result<Vec<BundlePart<'_>>, String> {
+    if data.is_empty() {
+        return Err("empty bundle".into());
+    }
+    let mut parts = Vec::new();
+    let mut rest = data;
+    while !rest.is_empty() {
+        let i = parts.len();
+        let Some((head, tail)) = rest.split_first_chunk::<BUNDLE_PART_HEADER>() else {
+            return Err(format!(
+                "part {i}: truncated header ({} of {BUNDLE_PART_HEADER} bytes)",
+                rest.len()
+            ));
+        };
+        let [h, l0, l1, l2, l3] = *head;
+        let name = op_name(h);
+        if h == RuntimeOp::Bundle as u8 {
+            return Err(format!("part {i}: a Bundle inside a bundle"));
+        }
+        if RuntimeOp::from_handler(Handler(h)).is_some() {
+            return Err(format!(
+                "part {i}: runtime message {name} (0x{h:02x}) inside a bundle"
+            ));
+        }
+        if !Message::opcode_has_bulk_body(h) {
+            return Err(format!(
+                "part {i}: handler 0x{h:02x} ({name}) is not a bulk coherence message"
+            ));
+        }
+        let len = u32::from_le_bytes([l0, l1, l2, l3]);
+        let Some((part, tail)) = usize::try_from(len)
+            .ok()
+            .and_then(|n| tail.split_at_checked(n))
+        else {
+            return Err(format!(
+                "part {i} ({name}): length {len} exceeds the {} bytes left",
+                tail.len()
+            ));
+        };
+        let (payload, body) = split_bulk(part).ok_or_else(|| {
+            format!(
+                "part {i} ({name}): {len} bytes, shorter than the {BULK_PAYLOAD_BYTES}-byte payload prefix"
+            )
+        })?;
+        parts.push(BundlePart {
+            handler: Handler(h),
+            payload,
+            body,
+        });
+        rest = tail;
+    }
+    Ok(parts)
 }
 
 /// What a coherence message needs on the wire.
@@ -232,9 +386,191 @@ mod tests {
             RuntimeOp::Hello,
             RuntimeOp::Abort,
             RuntimeOp::Stats,
+            RuntimeOp::Bundle,
         ] {
             assert_eq!(RuntimeOp::from_handler(op.handler()), Some(op));
+            assert_ne!(op_name(op as u8), "unknown");
             assert!(Message::from_parts(op as u8, 0, None).is_err());
+        }
+        assert_eq!(op_name(0xF4), "Bundle");
+    }
+
+    // ----- bundles -----------------------------------------------------------------
+
+    const DIFF: u8 = 0x12;
+    const LOCK_GRANT: u8 = 0x31;
+    const LOCK_RELEASE: u8 = 0x32;
+
+    /// A bundle body from raw parts (handler, bulk body), without any check.
+    fn raw(parts: &[(u8, &[u8])]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for (h, d) in parts {
+            v.push(*h);
+            v.extend_from_slice(&(d.len() as u32).to_le_bytes());
+            v.extend_from_slice(d);
+        }
+        v
+    }
+
+    fn rejected(data: &[u8], what: &str) {
+        match decode_bundle(data) {
+            Err(reason) => assert!(reason.contains(what), "{reason:?} lacks {what:?}"),
+            Ok(p) => panic!("accepted {p:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bundle_round_trips_its_messages_in_order() {
+        let msgs = [
+            (LOCK_RELEASE, bulk_body(7, b"first")),
+            (LOCK_GRANT, bulk_body((1 << 40) - 1, b"")),
+            (DIFF, bulk_body(3, &[9; 100])),
+        ];
+        let mut b = Bundle::default();
+        assert!(b.wire().is_none());
+        for (h, d) in &msgs {
+            assert!(b.try_push(Handler(*h), d));
+        }
+        assert_eq!(b.parts().len(), 3);
+        assert_eq!(b.parts()[2], (Handler(DIFF), 105));
+        let (h, data) = b.wire().unwrap();
+        assert_eq!(h, RuntimeOp::Bundle.handler());
+        let raw_parts: Vec<(u8, &[u8])> = msgs.iter().map(|(h, d)| (*h, &d[..])).collect();
+        assert_eq!(data, raw(&raw_parts));
+        let parts = decode_bundle(data).unwrap();
+        assert_eq!(parts.len(), 3);
+        for (p, (h, d)) in parts.iter().zip(&msgs) {
+            assert_eq!(p.handler, Handler(*h));
+            assert_eq!(Some((p.payload, p.body)), split_bulk(d));
+        }
+        b.clear();
+        assert!(b.parts().is_empty() && b.wire().is_none());
+    }
+
+    #[test]
+    fn a_bundle_of_one_is_sent_as_the_plain_bulk_message() {
+        let d = bulk_body(5, b"body");
+        let mut b = Bundle::default();
+        assert!(b.try_push(Handler(LOCK_RELEASE), &d));
+        assert_eq!(b.wire(), Some((Handler(LOCK_RELEASE), &d[..])));
+    }
+
+    #[test]
+    fn bundles_stop_at_the_size_bound() {
+        let mut b = Bundle::default();
+        // A message too long for any bundle is refused even by an empty one.
+        let long = vec![0; MAX_BUNDLE_BYTES - BUNDLE_PART_HEADER + 1];
+        assert!(!b.try_push(Handler(DIFF), &long));
+        assert!(b.parts().is_empty());
+        let exact = vec![0; MAX_BUNDLE_BYTES - BUNDLE_PART_HEADER];
+        assert!(b.try_push(Handler(DIFF), &exact));
+        assert!(!b.try_push(Handler(DIFF), &bulk_body(0, b"")));
+        b.clear();
+        let half = vec![0; MAX_BUNDLE_BYTES / 2 - BUNDLE_PART_HEADER];
+        assert!(b.try_push(Handler(DIFF), &half));
+        assert!(b.try_push(Handler(DIFF), &half));
+        assert_eq!(b.wire().unwrap().1.len(), MAX_BUNDLE_BYTES);
+        assert!(!b.try_push(Handler(DIFF), &[0; 5]));
+    }
+
+    #[test]
+    fn malformed_bundles_are_rejected_with_a_reason() {
+        let ok = bulk_body(1, b"ok");
+        rejected(&[], "empty bundle");
+        // truncated header
+        rejected(&[LOCK_RELEASE, 1, 0], "part 0: truncated header");
+        let mut two = raw(&[(LOCK_RELEASE, &ok)]);
+        two.push(LOCK_GRANT);
+        rejected(&two, "part 1: truncated header");
+        // truncated part / length beyond the body
+        let mut cut = raw(&[(LOCK_RELEASE, &ok)]);
+        cut.pop();
+        rejected(
+            &cut,
+            "part 0 (LockRelease): length 7 exceeds the 6 bytes left",
+        );
+        let mut huge = vec![DIFF];
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        huge.extend_from_slice(&ok);
+        rejected(&huge, "length 4294967295 exceeds");
+        // a part shorter than the payload prefix
+        rejected(
+            &raw(&[(DIFF, &[1, 2, 3, 4])]),
+            "shorter than the 5-byte payload",
+        );
+        // not a bulk coherence opcode
+        rejected(
+            &raw(&[(0x33, &ok)]),
+            "0x33 (LockRecall) is not a bulk coherence",
+        );
+        rejected(
+            &raw(&[(0x11, &ok)]),
+            "0x11 (PageData) is not a bulk coherence",
+        );
+        rejected(
+            &raw(&[(0x77, &ok)]),
+            "0x77 (unknown) is not a bulk coherence",
+        );
+        // nested bundle, runtime messages
+        let inner = raw(&[(LOCK_RELEASE, &ok), (LOCK_GRANT, &ok)]);
+        rejected(
+            &raw(&[(LOCK_RELEASE, &ok), (0xF4, &inner)]),
+            "part 1: a Bundle inside a bundle",
+        );
+        rejected(&raw(&[(0xF3, &ok)]), "runtime message Stats (0xf3) inside");
+        rejected(&raw(&[(0xF2, &ok)]), "runtime message Abort (0xf2) inside");
+        rejected(&raw(&[(0xF0, &ok)]), "runtime message Noop (0xf0) inside");
+    }
+
+    #[test]
+    fn only_bulk_coherence_opcodes_may_be_parts() {
+        let ok = bulk_body(0, b"");
+        for h in 0..=u8::MAX {
+            let accepted = decode_bundle(&raw(&[(h, &ok)])).is_ok();
+            assert_eq!(accepted, Message::opcode_has_bulk_body(h), "0x{h:02x}");
+            if accepted {
+                assert_ne!(op_name(h), "unknown");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_decode_or_fail_without_panicking(
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)
+        ) {
+            let _ = decode_bundle(&data);
+        }
+
+        #[test]
+        fn every_prefix_of_a_bundle_is_a_shorter_bundle_or_rejected(
+            bodies in proptest::collection::vec(
+                (proptest::sample::select(vec![0x10u8, 0x12, 0x30, 0x31, 0x32, 0x38, 0x39]),
+                 proptest::prelude::any::<u64>(),
+                 proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40)),
+                1..6)
+        ) {
+            let msgs: Vec<(u8, Vec<u8>)> = bodies
+                .iter()
+                .map(|(h, p, b)| (*h, bulk_body(*p, b)))
+                .collect();
+            let mut b = Bundle::default();
+            for (h, d) in &msgs {
+                proptest::prop_assert!(b.try_push(Handler(*h), d));
+            }
+            let whole = raw(&msgs.iter().map(|(h, d)| (*h, &d[..])).collect::<Vec<_>>());
+            let parts = decode_bundle(&whole).unwrap();
+            proptest::prop_assert_eq!(parts.len(), msgs.len());
+            for (p, (h, d)) in parts.iter().zip(&msgs) {
+                proptest::prop_assert_eq!(p.handler, Handler(*h));
+                proptest::prop_assert_eq!(Some((p.payload, p.body)), split_bulk(d));
+            }
+            for cut in 0..whole.len() {
+                if let Ok(prefix) = decode_bundle(&whole[..cut]) {
+                    proptest::prop_assert!(prefix.len() < parts.len());
+                    proptest::prop_assert_eq!(&prefix[..], &parts[..prefix.len()]);
+                }
+            }
         }
     }
 }

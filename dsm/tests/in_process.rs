@@ -312,3 +312,61 @@ fn allocation_is_bounded_and_page_aligned() {
     drop((a, b));
     again().expect("the region is unmapped once the runtime and its arrays are gone");
 }
+
+#[test]
+fn diffs_to_one_home_travel_in_bundles() {
+    // Both clusters write a word of every page: at the barrier each flushes the pages
+    // homed at the other in one event, whose Diff messages to that home are bundled.
+    let cfg = config(2, 1, Protocol::Hlrc);
+    let pages = 64;
+    let results = on_each(job(13, &cfg), |mut dsm| {
+        let a = dsm.alloc::<u64>(pages * 512).unwrap();
+        dsm.run(|w| {
+            let c = w.cluster();
+            for round in 1..=2 {
+                for p in 0..pages {
+                    a.set(p * 512 + c, (round * 1000 + p * 10 + c) as u64);
+                }
+                w.barrier().unwrap();
+                for p in 0..pages {
+                    for c in 0..2 {
+                        assert_eq!(a.get(p * 512 + c), (round * 1000 + p * 10 + c) as u64);
+                    }
+                }
+                w.barrier().unwrap();
+            }
+        })
+        .unwrap();
+        dsm.finish().unwrap()
+    });
+    let total = &results[0].total;
+    println!(
+        "bundles sent {}, messages in them {}, Diff sent {:?}",
+        total.bundles_sent,
+        total.bundled_messages_sent,
+        total.messages_sent.get("Diff")
+    );
+    assert!(total.bundles_sent > 0, "{total:?}");
+    assert!(total.bundled_messages_sent >= 2 * total.bundles_sent);
+    assert_eq!(total.bundles_sent, total.bundles_received);
+    assert_eq!(total.bundled_messages_sent, total.bundled_messages_received);
+    // Bundles are not a kind of their own: the messages inside are counted.
+    assert!(!total.messages_sent.contains_key("Bundle"));
+    assert!(!total.messages_received.contains_key("Bundle"));
+    for (kind, n) in &total.messages_sent {
+        if !["Noop", "Stats", "Abort"].contains(&kind.as_str()) {
+            assert_eq!(total.messages_received.get(kind), Some(n), "{kind}");
+        }
+    }
+    // One message-layer bulk message per bundle and per message sent alone.
+    let bulk_kinds: u64 = ["Diff", "GetPage", "LockAcquire", "LockGrant", "LockRelease"]
+        .iter()
+        .chain(&["BarrierArrive", "BarrierDepart", "Stats", "Abort"])
+        .filter_map(|k| total.messages_sent.get(*k))
+        .sum();
+    assert_eq!(
+        total.layer.bulk_sent,
+        bulk_kinds - total.bundled_messages_sent + total.bundles_sent,
+        "{total:?}"
+    );
+}

@@ -108,6 +108,9 @@ pub(crate) struct State {
     spare: Vec<Box<[u8; PAGE_SIZE]>>,
     /// A page's current contents while its diff is encoded.
     scratch: Box<[u8; PAGE_SIZE]>,
+    /// Bulk messages held back by the event being handled, by destination cluster (see
+    /// [`Core::handle_one`]); all empty between events.
+    outbox: Vec<wire::Bundle>,
 }
 
 /// A received message waiting to be handled.
@@ -210,6 +213,7 @@ impl Core {
                 twins: HashMap::new(),
                 spare: Vec::new(),
                 scratch: Box::new([0; PAGE_SIZE]),
+                outbox: (0..clusters).map(|_| wire::Bundle::default()).collect(),
             }),
             slots: Slots::new(),
             liveness,
@@ -408,6 +412,28 @@ impl Core {
         Ok(())
     }
 
+    /// Handles `event` and executes its actions under the machine lock, in order.
+    ///
+    /// # Bundling
+    ///
+    /// A bulk coherence message is not sent at once: it joins the bundle of its
+    /// destination ([`State::outbox`], [`wire::Bundle`]). The bundle for a cluster is
+    /// sent, as one message-layer message ([`RuntimeOp::Bundle`], or the plain bulk
+    /// message when it holds one),
+    ///
+    /// * before any other message (Express, Tag-On) to that cluster, so that what one
+    ///   cluster sends another arrives in the order the machine emitted it;
+    /// * when the next bulk message would take it past [`wire::MAX_BUNDLE_BYTES`]
+    ///   (a message longer than that is sent alone, after the bundle);
+    /// * at the end of the event's actions (the follow-up `Flushed` event's included),
+    ///   still under the lock, so no later event's message to that cluster can
+    ///   overtake it. Bundles leave in cluster order, so messages to *different*
+    ///   clusters may leave in another order than emitted: the machine's calling
+    ///   contract lets the network reorder messages. A held message's bytes were
+    ///   encoded when its action executed (only Tag-On sends read the region, and
+    ///   those are not held).
+    ///
+    /// Messages received while a send blocks go to `pending`, as for any send.
     fn handle_one(
         &self,
         ops: &RegionOps,
@@ -457,6 +483,11 @@ impl Core {
                 }
             }
             st.actions = actions;
+            if result.is_ok() {
+                result = self.send_bundles(ep, &mut st.outbox, pending);
+            }
+            // After a failure, what is still held is dropped: the job is failing.
+            st.outbox.iter_mut().for_each(wire::Bundle::clear);
             if let Err(e) = result {
                 drop(guard);
                 self.fail_with(ep, &e);
@@ -502,7 +533,7 @@ impl Core {
                     self.barrier_arrival_sent
                         .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 }
-                self.send_message(ops, ep, to.index(), &msg, pending)
+                self.send_message(ops, ep, to.index(), &msg, pending, &mut st.outbox)
             }
             Action::Install {
                 page,
@@ -591,6 +622,7 @@ impl Core {
         }
     }
 
+    /// Sends `msg` to `to`, or holds it in `to`'s bundle (see [`Core::handle_one`]).
     fn send_message(
         &self,
         ops: &RegionOps,
@@ -598,12 +630,15 @@ impl Core {
         to: usize,
         msg: &Message,
         pending: &mut Pending,
+        outbox: &mut [wire::Bundle],
     ) -> Result<(), DsmError> {
         match wire::outgoing(msg) {
             Outgoing::Express { handler, payload } => {
+                self.send_held(ep, to, outbox, pending)?;
                 self.send_express(ep, to, handler, payload, pending)
             }
             Outgoing::Page { handler, tag, page } => {
+                self.send_held(ep, to, outbox, pending)?;
                 let mut buf = self.alloc_buffer(ep, pending)?;
                 let dst: &mut [u8; PAGE_SIZE] = (&mut buf.as_mut_capacity()[..PAGE_SIZE])
                     .try_into()
@@ -619,8 +654,79 @@ impl Core {
                 buf.set_tag(tag);
                 self.send_tag_on(ep, to, handler, buf, pending)
             }
-            Outgoing::Bulk { handler, data } => self.send_bulk(ep, to, handler, &data, pending),
+            Outgoing::Bulk { handler, data } => {
+                let bundle = outbox.get_mut(to).ok_or_else(|| {
+                    self.internal(format!(
+                        "a message to cluster {to} of a job of {}",
+                        self.clusters
+                    ))
+                })?;
+                if bundle.try_push(handler, &data) {
+                    return Ok(());
+                }
+                self.send_bundle(ep, to, bundle, pending)?;
+                if bundle.try_push(handler, &data) {
+                    Ok(())
+                } else {
+                    self.send_bulk(ep, to, handler, &data, pending)
+                }
+            }
         }
+    }
+
+    /// Sends the bulk messages held for `to`, if any.
+    fn send_held(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        outbox: &mut [wire::Bundle],
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        match outbox.get_mut(to) {
+            Some(bundle) => self.send_bundle(ep, to, bundle, pending),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends every bundle held, in cluster order.
+    fn send_bundles(
+        &self,
+        ep: &Endpoint,
+        outbox: &mut [wire::Bundle],
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        for (to, bundle) in outbox.iter_mut().enumerate() {
+            self.send_bundle(ep, to, bundle, pending)?;
+        }
+        Ok(())
+    }
+
+    /// Sends `bundle` to `to` (nothing if it is empty) and empties it: one message as
+    /// itself, several as a [`RuntimeOp::Bundle`]. The per-kind counters count the
+    /// messages inside.
+    fn send_bundle(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        bundle: &mut wire::Bundle,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let sent = match bundle.wire() {
+            None => return Ok(()),
+            Some((handler, data)) if handler != RuntimeOp::Bundle.handler() => {
+                self.send_bulk(ep, to, handler, data, pending)
+            }
+            Some((handler, data)) => self.post_bulk(ep, to, handler, data, pending).map(|()| {
+                for &(h, len) in bundle.parts() {
+                    bump(&self.counters.sent[usize::from(h.0)], 1);
+                    bump(&self.counters.sent_bytes[usize::from(h.0)], len as u64);
+                }
+                bump(&self.counters.bundles_sent, 1);
+                bump(&self.counters.bundled_sent, bundle.parts().len() as u64);
+            }),
+        };
+        bundle.clear();
+        sent
     }
 
     fn send_error(&self, to: usize, what: &'static str, reason: String) -> DsmError {
@@ -750,7 +856,26 @@ impl Core {
         }
     }
 
+    /// Sends one bulk message and counts it.
     fn send_bulk(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        handler: Handler,
+        data: &[u8],
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        self.post_bulk(ep, to, handler, data, pending)?;
+        bump(&self.counters.sent[usize::from(handler.0)], 1);
+        bump(
+            &self.counters.sent_bytes[usize::from(handler.0)],
+            data.len() as u64,
+        );
+        Ok(())
+    }
+
+    /// Sends one bulk message (uncounted).
+    fn post_bulk(
         &self,
         ep: &Endpoint,
         to: usize,
@@ -762,14 +887,7 @@ impl Core {
             match ep.send_bulk(name(to), handler, data, Some(self.tuning.send_slice), |m| {
                 pending.push(m)
             }) {
-                Ok(()) => {
-                    bump(&self.counters.sent[usize::from(handler.0)], 1);
-                    bump(
-                        &self.counters.sent_bytes[usize::from(handler.0)],
-                        data.len() as u64,
-                    );
-                    return Ok(());
-                }
+                Ok(()) => return Ok(()),
                 // Fragments already sent are discarded by the receiver; send it all again.
                 Err(BulkSendError::Pool(_)) | Err(BulkSendError::Send(SendError::Timeout(()))) => {
                     self.send_stalled(ep, pending, &|| format!("sending to cluster {to}"))?;
@@ -845,6 +963,7 @@ impl Core {
         page: PageId,
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
+        self.send_held(ep, to, &mut st.outbox, pending)?;
         let mut buf = self.alloc_buffer(ep, pending)?;
         let dst: &mut [u8; PAGE_SIZE] = (&mut buf.as_mut_capacity()[..PAGE_SIZE])
             .try_into()
@@ -947,7 +1066,11 @@ impl Core {
         if from >= self.clusters {
             return Err(malformed(format!("source id {from} is not a cluster")));
         }
-        bump(&self.counters.received[usize::from(handler.0)], 1);
+        let bundle = handler == RuntimeOp::Bundle.handler();
+        if !bundle {
+            // A bundle's messages are counted one by one below.
+            bump(&self.counters.received[usize::from(handler.0)], 1);
+        }
         let m = match m {
             Incoming::Msg(m) => m,
             Incoming::Copied { tag, data, .. } => {
@@ -963,6 +1086,9 @@ impl Core {
                 );
             }
         };
+        if bundle {
+            return self.bundle_message(ops, ep, from, m, pending);
+        }
         if let Some(op) = RuntimeOp::from_handler(handler) {
             return self.runtime_message(ep, op, from, m);
         }
@@ -987,6 +1113,43 @@ impl Core {
             }
             Received::Basic(_) => Err(malformed("the DSM protocol sends no Basic messages".into())),
         }
+    }
+
+    /// Handles a received [`RuntimeOp::Bundle`]: checks all of it, then handles its
+    /// messages in order, each as a bulk message received alone from `from`.
+    fn bundle_message(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        from: usize,
+        m: Received,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let malformed = |reason: String| DsmError::Malformed {
+            cluster: self.me,
+            from,
+            reason: format!("Bundle: {reason}"),
+        };
+        let Received::Bulk(b) = m else {
+            return Err(malformed("wrong message kind".into()));
+        };
+        let parts = wire::decode_bundle(&b.data).map_err(malformed)?;
+        bump(&self.counters.bundles_received, 1);
+        bump(&self.counters.bundled_received, parts.len() as u64);
+        for p in parts {
+            bump(&self.counters.received[usize::from(p.handler.0)], 1);
+            self.protocol_message(
+                ops,
+                ep,
+                from,
+                p.handler,
+                p.payload,
+                Some(p.body),
+                None,
+                pending,
+            )?;
+        }
+        Ok(())
     }
 
     /// Decodes a coherence message and hands it to the machine.

@@ -401,6 +401,8 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "Express sent", &|c| c.layer.express_sent);
     row(&mut s, "Tag-On sent", &|c| c.layer.tag_on_sent);
     row(&mut s, "bulk sent", &|c| c.layer.bulk_sent);
+    row(&mut s, "bundles sent", &|c| c.bundles_sent);
+    row(&mut s, "messages in bundles", &|c| c.bundled_messages_sent);
     row(&mut s, "payload bytes sent", &|c| c.layer.bytes_sent);
     row(&mut s, "sends to a full queue", &|c| c.layer.queue_full);
     row(&mut s, "empty buffer pool", &|c| c.layer.pool_exhausted);
