@@ -79,6 +79,15 @@ pub struct Config {
     /// 1994 §3.2, sends a lock's write notices only when another processor asks for
     /// it; issue 10.)
     pub release_batch: u32,
+    /// hlrc only: at a barrier arrival, the home sends the diff of each page it wrote
+    /// in the closing interval to the other clusters of the page's copyset
+    /// ([`crate::Message::Update`]); at the departure a copy that reflects the
+    /// diff's base applies it instead of being invalidated and fetched again. An
+    /// update that finds no such copy is dropped. Ignored by sc. (Update instead of
+    /// invalidate for producer–consumer sharing across barriers: the competitive
+    /// update protocols of Munin, Carter, Bennett, Zwaenepoel, SOSP 1991 §3; issue 10:
+    /// EM3D's boundary pages.)
+    pub barrier_updates: bool,
 }
 
 /// The default of [`Config::release_batch`].
@@ -112,8 +121,8 @@ pub enum ConfigError {
 impl Config {
     /// A configuration with the default home policy (round-robin), single-writer
     /// migration on, [`DEFAULT_PREFETCH`] pages prefetched per fetch,
-    /// [`DEFAULT_RELEASE_BATCH`] locks per release batch, and the barrier managed by
-    /// cluster 0.
+    /// [`DEFAULT_RELEASE_BATCH`] locks per release batch, updates at barriers, and
+    /// the barrier managed by cluster 0.
     ///
     /// Source: design.md, *coherence* (hlrc default, round-robin homes).
     pub fn new(protocol: Protocol, clusters: u16, pages: u32) -> Self {
@@ -126,6 +135,7 @@ impl Config {
             prefetch: DEFAULT_PREFETCH,
             barrier_manager: ClusterId::new(0).expect("0 is a valid cluster"),
             release_batch: DEFAULT_RELEASE_BATCH,
+            barrier_updates: true,
         }
     }
 

@@ -31,12 +31,20 @@
 //!   the flush closes, and its diff goes to the home (unless it is homed here) and
 //!   into this cluster's recent diffs, which the lock carries. Open pages stay
 //!   writable, so a lock handed back and forth costs no fault and no
-//!   `UFFDIO_WRITEPROTECT`; a page unchanged at one flush is closed at the next one
-//!   (write-protected first, so that a concurrent write re-faults, then diffed a last
-//!   time), and a barrier arrival closes every open page. The release does not wait
-//!   for the home: the versions in the fetches make that unnecessary. Only a barrier
-//!   arrival waits until every diff of the cluster is acknowledged, so that at the
-//!   departure every master copy is current.
+//!   `UFFDIO_WRITEPROTECT`; a page unchanged at two flushes in a row is closed at
+//!   the next one (write-protected first, so that a concurrent write re-faults, then
+//!   diffed a last time; [`crate::machine::IDLE_FLUSHES`]), and a barrier arrival
+//!   closes every open copy but the pages homed here (a master is never
+//!   invalidated), which stay open into the next phase. The release does not wait
+//!   for the home: the versions in the fetches make that unnecessary. The departure
+//!   makes every master copy current (below).
+//! * **Updates at barriers** ([`crate::Config::barrier_updates`]): the barrier flush
+//!   sends the diff of each page homed here that changed to the other clusters of
+//!   its copyset ([`crate::Message::Update`]); each keeps them for the departure,
+//!   whose write notices apply them as diffs carried with the notices (a copy that
+//!   reflects a diff's base stays valid instead of being invalidated and fetched in
+//!   the next phase); the others are dropped. Source: update protocols for
+//!   producer–consumer sharing (Munin, Carter, Bennett, Zwaenepoel, SOSP 1991 §3).
 //! * **Home**: a received diff is applied to the master (and its twin, when open) as
 //!   soon as the master reflects the diff's base — diffs that overtook an earlier
 //!   one wait — then acknowledged; a diff the master already reflects (it came with a
@@ -109,7 +117,7 @@ use crate::error::ProtocolError;
 use crate::home::CopySet;
 use crate::ids::{ClusterId, PageId, PageRange};
 use crate::interval::{IntervalDiff, IntervalRecord, VectorTime};
-use crate::machine::{Fetch, Machine, PageAccess, Phase, Waiter};
+use crate::machine::{Fetch, MAX_HELD_UPDATES, Machine, PageAccess, Phase, Waiter};
 use crate::message::Message;
 
 /// What an acquire's write notices do to each page (see [`Machine::hlrc_plan_notices`]).
@@ -198,7 +206,7 @@ impl Machine {
     fn open_page(&mut self, page: PageId) {
         let e = self.entry(page);
         e.twin = true;
-        e.idle = false;
+        e.idle = 0;
         self.open.push(page);
     }
 
@@ -744,15 +752,52 @@ impl Machine {
         Ok(())
     }
 
-    /// The write notices of a barrier departure (no diffs are carried, and no page of
-    /// this cluster is open but home pages).
+    /// The write notices of a barrier departure (no page of this cluster is open but
+    /// home pages); the updates received for it act as diffs carried with them.
     pub(crate) fn hlrc_depart_notices(
         &mut self,
         records: &[IntervalRecord],
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
-        let plan = self.hlrc_plan_notices(records, &[])?;
+        let updates = std::mem::take(&mut self.updates);
+        let plan = self.hlrc_plan_notices(records, &updates)?;
+        let applied = plan
+            .apply
+            .iter()
+            .filter(|(d, _)| {
+                updates
+                    .iter()
+                    .any(|u| u.page == d.page && u.owner == d.owner && u.index == d.index)
+            })
+            .count() as u64;
+        self.stats.updates_applied += applied;
+        self.stats.updates_dropped += updates.len() as u64 - applied;
         self.hlrc_apply_plan(plan, out)
+    }
+
+    /// An update from `from` for the next barrier departure (see
+    /// [`crate::Config::barrier_updates`]): kept if it is one of `from`'s diffs of a
+    /// page homed there, else dropped (a home sends updates of its own pages only; a
+    /// stale or surplus one only costs the fetch it would have saved).
+    pub(crate) fn on_update(
+        &mut self,
+        from: ClusterId,
+        diff: IntervalDiff,
+    ) -> Result<(), ProtocolError> {
+        self.check_page(diff.page)?;
+        if diff.owner != from {
+            return Err(Self::unexpected(
+                "update of another cluster's diff",
+                from,
+                diff.page,
+            ));
+        }
+        if self.homes.get(diff.page) != Some(from) || self.updates.len() >= MAX_HELD_UPDATES {
+            self.stats.updates_dropped += 1;
+            return Ok(());
+        }
+        self.updates.push(diff);
+        Ok(())
     }
 
     /// Pages of `records` (this cluster's own since the last barrier) that it wrote
@@ -822,7 +867,7 @@ impl Machine {
                     // Shared while this cluster waited at the barrier: nothing wrote
                     // it since (its threads are at the barrier).
                     e.twin = false;
-                    e.idle = false;
+                    e.idle = 0;
                     self.open.retain(|&q| q != p);
                     out.push(Action::DropTwin { page: p });
                 }

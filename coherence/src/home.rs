@@ -105,6 +105,15 @@ impl CopySet {
         })
     }
 
+    /// The members, in id order.
+    pub(crate) fn members(&self) -> impl Iterator<Item = ClusterId> + '_ {
+        self.bits.iter().enumerate().flat_map(|(w, &x)| {
+            (0..64)
+                .filter(move |b| x & (1u64 << b) != 0)
+                .filter_map(move |b| ClusterId::new((w * 64 + b) as u16))
+        })
+    }
+
     pub(crate) fn clear(&mut self) {
         self.bits.clear();
     }

@@ -40,8 +40,9 @@ pub(crate) struct PageEntry {
     /// hlrc: the page has a twin: it is writable and *open* (listed in
     /// `Machine::open`), and every flush diffs it.
     pub(crate) twin: bool,
-    /// hlrc: open and unchanged at the last flush: the next flush closes it.
-    pub(crate) idle: bool,
+    /// hlrc: open and unchanged at this many flushes in a row; at
+    /// [`IDLE_FLUSHES`] the next flush closes it.
+    pub(crate) idle: u8,
     /// hlrc: the versions of the page this cluster's copy reflects (per cluster, the
     /// last interval whose writes to the page it holds; this cluster's own entry is
     /// its last diff of the page). For a missing copy, what the next fetch must
@@ -156,6 +157,18 @@ pub(crate) struct Txn {
 /// Source: this project's bound (see [`crate::sync`], carried diffs).
 pub(crate) const MAX_RECENT_DIFFS: usize = 64;
 
+/// An open page unchanged at this many flushes in a row is closed at the next one
+/// (write-protected, diffed a last time, twin dropped). 2 keeps a page written every
+/// other interval — EM3D's E and H pages, written in alternate barrier phases — open
+/// (a clean open page costs one diff scan per flush, a closed one a write fault and
+/// two `UFFDIO_WRITEPROTECT`s when written again). Source: this project's choice
+/// (issue 10).
+pub(crate) const IDLE_FLUSHES: u8 = 2;
+
+/// How many barrier updates a cluster keeps for the next departure; more are dropped
+/// (their pages are invalidated and fetched as without updates).
+pub(crate) const MAX_HELD_UPDATES: usize = 1 << 16;
+
 /// The coherence machine of one cluster: a pure state machine, driven by
 /// [`Event`]s, producing [`Action`]s. One machine per cluster is shared by all of the
 /// cluster's compute threads (they share the cluster's single copy of each page).
@@ -232,6 +245,9 @@ pub struct Machine {
     /// While the releases of [`Machine::leaving`] are built: `(manager, page, interval)`
     /// of the diffs already carried to each manager (each goes once per batch).
     pub(crate) batch_carried: Vec<(ClusterId, PageId, u32)>,
+    /// hlrc: updates received for the next barrier departure (see
+    /// [`Config::barrier_updates`]), at most [`MAX_HELD_UPDATES`].
+    pub(crate) updates: Vec<IntervalDiff>,
     /// hlrc: the flush in progress (between [`Action::Flush`] and
     /// [`Event::Flushed`]).
     pub(crate) flushing: Option<Flushing>,
@@ -273,7 +289,7 @@ impl Machine {
                     _ => PageAccess::Invalid,
                 },
                 twin: false,
-                idle: false,
+                idle: 0,
                 known: VectorTime::new(),
             })
             .collect();
@@ -295,6 +311,7 @@ impl Machine {
             deferred_releases: Vec::new(),
             leaving: Vec::new(),
             batch_carried: Vec::new(),
+            updates: Vec::new(),
             flushing: None,
             copysets: BTreeMap::new(),
             dirs: BTreeMap::new(),
@@ -602,7 +619,12 @@ impl Machine {
         let mut pages = Vec::with_capacity(self.open.len());
         let mut protect = Vec::new();
         for &page in &self.open {
-            let keep_open = !all && !self.pages[page.index()].idle;
+            // A barrier closes every open copy (the departure may invalidate it) but
+            // the home's own written pages: their master cannot be invalidated, so
+            // they stay writable for the next phase's writes (no fault, no
+            // `UFFDIO_WRITEPROTECT`) and go idle and close like at a release.
+            let home = self.homes.get(page) == Some(self.me);
+            let keep_open = (!all || home) && self.pages[page.index()].idle < IDLE_FLUSHES;
             if !keep_open {
                 protect.push(page);
             }
@@ -659,6 +681,8 @@ impl Machine {
                 .collect(),
             Resume::Grant(_) => Vec::new(),
         };
+        let updates =
+            self.cfg.barrier_updates && matches!(f.then, Resume::Close(Completion::Barrier));
         let mut written = Vec::new();
         for (fp, data) in f.pages.iter().zip(diffs) {
             let home = self.homes.get(fp.page);
@@ -666,17 +690,17 @@ impl Machine {
             if !fp.keep_open {
                 e.access = PageAccess::ReadOnly;
                 e.twin = false;
-                e.idle = false;
+                e.idle = 0;
                 self.stats.pages_closed += 1;
             } else {
                 self.stats.pages_kept_open += 1;
             }
             let e = self.entry(fp.page);
             if data.is_empty() {
-                e.idle = fp.keep_open;
+                e.idle = if fp.keep_open { e.idle + 1 } else { 0 };
                 continue;
             }
-            e.idle = false;
+            e.idle = 0;
             let base = e.known.clone();
             e.known.set(me, index);
             let diff = IntervalDiff {
@@ -687,7 +711,15 @@ impl Machine {
                 data,
             };
             match home {
-                Some(h) if h == me => {}
+                Some(h) if h == me => {
+                    if updates && let Some(set) = self.copysets.get(&fp.page) {
+                        let to: Vec<ClusterId> = set.members().filter(|&c| c != me).collect();
+                        for c in to {
+                            self.stats.updates_sent += 1;
+                            self.send(c, Message::Update { diff: diff.clone() }, out);
+                        }
+                    }
+                }
                 Some(h) if carriers.contains(&h) => {
                     self.stats.diffs_via_release += 1;
                     self.for_release.push(diff.clone());
@@ -792,7 +824,10 @@ impl Machine {
                 self.on_page_data_hlrc(from, page, zero, out)
             }
             Message::Diff { diff } if hlrc => self.on_diff(from, diff, out),
-            Message::GetPage { .. } | Message::Diff { .. } => wrong("hlrc message in an sc job"),
+            Message::Update { diff } if hlrc => self.on_update(from, diff),
+            Message::GetPage { .. } | Message::Diff { .. } | Message::Update { .. } => {
+                wrong("hlrc message in an sc job")
+            }
             Message::PageData {
                 page,
                 writable,

@@ -129,6 +129,15 @@ pub enum Message {
         /// The diff.
         diff: IntervalDiff,
     },
+    /// hlrc: a diff of one of the sender's intervals of a page homed at the sender,
+    /// sent at a barrier arrival to a cluster of the page's copyset; kept until the
+    /// barrier departure, where a copy that reflects its base applies it instead of
+    /// being invalidated (see [`crate::Config::barrier_updates`]). Opcode 0x13,
+    /// encoded like `Diff`. Source: update protocols (Munin, SOSP 1991 §3).
+    Update {
+        /// The diff.
+        diff: IntervalDiff,
+    },
     /// sc: read fault, to the home. Opcode 0x20, Express. Source: Ivy (TOCS 1989
     /// §4.1), read fault handler.
     ScRead {
@@ -341,6 +350,7 @@ mod op {
     pub const GET_PAGE: u8 = 0x10;
     pub const PAGE_DATA: u8 = 0x11;
     pub const DIFF: u8 = 0x12;
+    pub const UPDATE: u8 = 0x13;
     pub const SC_READ: u8 = 0x20;
     pub const SC_WRITE: u8 = 0x21;
     pub const SC_UPGRADE: u8 = 0x22;
@@ -387,7 +397,7 @@ impl Message {
             | ScInvAck { page }
             | ScRecall { page, .. }
             | ScWriteBack { page } => Some(page),
-            Diff { ref diff } => Some(diff.page),
+            Diff { ref diff } | Update { ref diff } => Some(diff.page),
             LockAcquire { .. }
             | LockGrant { .. }
             | LockRelease { .. }
@@ -496,6 +506,11 @@ impl Message {
                 w.diff_body(diff);
                 bulk(op::DIFF, page_payload(diff.page, 0), w)
             }
+            Update { diff } => {
+                let mut w = Writer::default();
+                w.diff_body(diff);
+                bulk(op::UPDATE, page_payload(diff.page, 0), w)
+            }
             &ScRead { page } => express(op::SC_READ, page_payload(page, 0)),
             &ScWrite { page } => express(op::SC_WRITE, page_payload(page, 0)),
             &ScUpgrade { page } => express(op::SC_UPGRADE, page_payload(page, 0)),
@@ -591,6 +606,7 @@ impl Message {
             opcode,
             op::GET_PAGE
                 | op::DIFF
+                | op::UPDATE
                 | op::LOCK_ACQUIRE
                 | op::LOCK_GRANT
                 | op::LOCK_RELEASE
@@ -658,6 +674,13 @@ impl Message {
                 let diff = r.diff_body(page)?;
                 r.finish()?;
                 Diff { diff }
+            }
+            op::UPDATE => {
+                field(0)?;
+                let mut r = Reader(bulk.unwrap_or(&[]));
+                let diff = r.diff_body(page)?;
+                r.finish()?;
+                Update { diff }
             }
             op::SC_READ => {
                 field(0)?;

@@ -140,6 +140,15 @@ counters! {
     /// Flushes that gave back several eager locks at once, or one with the locks
     /// waiting for a batch ([`crate::Config::release_batch`]).
     release_batches,
+    /// hlrc: updates sent at barrier arrivals (diffs of home pages to the other
+    /// clusters of their copysets; [`crate::Config::barrier_updates`]).
+    updates_sent,
+    /// hlrc: updates applied at barrier departures (a copy kept valid instead of
+    /// invalidated).
+    updates_applied,
+    /// hlrc: updates dropped (no valid copy that reflects their base, stale, or
+    /// surplus).
+    updates_dropped,
     /// Locks pushed to this cluster by their manager without a request (predicted to
     /// be wanted here next).
     lock_pushes_received,

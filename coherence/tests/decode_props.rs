@@ -169,6 +169,10 @@ fn message() -> impl Strategy<Value = Message> {
             .into_iter()
             .next()
             .map(|diff| Message::Diff { diff })),
+        diffs().prop_filter_map("one diff", |d| d
+            .into_iter()
+            .next()
+            .map(|diff| Message::Update { diff })),
         (page(), any::<bool>())
             .prop_map(|(page, invalidate)| Message::ScRecall { page, invalidate }),
         (lock.clone(), time(), tenure()).prop_map(|(lock, time, seen)| Message::LockAcquire {

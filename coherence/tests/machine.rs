@@ -701,7 +701,17 @@ fn release_flushes_open_pages_and_does_not_wait_for_the_home() {
         matches!(a.as_slice(), [Action::Send { msg: Message::LockGrant { lock, .. }, .. }] if *lock == l(2)),
         "{a:?}"
     );
-    // an idle page is write-protected and closed at the following flush
+    // unchanged again: still open (idle at two flushes in a row)
+    run(&mut me, acquire(6, 5));
+    run(&mut me, request_from(1, 6));
+    assert_eq!(run(&mut me, release(6, 5))[1], flush(1, true));
+    run(
+        &mut me,
+        Event::Flushed {
+            diffs: vec![DiffBytes::default()],
+        },
+    );
+    // then it is write-protected and closed at the following flush
     run(&mut me, acquire(4, 3));
     run(&mut me, request_from(1, 4));
     assert_eq!(
@@ -1081,6 +1091,7 @@ fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
             }
         }),
         diff.clone().prop_map(|diff| Message::Diff { diff }),
+        diff.clone().prop_map(|diff| Message::Update { diff }),
         page.clone().prop_map(|page| Message::ScRead { page }),
         page.clone().prop_map(|page| Message::ScWrite { page }),
         page.clone().prop_map(|page| Message::ScUpgrade { page }),

@@ -277,6 +277,10 @@ fn hlrc_multiple_writers_barrier_migration() {
             ("a read returns another cluster's write", |_, s| {
                 s.seen.remote_value
             }),
+            (
+                "a home's update keeps a copy valid at a barrier departure",
+                |_, s| s.seen.update_applied,
+            ),
         ],
         EXPECTED_HLRC_BARRIER,
     );
@@ -787,17 +791,17 @@ fn sc_threads_and_locks() {
 // transitive 160,197 → 428,288 and first touch 63,350 → 254,652 (prefetches in
 // flight interleave with every other step, replies are installed or dropped as
 // stale); hlrc_prefetch is new.
-const EXPECTED_HLRC_TRANSITIVE: usize = 348_995;
-const EXPECTED_HLRC_BARRIER: usize = 59_573;
-const EXPECTED_HLRC_THREADS: usize = 15_847;
-const EXPECTED_HLRC_FIRST_TOUCH: usize = 251_423;
-const EXPECTED_HLRC_ACROSS_BARRIER: usize = 2_586;
-const EXPECTED_HLRC_PUSHES: usize = 59_983;
-const EXPECTED_HLRC_PUSHES_UNBATCHED: usize = 13_198;
-const EXPECTED_HLRC_TRANSITIVE_BATCH_2: usize = 352_385;
+const EXPECTED_HLRC_TRANSITIVE: usize = 287_575;
+const EXPECTED_HLRC_BARRIER: usize = 147_377;
+const EXPECTED_HLRC_THREADS: usize = 15_994;
+const EXPECTED_HLRC_FIRST_TOUCH: usize = 474_742;
+const EXPECTED_HLRC_ACROSS_BARRIER: usize = 4_143;
+const EXPECTED_HLRC_PUSHES: usize = 205_865;
+const EXPECTED_HLRC_PUSHES_UNBATCHED: usize = 6_965;
+const EXPECTED_HLRC_TRANSITIVE_BATCH_2: usize = 289_865;
 const EXPECTED_HLRC_CARRIED: usize = 803;
 const EXPECTED_HLRC_OPEN_INVALIDATED: usize = 1_244;
 const EXPECTED_HLRC_HOME_WAITS: usize = 5_870;
-const EXPECTED_HLRC_PREFETCH: usize = 44_057;
+const EXPECTED_HLRC_PREFETCH: usize = 79_813;
 const EXPECTED_SC_RACING: usize = 125_660;
 const EXPECTED_SC_THREADS: usize = 5_517;

@@ -83,6 +83,7 @@ pub fn op_name(handler: u8) -> &'static str {
         0x10 => "GetPage",
         0x11 => "PageData",
         0x12 => "Diff",
+        0x13 => "Update",
         0x14 => "DiffAck",
         0x20 => "ScRead",
         0x21 => "ScWrite",

@@ -359,11 +359,18 @@ fn diffs_to_one_home_travel_in_bundles() {
         }
     }
     // One message-layer bulk message per bundle and per message sent alone.
-    let bulk_kinds: u64 = ["Diff", "GetPage", "LockAcquire", "LockGrant", "LockRelease"]
-        .iter()
-        .chain(&["BarrierArrive", "BarrierDepart", "Stats", "Abort"])
-        .filter_map(|k| total.messages_sent.get(*k))
-        .sum();
+    let bulk_kinds: u64 = [
+        "Diff",
+        "Update",
+        "GetPage",
+        "LockAcquire",
+        "LockGrant",
+        "LockRelease",
+    ]
+    .iter()
+    .chain(&["BarrierArrive", "BarrierDepart", "Stats", "Abort"])
+    .filter_map(|k| total.messages_sent.get(*k))
+    .sum();
     assert_eq!(
         total.layer.bulk_sent,
         bulk_kinds - total.bundled_messages_sent + total.bundles_sent,
