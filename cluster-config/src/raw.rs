@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde::de::{self, Visitor};
 use toml::Spanned;
 
-use crate::model::{HomePolicy, IniPolicy, Protocol, ProtocolPriority, Substrate};
+use crate::model::{BarrierUpdates, HomePolicy, IniPolicy, Protocol, ProtocolPriority, Substrate};
 use crate::size::parse_byte_size;
 
 /// A whole file.
@@ -82,6 +82,7 @@ pub(crate) struct RawDsm {
     pub page_size: Field<Int>,
     pub prefetch: Field<Int>,
     pub release_batch: Field<Int>,
+    pub barrier_updates: Field<BarrierUpdates>,
     pub protocol_priority: Field<ProtocolPriority>,
 }
 

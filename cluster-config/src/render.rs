@@ -273,7 +273,7 @@ impl JobConfig {
         let _ = writeln!(
             out,
             "\n[dsm]\nprotocol = \"{}\"\nhome = \"{}\"\nregion_base = {:#x}\nregion_size = {}\n\
-             page_size = {}\nprefetch = {}\nrelease_batch = {}\nprotocol_priority = \"{}\"",
+             page_size = {}\nprefetch = {}\nrelease_batch = {}\nbarrier_updates = \"{}\"\nprotocol_priority = \"{}\"",
             dsm.protocol,
             dsm.home,
             dsm.region_base,
@@ -281,6 +281,7 @@ impl JobConfig {
             dsm.page_size,
             dsm.prefetch,
             dsm.release_batch,
+            dsm.barrier_updates,
             dsm.protocol_priority
         );
         let e = &self.emulation;

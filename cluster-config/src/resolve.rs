@@ -578,6 +578,10 @@ impl Resolver<'_, '_> {
                         .because(" locks given back together (1 = each at its release)"),
                 )?
                 .value,
+            barrier_updates: raw
+                .barrier_updates
+                .as_ref()
+                .map_or(d.barrier_updates, |b| *b.get_ref()),
             protocol_priority: raw
                 .protocol_priority
                 .as_ref()

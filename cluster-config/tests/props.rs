@@ -2,9 +2,9 @@
 //! parsing, and no input makes the parser panic or point outside the text.
 
 use multigrain_cluster_config::{
-    ClusterSpec, DsmConfig, EMBEDDED_DEFAULT_TOML, EmulationConfig, FaultConfig, HomePolicy,
-    IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig, MAX_PREFETCH, MAX_RELEASE_BATCH,
-    MAX_TRACE_RECORDS, PAGE_SIZE, Protocol, ProtocolPriority, Substrate,
+    BarrierUpdates, ClusterSpec, DsmConfig, EMBEDDED_DEFAULT_TOML, EmulationConfig, FaultConfig,
+    HomePolicy, IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig, MAX_PREFETCH,
+    MAX_RELEASE_BATCH, MAX_TRACE_RECORDS, PAGE_SIZE, Protocol, ProtocolPriority, Substrate,
 };
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -99,6 +99,8 @@ prop_compose! {
                 // Every value in range, drawn from the seed (proptest's argument list
                 // is full).
                 release_batch: 1 + (seed % u64::from(MAX_RELEASE_BATCH)) as u32,
+                barrier_updates: [BarrierUpdates::Auto, BarrierUpdates::On, BarrierUpdates::Off]
+                    [(seed >> 40) as usize % 3],
                 protocol_priority,
             },
             emulation: EmulationConfig {

@@ -67,7 +67,8 @@ fn unknown_keys_are_rejected_with_the_allowed_keys() {
     assert_eq!(
         err(&with_local("[dsm]\nregion = 5")),
         "jobs/t.toml:2:1: dsm.region: unknown key; allowed here: protocol, home, region_base, \
-         region_size, page_size, prefetch, release_batch, protocol_priority"
+         region_size, page_size, prefetch, release_batch, barrier_updates, \
+         protocol_priority"
     );
     assert_eq!(
         err(&with_local("emulation = { latency = 1 }")),

@@ -39,6 +39,10 @@ pub(crate) struct ClusterLock {
     pub(crate) returning: bool,
     /// A thread of this cluster took the lock in the current tenure.
     pub(crate) used: bool,
+    /// Another cluster had to recall the lock while it waited here for a release
+    /// batch: its next eager release skips the batch (a lock passed back and forth
+    /// is wanted at once; see [`crate::Config::release_batch`]).
+    pub(crate) wanted: bool,
     /// A pushed grant no local thread has used yet.
     pub(crate) pushed: Option<Pushed>,
     /// Recalls of tenures other than the one owned or last owned: those that overtook
@@ -366,9 +370,11 @@ impl Machine {
             if !l.recalled {
                 self.stats.lock_eager_releases += 1;
             }
-            if l.recalled || !l.waiters.is_empty() {
-                // Asked for, or local threads wait beyond their hand-offs: it goes
-                // now (they ask again once it has left).
+            if l.recalled || !l.waiters.is_empty() || l.wanted {
+                // Asked for, or local threads wait beyond their hand-offs, or it was
+                // asked for while it waited for a batch last time: it goes now (the
+                // local waiters ask again once it has left).
+                l.wanted = false;
                 return self.give_back_now(lock, out);
             }
             self.deferred_releases.push(lock);
@@ -451,6 +457,9 @@ impl Machine {
         l.recalled = true;
         if l.busy {
             return Ok(());
+        }
+        if self.deferred_releases.contains(&lock) {
+            l.wanted = true;
         }
         self.give_back_now(lock, out)
     }
