@@ -40,8 +40,9 @@ pub(crate) struct ClusterLock {
     /// A thread of this cluster took the lock in the current tenure.
     pub(crate) used: bool,
     /// Another cluster had to recall the lock while it waited here for a release
-    /// batch: its next eager release skips the batch (a lock passed back and forth
-    /// is wanted at once; see [`crate::Config::release_batch`]).
+    /// batch: its eager releases skip the batch (a lock passed back and forth on
+    /// requests is wanted at once; see [`crate::Config::release_batch`]) until it
+    /// comes here as a push again (nobody was waiting for it then).
     pub(crate) wanted: bool,
     /// A pushed grant no local thread has used yet.
     pub(crate) pushed: Option<Pushed>,
@@ -145,6 +146,7 @@ impl Machine {
             l.busy = false;
             l.recalled = false;
             l.eager = true;
+            l.wanted = false;
             self.stats.lock_pushes_received += 1;
             let recalled = l.early_recalls.contains(&tenure);
             l.early_recalls.clear();
@@ -372,9 +374,8 @@ impl Machine {
             }
             if l.recalled || !l.waiters.is_empty() || l.wanted {
                 // Asked for, or local threads wait beyond their hand-offs, or it was
-                // asked for while it waited for a batch last time: it goes now (the
+                // asked for while it waited for a batch before: it goes now (the
                 // local waiters ask again once it has left).
-                l.wanted = false;
                 return self.give_back_now(lock, out);
             }
             self.deferred_releases.push(lock);

@@ -793,10 +793,10 @@ fn sc_threads_and_locks() {
 // stale); hlrc_prefetch is new.
 const EXPECTED_HLRC_TRANSITIVE: usize = 380_211;
 const EXPECTED_HLRC_BARRIER: usize = 147_377;
-const EXPECTED_HLRC_THREADS: usize = 19_502;
+const EXPECTED_HLRC_THREADS: usize = 18_952;
 const EXPECTED_HLRC_FIRST_TOUCH: usize = 474_742;
 const EXPECTED_HLRC_ACROSS_BARRIER: usize = 4_549;
-const EXPECTED_HLRC_PUSHES: usize = 315_382;
+const EXPECTED_HLRC_PUSHES: usize = 294_070;
 const EXPECTED_HLRC_PUSHES_UNBATCHED: usize = 6_965;
 const EXPECTED_HLRC_TRANSITIVE_BATCH_2: usize = 383_483;
 const EXPECTED_HLRC_CARRIED: usize = 923;

@@ -404,6 +404,34 @@ pub struct BoundInis {
     addrs: Vec<SocketAddr>,
 }
 
+/// Socket buffer size an INI asks for, bytes, in each direction: a full window of
+/// jumbo frames to every peer INI without a drop. The default (`net.core.rmem_default`,
+/// 208 KiB here) holds less than one window of 32 frames of 8,972 bytes — the kernel
+/// counts each datagram's buffer overhead too — so bursts (a barrier's updates, a
+/// release batch) lost datagrams on loopback and waited for NAKs and retransmissions.
+/// The kernel caps the request at `net.core.rmem_max` / `wmem_max`.
+pub const SOCKET_BUFFER_BYTES: usize = 4 << 20;
+
+/// Asks for [`SOCKET_BUFFER_BYTES`] of receive and send buffer; a refusal only costs
+/// drops (the window recovers them), so it is logged, not an error.
+fn grow_socket_buffers(s: &UdpSocket) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    for (what, r) in [
+        (
+            "SO_RCVBUF",
+            setsockopt(s, sockopt::RcvBuf, &SOCKET_BUFFER_BYTES),
+        ),
+        (
+            "SO_SNDBUF",
+            setsockopt(s, sockopt::SndBuf, &SOCKET_BUFFER_BYTES),
+        ),
+    ] {
+        if let Err(e) = r {
+            tracing::debug!("INI socket: {what} {SOCKET_BUFFER_BYTES} bytes refused: {e}");
+        }
+    }
+}
+
 impl BoundInis {
     /// Binds `count` UDP sockets for cluster `site` on `host` (its address in the topology),
     /// ports `base_port + k` (`base_port` 0: any free port each).
@@ -447,6 +475,7 @@ impl BoundInis {
                 source,
             })?;
             s.set_nonblocking(true)?;
+            grow_socket_buffers(&s);
             addrs.push(s.local_addr()?);
             sockets.push(s);
         }
