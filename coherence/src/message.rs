@@ -501,15 +501,15 @@ impl Message {
                     },
                 }
             }
-            Diff { diff } => {
+            Diff { diff } | Update { diff } => {
+                let opcode = if matches!(self, Diff { .. }) {
+                    op::DIFF
+                } else {
+                    op::UPDATE
+                };
                 let mut w = Writer::default();
                 w.diff_body(diff);
-                bulk(op::DIFF, page_payload(diff.page, 0), w)
-            }
-            Update { diff } => {
-                let mut w = Writer::default();
-                w.diff_body(diff);
-                bulk(op::UPDATE, page_payload(diff.page, 0), w)
+                bulk(opcode, page_payload(diff.page, 0), w)
             }
             &ScRead { page } => express(op::SC_READ, page_payload(page, 0)),
             &ScWrite { page } => express(op::SC_WRITE, page_payload(page, 0)),
@@ -668,19 +668,16 @@ impl Message {
                     zero: f & 2 != 0,
                 }
             }
-            op::DIFF => {
+            op::DIFF | op::UPDATE => {
                 field(0)?;
                 let mut r = Reader(bulk.unwrap_or(&[]));
                 let diff = r.diff_body(page)?;
                 r.finish()?;
-                Diff { diff }
-            }
-            op::UPDATE => {
-                field(0)?;
-                let mut r = Reader(bulk.unwrap_or(&[]));
-                let diff = r.diff_body(page)?;
-                r.finish()?;
-                Update { diff }
+                if opcode == op::DIFF {
+                    Diff { diff }
+                } else {
+                    Update { diff }
+                }
             }
             op::SC_READ => {
                 field(0)?;
