@@ -2,7 +2,7 @@
 //! connected through shared memory: fast checks of the runtime's protocols, its
 //! statistics and its error paths. (The multi-process tests are in `cluster.rs`.)
 
-use multigrain_cluster_config::{HomePolicy, JobConfig, Protocol};
+use multigrain_cluster_config::{BarrierUpdates, HomePolicy, JobConfig, Protocol};
 use multigrain_dsm::*;
 
 /// A region address private to one test of this binary.
@@ -376,4 +376,56 @@ fn diffs_to_one_home_travel_in_bundles() {
         bulk_kinds - total.bundled_messages_sent + total.bundles_sent,
         "{total:?}"
     );
+}
+
+/// Producer–consumer across barriers (EM3D's pattern): cluster 0 rewrites 16 pages every
+/// phase, cluster 1 reads them after each barrier. With `dsm.barrier_updates` on, the
+/// home's diffs reach the reader's copies at the barrier, so after the first phases the
+/// reader fetches nothing; off, every phase invalidates the copies and the reader fetches
+/// them again. The values are checked either way.
+fn producer_consumer(slot: usize, updates: BarrierUpdates) -> ClusterStats {
+    let mut cfg = config(2, 1, Protocol::Hlrc);
+    cfg.dsm.barrier_updates = updates;
+    cfg.dsm.prefetch = 0;
+    let pages = 16;
+    let phases = 12u64;
+    let results = on_each(job(slot, &cfg), |mut dsm| {
+        let a = dsm.alloc::<u64>(pages * 512).unwrap();
+        dsm.run(|w| {
+            for phase in 1..=phases {
+                if w.cluster() == 0 {
+                    for i in 0..pages * 512 {
+                        a.set(i, phase * 100_000 + i as u64);
+                    }
+                }
+                w.barrier().unwrap();
+                if w.cluster() == 1 {
+                    for i in (0..pages * 512).step_by(61) {
+                        assert_eq!(a.get(i), phase * 100_000 + i as u64, "phase {phase}");
+                    }
+                }
+                w.barrier().unwrap();
+            }
+        })
+        .unwrap();
+        dsm.finish().unwrap()
+    });
+    results.into_iter().next().unwrap().total
+}
+
+#[test]
+fn barrier_updates_replace_refetches() {
+    let on = producer_consumer(14, BarrierUpdates::On);
+    let off = producer_consumer(15, BarrierUpdates::Off);
+    println!(
+        "updates on: {} fetches, {} updates applied; off: {} fetches",
+        on.remote_fetches, on.protocol.updates_applied, off.remote_fetches
+    );
+    // Off: the reader fetches its 16 pages in (almost) every one of the 12 phases.
+    assert!(off.remote_fetches >= 16 * 10, "{off:?}");
+    assert_eq!(off.protocol.updates_sent, 0);
+    // On: the first phases fetch (before the home migrates to the writer and the
+    // reader holds copies); then the updates keep the copies current.
+    assert!(on.protocol.updates_applied >= 16 * 8, "{on:?}");
+    assert!(on.remote_fetches <= 16 * 3, "{on:?}");
 }
