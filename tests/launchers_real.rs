@@ -255,7 +255,9 @@ fn srun_with_a_mismatched_host_list_fails_fast_naming_it() {
 #[test]
 fn mpirun_across_two_network_namespaces_needs_no_hosts() {
     open_mpi();
-    let tag = 90_000 + std::process::id() % 9_000;
+    // Disjoint from the other namespace test of this binary (95,000..98,999): both run
+    // at once in one process.
+    let tag = 90_000 + std::process::id() % 4_000;
     let (ns, addrs) = common::Netns::create(tag).unwrap_or_else(|why| {
         panic!("NETWORK NAMESPACES COULD NOT BE CREATED ({why}): this test needs them")
     });
