@@ -943,3 +943,41 @@ fn interrupted_run_exits_130_and_leaves_no_scratch_directory() {
     assert_eq!(status.code(), Some(130), "{}", p.transcript());
     assert!(ours().is_empty(), "left behind: {:?}", ours());
 }
+
+/// The progress watchdog end to end: an application deadlock (`multigrain run
+/// deadlock`: whoever holds the lock waits at a barrier, everyone else waits for the
+/// lock) on 2×1 over UDP fails within `job.progress_timeout_ms` plus a watchdog
+/// period or two, with a report naming what every cluster's thread waits for, and
+/// leaves no process behind.
+#[test]
+fn a_deadlocked_job_fails_naming_every_wait() {
+    let _one = one_job_at_a_time();
+    let dir = TempDir::new("deadlock");
+    let config = dir.write(
+        "job.toml",
+        "[job]\nprogress_timeout_ms = 1500\n[local]\nclusters = 2\nthreads = 1\n",
+    );
+    let config = config.to_string_lossy().into_owned();
+    let t0 = std::time::Instant::now();
+    let mut p = run_cmd("deadlock", &["deadlock", "--config", &config]);
+    let pids = launched_pids(&p, 2);
+    p.adopt(&pids);
+    let status = p.wait_exit(JOB);
+    let took = t0.elapsed();
+    let err = p.lines(Stream::Err).join("\n");
+    assert!(!status.success(), "a deadlock cannot succeed:\n{err}");
+    for what in [
+        "no progress for 1.5 s (job.progress_timeout_ms)",
+        "dsm-c0-t0",
+        "dsm-c1-t0",
+        "acquiring lock 0",
+        "at a barrier",
+        "2 of 2 clusters failed",
+    ] {
+        assert!(err.contains(what), "missing {what:?} in:\n{err}");
+    }
+    // 1.5 s of stall, reports every 375 ms, start-up and teardown: well under 20 s
+    // unless the watchdog did not fire (the launcher's own teardown takes 5 s more).
+    assert!(took < Duration::from_secs(20), "took {took:?}:\n{err}");
+    assert_gone(&pids, HANG, "deadlock");
+}

@@ -30,6 +30,7 @@
 //! | `job.key` | `0x6d75_6c74_6900_0001` | 0 ..= 2^64−1 (integer, or string above 2^63−1) |
 //! | `job.startup_timeout_ms` | 10000 | ≥ 1 |
 //! | `job.peer_timeout_ms` | 3000 | ≥ 1, and × 1000 > `ini.send_timeout_us` |
+//! | `job.progress_timeout_ms` | 60000 | ≥ 0 (0: no progress watchdog) |
 //! | `local.clusters` | required | 1 ..= 1024 |
 //! | `local.threads` | 1 | 1 ..= 1024 |
 //! | `cluster[i].host` | required | hostname or IP: letters, digits, `.-_:%`, not starting with `-` |
@@ -93,12 +94,13 @@ pub use launcher::{
     instance_key, rendezvous_port, set_launcher_choice,
 };
 pub use model::{
-    BarrierUpdates, ClusterSpec, DEFAULT_JOB_KEY, DEFAULT_PREFETCH, DEFAULT_RELEASE_BATCH,
-    DsmConfig, EmulationConfig, FaultConfig, HomePolicy, IniConfig, IniPolicy, JobConfig,
-    JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU,
-    MAX_PREFETCH, MAX_REGION_SIZE, MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS,
-    MAX_WINDOW, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol, ProtocolPriority,
-    Substrate, USER_SPACE_END, is_loopback, same_host,
+    BarrierUpdates, ClusterSpec, DEFAULT_JOB_KEY, DEFAULT_PREFETCH, DEFAULT_PROGRESS_TIMEOUT_MS,
+    DEFAULT_RELEASE_BATCH, DsmConfig, EmulationConfig, FaultConfig, HomePolicy, IniConfig,
+    IniPolicy, JobConfig, JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS,
+    MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH, MAX_REGION_SIZE, MAX_RELEASE_BATCH,
+    MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS, MAX_WINDOW, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE,
+    ParseChoiceError, Protocol, ProtocolPriority, Substrate, USER_SPACE_END, is_loopback,
+    same_host,
 };
 pub use overrides::{BadOverride, Override};
 pub use size::{ParseSizeError, format_bytes, parse_byte_size};

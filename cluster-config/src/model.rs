@@ -257,7 +257,19 @@ pub struct JobSettings {
     /// `peer_timeout_ms`: a dead or silent peer is reported within this many
     /// milliseconds. Default: 3000.
     pub peer_timeout_ms: u64,
+    /// `progress_timeout_ms`: the job fails, with a report of what every
+    /// thread waits for, when every compute thread of every cluster has waited
+    /// in the DSM (for a page, a lock or a barrier) this many milliseconds with
+    /// no wait completing anywhere — a hang, not a slow computation (a cluster
+    /// that computes is making progress). 0 turns the watchdog off.
+    /// Default: [`DEFAULT_PROGRESS_TIMEOUT_MS`] (one minute).
+    pub progress_timeout_ms: u64,
 }
+
+/// Default of [`JobSettings::progress_timeout_ms`]: one minute, far beyond any
+/// wait of a healthy job (the longest waits are barriers behind a slow cluster,
+/// and a cluster that computes is not waiting).
+pub const DEFAULT_PROGRESS_TIMEOUT_MS: u64 = 60_000;
 
 impl Default for JobSettings {
     fn default() -> Self {
@@ -266,6 +278,7 @@ impl Default for JobSettings {
             key: DEFAULT_JOB_KEY,
             startup_timeout_ms: 10_000,
             peer_timeout_ms: 3_000,
+            progress_timeout_ms: DEFAULT_PROGRESS_TIMEOUT_MS,
         }
     }
 }
@@ -279,6 +292,12 @@ impl JobSettings {
     /// [`peer_timeout_ms`](Self::peer_timeout_ms) as a `Duration`.
     pub fn peer_timeout(&self) -> Duration {
         Duration::from_millis(self.peer_timeout_ms)
+    }
+
+    /// [`progress_timeout_ms`](Self::progress_timeout_ms) as a `Duration`, or
+    /// `None` when the watchdog is off (0).
+    pub fn progress_timeout(&self) -> Option<Duration> {
+        (self.progress_timeout_ms > 0).then(|| Duration::from_millis(self.progress_timeout_ms))
     }
 }
 

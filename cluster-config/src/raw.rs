@@ -34,6 +34,7 @@ pub(crate) struct RawJob {
     pub key: Field<U64>,
     pub startup_timeout_ms: Field<Int>,
     pub peer_timeout_ms: Field<Int>,
+    pub progress_timeout_ms: Field<Int>,
 }
 
 /// `[local]`

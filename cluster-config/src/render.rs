@@ -99,11 +99,15 @@ impl JobConfig {
         lines.push((
             "job",
             format!(
-                "{}, key {:#018x}, start-up timeout {} ms, peer timeout {} ms",
+                "{}, key {:#018x}, start-up timeout {} ms, peer timeout {} ms, progress timeout {}",
                 job.name.as_deref().unwrap_or("(unnamed)"),
                 job.key,
                 job.startup_timeout_ms,
-                job.peer_timeout_ms
+                job.peer_timeout_ms,
+                match job.progress_timeout_ms {
+                    0 => "off".to_owned(),
+                    ms => format!("{ms} ms"),
+                }
             ),
         ));
         lines.push((
@@ -239,6 +243,7 @@ impl JobConfig {
         let _ = writeln!(out, "key = {}", toml_u64(job.key, true));
         let _ = writeln!(out, "startup_timeout_ms = {}", job.startup_timeout_ms);
         let _ = writeln!(out, "peer_timeout_ms = {}", job.peer_timeout_ms);
+        let _ = writeln!(out, "progress_timeout_ms = {}", job.progress_timeout_ms);
         for c in &self.clusters {
             let _ = writeln!(
                 out,

@@ -90,6 +90,7 @@ pub(crate) fn resolve(raw: RawFile, src: &Source<'_>) -> Result<JobConfig, Confi
             key: job.key,
             startup_timeout_ms: job.startup_timeout_ms,
             peer_timeout_ms: job.peer_timeout_ms.value,
+            progress_timeout_ms: job.progress_timeout_ms,
         },
         clusters,
         ini: IniConfig {
@@ -117,6 +118,7 @@ struct Job {
     key: u64,
     startup_timeout_ms: u64,
     peer_timeout_ms: Val<u64>,
+    progress_timeout_ms: u64,
 }
 
 struct Ini {
@@ -209,6 +211,7 @@ impl Resolver<'_, '_> {
                     value: d.peer_timeout_ms,
                     span: None,
                 },
+                progress_timeout_ms: d.progress_timeout_ms,
             });
         };
         let name = match &raw.name {
@@ -240,6 +243,14 @@ impl Resolver<'_, '_> {
                 d.peer_timeout_ms,
                 Bounds::between(1, u64::MAX.into()).because(" (milliseconds)"),
             )?,
+            progress_timeout_ms: self
+                .int(
+                    &raw.progress_timeout_ms,
+                    "job.progress_timeout_ms",
+                    d.progress_timeout_ms,
+                    Bounds::between(0, u64::MAX.into()).because(" (milliseconds; 0: off)"),
+                )?
+                .value,
         })
     }
 

@@ -40,6 +40,7 @@ prop_compose! {
         ack in 1u64..10_000,
         send_extra in 1u64..100_000,
         peer_extra in 1u64..10_000,
+        progress in prop_oneof![Just(0u64), 1u64..10_000_000],
         policy in choice(IniPolicy::ALL),
         substrate in choice(Substrate::ALL),
         window in 1u32..=multigrain_window::MAX_WINDOW,
@@ -74,6 +75,7 @@ prop_compose! {
                 key,
                 startup_timeout_ms: startup,
                 peer_timeout_ms: send / 1000 + peer_extra,
+                progress_timeout_ms: progress,
             },
             clusters,
             ini: IniConfig {

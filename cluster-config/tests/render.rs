@@ -15,7 +15,7 @@ cluster  host       port  threads  INIs  policy  substrate
       0  127.0.0.1  auto        2     1  static  udp
       1  127.0.0.1  auto        2     1  static  udp
 
-job     2x2, key 0x6d756c7469000001, start-up timeout 10000 ms, peer timeout 3000 ms
+job     2x2, key 0x6d756c7469000001, start-up timeout 10000 ms, peer timeout 3000 ms, progress timeout 60000 ms
 total   2 clusters, 4 compute threads, 2 INIs
 dsm     protocol hlrc, home policy round-robin
 region  1 GiB at 0x500000000000..0x500040000000 (262144 pages of 4096 bytes)

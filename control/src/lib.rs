@@ -196,6 +196,9 @@ struct State {
     announcing: bool,
     /// Coordinator: `Done` is being broadcast; `done` follows.
     announcing_done: bool,
+    /// Coordinator: each cluster's last progress report (`None`: not stalled, or
+    /// nothing heard yet).
+    stalls: Vec<Option<Stall>>,
 }
 
 struct Shared {
@@ -204,6 +207,8 @@ struct Shared {
     key: u64,
     coordinator: SocketAddr,
     peer_timeout: Duration,
+    /// `job.progress_timeout_ms`; `None`: the watchdog is off.
+    progress_timeout: Option<Duration>,
     links: Mutex<Vec<Arc<Conn>>>,
     state: Mutex<State>,
     changed: Condvar,
@@ -343,6 +348,13 @@ impl Shared {
                 reason,
             }),
             (true, Message::Finish) => self.mark_finished(from),
+            (true, Message::Progress { stall }) => self.progress(
+                from,
+                stall.map(|s| Stall {
+                    duration: Duration::from_millis(s.for_ms),
+                    waits: s.waits,
+                }),
+            ),
             (true, Message::StartupFailed { .. }) => {
                 let mut st = self.state.lock();
                 if st.missing.is_some() {
@@ -389,6 +401,54 @@ impl Shared {
             let mut st = self.state.lock();
             *st.released.entry(tag).or_default() += 1;
             self.changed.notify_all();
+        }
+    }
+
+    /// Coordinator: `from`'s progress report. When every cluster's last report
+    /// says it has stalled for at least `job.progress_timeout_ms`, the job fails
+    /// with every cluster's waits, blamed on the cluster that stalled first. Only
+    /// reported durations count (none is extrapolated), so a cluster that made
+    /// progress since its last report cannot be declared stuck on stale evidence;
+    /// the price is up to one watchdog period of delay.
+    fn progress(&self, from: usize, stall: Option<Stall>) {
+        let Some(timeout) = self.progress_timeout else {
+            return;
+        };
+        let failure = {
+            let mut st = self.state.lock();
+            if st.failure.is_some() || st.announcing || st.done || st.closing {
+                return;
+            }
+            if st.stalls.len() != self.clusters {
+                st.stalls = vec![None; self.clusters];
+            }
+            let Some(entry) = st.stalls.get_mut(from) else {
+                return;
+            };
+            *entry = stall;
+            let all: Option<Vec<&Stall>> = st.stalls.iter().map(Option::as_ref).collect();
+            match all {
+                Some(all) if all.iter().all(|s| s.duration >= timeout) => {
+                    Some(stall_failure(&all, timeout))
+                }
+                _ => None,
+            }
+        };
+        if let Some(f) = failure {
+            // `report` tells everyone but the failed cluster, which learns its own
+            // failures itself; this one did not fail by itself, so tell it too.
+            if self.me != f.cluster
+                && let Some(conn) = self.links().into_iter().find(|c| c.cluster == f.cluster)
+            {
+                self.send_to(
+                    &conn,
+                    &Message::Failed {
+                        cluster: f.cluster,
+                        reason: f.reason.clone(),
+                    },
+                );
+            }
+            self.report(f);
         }
     }
 
@@ -493,6 +553,41 @@ impl Shared {
     }
 }
 
+/// The job failure of a job whose every cluster (`stalls`, by cluster) has stalled
+/// for at least `timeout`: blamed on the cluster stalled longest, naming every wait.
+fn stall_failure(stalls: &[&Stall], timeout: Duration) -> Failure {
+    // The longest stall; the lowest cluster id among equals.
+    let first = (0..stalls.len())
+        .min_by_key(|&c| (std::cmp::Reverse(stalls[c].duration), c))
+        .unwrap_or(0);
+    let waits: Vec<String> = stalls
+        .iter()
+        .enumerate()
+        .map(|(c, s)| format!("cluster {c}: {}", s.waits.join(", ")))
+        .collect();
+    Failure {
+        cluster: first,
+        reason: format!(
+            "no progress for {} (job.progress_timeout_ms): every compute thread of every \
+             cluster waits in the DSM and none of the waits has ended, since cluster {first} \
+             stopped first — a deadlock in the application (e.g. a lock held across a \
+             barrier) or a lost protocol message. {}",
+            show_duration(timeout),
+            waits.join("; ")
+        ),
+    }
+}
+
+/// A cluster whose every compute thread waits in the DSM (see
+/// [`Control::report_progress`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stall {
+    /// Since a wait of the cluster last began or ended.
+    pub duration: Duration,
+    /// One line per waiting thread: what it waits for and for how long.
+    pub waits: Vec<String>,
+}
+
 /// One cluster's handle on the job's control plane. Dropping it without
 /// [`Control::finish`] closes its connections, which every other cluster
 /// learns as this cluster's failure.
@@ -526,6 +621,7 @@ impl Control {
                 key: settings.key,
                 coordinator: id.coordinator,
                 peer_timeout,
+                progress_timeout: settings.progress_timeout(),
                 links: Mutex::new(Vec::new()),
                 state: Mutex::new(State::default()),
                 changed: Condvar::new(),
@@ -1105,6 +1201,39 @@ impl Control {
             cluster: shared.me,
             reason: reason.to_owned(),
         });
+    }
+
+    /// The progress watchdog's report of this cluster: `Some` while every compute
+    /// thread of the cluster waits in the DSM (what for, and since the last wait
+    /// began or ended), `None` while any computes. Call it periodically (every
+    /// second or so) while `job.progress_timeout_ms` is on; a member sends it to the
+    /// coordinator, which fails the job — [`Failure`] naming what every cluster's
+    /// threads wait for — once every cluster reports a stall of at least the
+    /// timeout. A no-op when the watchdog is off, before start-up completed, or
+    /// after a failure.
+    pub fn report_progress(&self, stall: Option<Stall>) {
+        let shared = &self.shared;
+        if shared.progress_timeout.is_none() {
+            return;
+        }
+        if shared.me == 0 {
+            shared.progress(0, stall);
+            return;
+        }
+        let msg = Message::Progress {
+            stall: stall.map(|s| wire::StallReport {
+                for_ms: u64::try_from(s.duration.as_millis()).unwrap_or(u64::MAX),
+                waits: s.waits,
+            }),
+        };
+        for conn in shared.links() {
+            shared.send_to(&conn, &msg);
+        }
+    }
+
+    /// The progress watchdog's timeout (`job.progress_timeout_ms`), `None` when off.
+    pub fn progress_timeout(&self) -> Option<Duration> {
+        self.shared.progress_timeout
     }
 
     /// This cluster is done: returns when every cluster is done (so nobody

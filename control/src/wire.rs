@@ -27,7 +27,7 @@ use super::Registration;
 /// The first four bytes after the length prefix.
 pub const MAGIC: [u8; 4] = *b"MGcp";
 /// Version of this wire format; peers with another version are rejected.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Bytes of header (magic, version, reserved, key) after the length prefix.
 pub const HEADER_LEN: usize = 16;
 /// Largest frame, length prefix excluded: 16 MiB.
@@ -113,6 +113,22 @@ pub enum Message {
         /// Why, in words.
         reason: String,
     },
+    /// Member → coordinator, every watchdog period while `job.progress_timeout_ms`
+    /// is on: whether every compute thread of this cluster waits in the DSM (the
+    /// progress watchdog's evidence; see [`crate::Control::report_progress`]).
+    Progress {
+        /// `None` while a thread of the cluster computes or nothing waits.
+        stall: Option<StallReport>,
+    },
+}
+
+/// A cluster whose every compute thread waits, as [`Message::Progress`] carries it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StallReport {
+    /// Milliseconds since a wait of the cluster last began or ended.
+    pub for_ms: u64,
+    /// One line per waiting thread: what it waits for and for how long.
+    pub waits: Vec<String>,
 }
 
 /// Why a frame was refused.

@@ -25,6 +25,7 @@ fn settings(key: u64, peer_ms: u64) -> JobSettings {
         key,
         startup_timeout_ms: 20_000,
         peer_timeout_ms: peer_ms,
+        progress_timeout_ms: 0,
     }
 }
 
@@ -369,5 +370,67 @@ fn member_death_during_startup_fails_the_start() {
         let text = e.to_string();
         assert!(text.starts_with("cluster 2 failed:"), "cluster {c}: {text}");
         assert!(t0.elapsed() < SLACK, "cluster {c} took {:?}", t0.elapsed());
+    }
+}
+
+fn stall(ms: u64, what: &str) -> Option<multigrain_control::Stall> {
+    Some(multigrain_control::Stall {
+        duration: Duration::from_millis(ms),
+        waits: vec![what.to_owned()],
+    })
+}
+
+/// The progress watchdog: while any cluster reports progress (or a stall shorter
+/// than `job.progress_timeout_ms`) the job lives; once every cluster reports a stall
+/// of at least the timeout, every cluster — the blamed one too — learns one failure
+/// that blames the cluster stalled longest and names every cluster's waits.
+#[test]
+fn every_cluster_stalled_past_the_timeout_fails_the_job_with_their_waits() {
+    let mut s = settings(27, 3_000);
+    s.progress_timeout_ms = 500;
+    let controls = join_all(3, &s);
+    assert_eq!(
+        controls[1].progress_timeout(),
+        Some(Duration::from_millis(500))
+    );
+    // Cluster 1 computes: no failure however long the others wait.
+    controls[0].report_progress(stall(5_000, "dsm-c0-t0 at a barrier (for 5.0 s)"));
+    controls[1].report_progress(None);
+    controls[2].report_progress(stall(5_000, "dsm-c2-t0 at a barrier (for 5.0 s)"));
+    // A stall shorter than the timeout is not enough either.
+    controls[1].report_progress(stall(100, "dsm-c1-t0 acquiring lock 7 (for 0.1 s)"));
+    for c in &controls {
+        assert_eq!(c.wait_failure(Duration::from_millis(300)), None);
+    }
+    let t0 = Instant::now();
+    controls[1].report_progress(stall(600, "dsm-c1-t0 acquiring lock 7 (for 0.6 s)"));
+    for (c, (f, took)) in controls
+        .iter()
+        .zip(learn(&controls, t0, Duration::from_millis(500)))
+    {
+        assert_eq!(f.cluster, 0, "cluster {}: {f}", c.cluster());
+        for what in [
+            "no progress for",
+            "job.progress_timeout_ms",
+            "cluster 0: dsm-c0-t0 at a barrier",
+            "cluster 1: dsm-c1-t0 acquiring lock 7",
+            "cluster 2: dsm-c2-t0 at a barrier",
+        ] {
+            assert!(f.reason.contains(what), "cluster {}: {f}", c.cluster());
+        }
+        eprintln!("cluster {} learned the stall after {took:?}", c.cluster());
+    }
+}
+
+/// With the watchdog off (0), stall reports change nothing.
+#[test]
+fn stall_reports_are_ignored_when_the_watchdog_is_off() {
+    let controls = join_all(2, &settings(28, 3_000));
+    assert_eq!(controls[0].progress_timeout(), None);
+    for c in &controls {
+        c.report_progress(stall(1_000_000, "a thread at a barrier"));
+    }
+    for c in &controls {
+        assert_eq!(c.wait_failure(Duration::from_millis(300)), None);
     }
 }

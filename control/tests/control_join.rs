@@ -22,6 +22,7 @@ fn settings(key: u64, startup_ms: u64, peer_ms: u64) -> JobSettings {
         key,
         startup_timeout_ms: startup_ms,
         peer_timeout_ms: peer_ms,
+        progress_timeout_ms: 0,
     }
 }
 

@@ -50,6 +50,11 @@ fn message() -> impl Strategy<Value = Message> {
         (0usize..2048, ".{0,40}").prop_map(|(cluster, reason)| Message::Failed { cluster, reason }),
         Just(Message::Finish),
         Just(Message::Done),
+        proptest::option::of((any::<u64>(), proptest::collection::vec(".{0,40}", 0..4))).prop_map(
+            |stall| Message::Progress {
+                stall: stall.map(|(for_ms, waits)| wire::StallReport { for_ms, waits }),
+            }
+        ),
     ]
 }
 
@@ -122,10 +127,11 @@ fn header_checks_name_what_is_wrong() {
         wire::decode(KEY, &bad[4..]),
         Err(FrameError::BadMagic { .. })
     ));
-    let mut v2 = frame.clone();
-    v2[9] = 2;
-    let e = wire::decode(KEY, &v2[4..]).unwrap_err();
-    assert_eq!(e, FrameError::Version { found: 2 });
+    let mut other = frame.clone();
+    let found = wire::VERSION + 1;
+    other[8..10].copy_from_slice(&found.to_be_bytes());
+    let e = wire::decode(KEY, &other[4..]).unwrap_err();
+    assert_eq!(e, FrameError::Version { found });
     assert!(
         e.to_string().contains("run the same multigrain build"),
         "{e}"

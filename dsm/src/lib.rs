@@ -97,7 +97,9 @@ mod wire;
 
 pub use array::SharedArray;
 pub use error::DsmError;
-pub use runtime::{Dsm, DsmOptions, FAULT_EXIT_CODE, LockGuard, MAX_LOCAL_HANDOFFS, Worker};
+pub use runtime::{
+    Dsm, DsmOptions, FAULT_EXIT_CODE, LockGuard, MAX_LOCAL_HANDOFFS, Stall, StallProbe, Worker,
+};
 pub use stats::{ClusterStats, JobStats, LayerStats, PhaseTimes, ProtocolStats};
 pub use transport::{
     Liveness, LivenessError, LocalJobError, NeverFails, PROTOCOL_QUEUE, PidLiveness, Transport,

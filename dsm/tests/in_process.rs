@@ -429,3 +429,124 @@ fn barrier_updates_replace_refetches() {
     assert!(on.protocol.updates_applied >= 16 * 8, "{on:?}");
     assert!(on.remote_fetches <= 16 * 3, "{on:?}");
 }
+
+/// A liveness oracle that, once tripped, reports cluster `.1` failed (ends a
+/// deadlocked test; a cluster ignores reports of its own failure).
+struct Trip(std::sync::Arc<std::sync::atomic::AtomicBool>, usize);
+
+impl Liveness for Trip {
+    fn failure(&self) -> Option<(usize, String)> {
+        self.0
+            .load(std::sync::atomic::Ordering::Acquire)
+            .then(|| (self.1, "the test ended the deadlock".to_owned()))
+    }
+}
+
+/// The progress watchdog's evidence: a cluster whose thread computes is not stalled
+/// while the other waits at a barrier; once the computing thread blocks on the lock
+/// the waiting one holds (an application deadlock), both clusters report a stall that
+/// names what each thread waits for.
+#[test]
+fn a_deadlock_shows_as_a_stall_naming_every_wait() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+    let cfg = config(2, 1, Protocol::Hlrc);
+    let trip = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut transports = local_transports(&cfg).unwrap();
+    for (c, t) in transports.iter_mut().enumerate() {
+        t.liveness = Arc::new(Trip(Arc::clone(&trip), 1 - c));
+    }
+    let dsms: Vec<Dsm> = std::thread::scope(|s| {
+        let hs: Vec<_> = transports
+            .into_iter()
+            .enumerate()
+            .map(|(c, t)| {
+                let cfg = &cfg;
+                s.spawn(move || {
+                    let opts = DsmOptions {
+                        region_base: Some(base(16, c)),
+                        ..DsmOptions::default()
+                    };
+                    Dsm::join_with(t, cfg, opts).unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let probes: Vec<StallProbe> = dsms.iter().map(Dsm::stall_probe).collect();
+    let (go, computing) = std::sync::mpsc::channel::<()>();
+    let computing = std::sync::Mutex::new(computing);
+    let locked = std::sync::Barrier::new(2);
+    let wait_for = |what: &str, f: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    std::thread::scope(|s| {
+        let runs: Vec<_> = dsms
+            .into_iter()
+            .map(|mut dsm| {
+                let (computing, locked) = (&computing, &locked);
+                s.spawn(move || {
+                    let lock = dsm.alloc_locks(1).unwrap();
+                    let c = dsm.cluster();
+                    let r = dsm.run(|w| {
+                        if c == 0 {
+                            let _held = w.lock(lock)?;
+                            locked.wait();
+                            w.barrier()
+                        } else {
+                            locked.wait();
+                            // "Computes" until the test lets it go on.
+                            computing.lock().unwrap().recv().unwrap();
+                            w.lock(lock).map(drop)
+                        }
+                    });
+                    (
+                        c,
+                        r.and_then(|v| v.into_iter().collect::<Result<Vec<()>, _>>()),
+                    )
+                })
+            })
+            .collect();
+        // Cluster 0 waits at the barrier holding the lock; cluster 1 computes.
+        wait_for("cluster 0's stall", &|| probes[0].stall().is_some());
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            probes[1].stall(),
+            None,
+            "a computing cluster is not stalled"
+        );
+        let s0 = probes[0].stall().expect("still waiting");
+        assert!(s0.duration >= Duration::from_millis(50), "{s0:?}");
+        assert!(
+            s0.waits.iter().any(|w| w.contains("at a barrier")),
+            "{s0:?}"
+        );
+        // Now cluster 1 asks for the lock cluster 0 holds: a deadlock.
+        go.send(()).unwrap();
+        wait_for("cluster 1's stall", &|| {
+            probes[1]
+                .stall()
+                .is_some_and(|s| s.duration >= Duration::from_millis(50))
+        });
+        let s1 = probes[1].stall().unwrap();
+        assert!(
+            s1.waits.iter().any(|w| w.contains("acquiring lock")),
+            "{s1:?}"
+        );
+        assert!(probes[0].stall().is_some(), "cluster 0 still waits");
+        trip.store(true, Ordering::Release);
+        for h in runs {
+            let (c, r) = h.join().unwrap();
+            let e = r.expect_err("the tripped job fails");
+            assert!(
+                e.to_string().contains("ended the deadlock"),
+                "cluster {c}: {e}"
+            );
+        }
+    });
+}

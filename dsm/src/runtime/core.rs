@@ -42,6 +42,7 @@
 //! recall of that lock itself.
 
 use super::slots::{SlotRef, Slots, thread_slot, token};
+use super::watch::Waits;
 use crate::error::DsmError;
 use crate::stats::{ClusterStats, Counters, LayerStats, ProtocolStats, bump};
 use crate::transport::{Liveness, PROTOCOL_QUEUE, WAKE_QUEUES, wake_queue};
@@ -180,6 +181,8 @@ pub(crate) struct Core {
     pub(crate) polled: CachePadded<AtomicBool>,
     /// Whether the protocol thread runs at real-time priority (see `sched`).
     pub(crate) realtime: AtomicBool,
+    /// What this cluster's threads wait for (the progress watchdog's evidence).
+    pub(crate) waits: Waits,
 }
 
 fn next_runtime_id() -> u64 {
@@ -228,6 +231,7 @@ impl Core {
             barrier_arrival_sent: std::sync::atomic::AtomicU64::new(0),
             polled: CachePadded::new(AtomicBool::new(false)),
             realtime: AtomicBool::new(false),
+            waits: Waits::new(),
         }
     }
 
@@ -762,7 +766,12 @@ impl Core {
     /// The liveness oracle's report, unless it names this cluster or one that finished.
     fn peer_failure(&self) -> Option<Failure> {
         let (cluster, reason) = self.liveness.failure()?;
-        (cluster != self.me && !self.peer_finished(cluster)).then_some(Failure { cluster, reason })
+        // A failure of this cluster that it did not record itself was declared by the
+        // job (the progress watchdog, or a coordinator that stopped hearing from it):
+        // this cluster stops too.
+        let ours = cluster == self.me && !self.is_failed();
+        ((cluster != self.me || ours) && !self.peer_finished(cluster))
+            .then_some(Failure { cluster, reason })
     }
 
     fn send_express(
@@ -1241,6 +1250,7 @@ impl Core {
         if s.is_done(seq) {
             return Ok(());
         }
+        let _waiting = self.waits.enter(context());
         let start = Instant::now();
         let spin_until = start + self.tuning.spin;
         let mut next_check = start + self.tuning.liveness_period;

@@ -6,6 +6,7 @@ pub(crate) mod core;
 mod sched;
 pub(crate) mod slots;
 pub(crate) mod sync;
+mod watch;
 
 use self::core::{Core, Resolver, Tuning};
 use self::sync::LocalBarrier;
@@ -32,6 +33,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use self::core::FAULT_EXIT_CODE;
+pub use self::watch::{Stall, StallProbe};
 
 /// How many times a waiting thread polls the protocol queue without yielding its CPU
 /// before it polls yielding (about 20 ns a poll when nothing arrives, so ≈ 20 µs): the
@@ -605,6 +607,7 @@ impl Dsm {
                 // other threads, here and elsewhere, stop waiting for this one.
                 let run_one = move || {
                     slots::set_compute_index(Some(local));
+                    let _active = worker.inner.core.waits.active();
                     catch_unwind(AssertUnwindSafe(|| body(&worker))).map_err(|payload| {
                         let message = payload
                             .downcast_ref::<&str>()
@@ -680,6 +683,14 @@ impl Dsm {
     /// [`DsmError::BadLock`] for `id >= MAX_LOCKS`; [`DsmError::PeerFailed`].
     pub fn lock(&self, id: u32) -> Result<LockGuard<'_>, DsmError> {
         self.inner.lock(id)
+    }
+
+    /// A handle for a watchdog thread: whether every compute thread of this cluster
+    /// waits in the runtime, for what, and since when ([`StallProbe::stall`]). The
+    /// job's runner reports it to the control plane, which fails the job when every
+    /// cluster has stalled for `job.progress_timeout_ms`.
+    pub fn stall_probe(&self) -> StallProbe {
+        StallProbe::new(Arc::clone(&self.inner.core))
     }
 
     /// This cluster's statistics so far.

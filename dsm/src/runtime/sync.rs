@@ -56,6 +56,9 @@ impl LocalBarrier {
             return result;
         }
         drop(arrived);
+        let _waiting = core
+            .waits
+            .enter("at a barrier, waiting for the cluster's other threads".into());
         let spin_until = Instant::now() + spin;
         while Instant::now() < spin_until {
             if self.generation.load(Ordering::Acquire) != generation {

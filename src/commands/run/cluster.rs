@@ -11,8 +11,10 @@ use anyhow::{Context, Result, anyhow, bail};
 use multigrain_apps::dsm_backend::DsmRuntime;
 use multigrain_apps::progress::Progress;
 use multigrain_cluster_config::JobConfig;
-use multigrain_dsm::{Dsm, DsmError, JobStats, Liveness, Transport, site_config};
-use multigrain_messaging::control::{Control, ControlError, EXIT_PEER_FAILED, Identity};
+use multigrain_dsm::{Dsm, DsmError, JobStats, Liveness, StallProbe, Transport, site_config};
+use multigrain_messaging::control::{
+    Control, ControlError, EXIT_PEER_FAILED, Identity, Stall as ControlStall,
+};
 use multigrain_messaging::job::{Job, JobError};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -161,12 +163,82 @@ fn on_dsm(
         }),
     };
     let dsm = Dsm::join(transport, cfg).context("starting the DSM")?;
+    let _watchdog = Watchdog::start(job.control(), dsm.stall_probe());
     let mut rt = DsmRuntime::new(dsm)?;
     let outcome = app.run_on(&mut rt, sink)?;
     sink.begin("gathering statistics", 0);
     let inis = gather_inis(&mut rt, job, cfg)?;
     let stats = rt.finish().context("finishing the DSM")?;
     Ok((outcome, stats, inis))
+}
+
+/// The progress watchdog of this cluster (`job.progress_timeout_ms`): a thread that
+/// reports the DSM's [`multigrain_dsm::Stall`] state to the control plane every
+/// period, whose coordinator fails the job when every cluster has stalled for the
+/// timeout. Stops when dropped.
+struct Watchdog {
+    stop: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    /// Starts the watchdog thread; `None` when the watchdog is off or the thread
+    /// cannot start (a warning says so).
+    fn start(control: &Arc<Control>, probe: StallProbe) -> Option<Watchdog> {
+        let timeout = control.progress_timeout()?;
+        // A report at least four times per timeout, at most once per 10 ms.
+        let period = (timeout / 4)
+            .min(Duration::from_secs(1))
+            .max(Duration::from_millis(10));
+        let stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let (flag, control) = (Arc::clone(&stop), Arc::clone(control));
+        let spawned = std::thread::Builder::new()
+            .name("mg-watchdog".into())
+            .spawn(move || {
+                let (lock, cv) = &*flag;
+                let mut stopped = lock
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                while !*stopped {
+                    let (s, _) = cv
+                        .wait_timeout(stopped, period)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    stopped = s;
+                    if *stopped {
+                        break;
+                    }
+                    control.report_progress(probe.stall().map(|s| ControlStall {
+                        duration: s.duration,
+                        waits: s.waits,
+                    }));
+                }
+            });
+        match spawned {
+            Ok(t) => Some(Watchdog {
+                stop,
+                thread: Some(t),
+            }),
+            Err(e) => {
+                tracing::warn!(
+                    "the progress watchdog cannot start ({e}): a hang will not be reported"
+                );
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.stop;
+        *lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Every cluster's INI statistics (so far), at cluster 0 (empty elsewhere): each cluster

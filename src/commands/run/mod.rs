@@ -17,7 +17,7 @@ pub mod watch;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use multigrain_apps::progress::Progress;
-use multigrain_apps::team::{Runtime, Topology};
+use multigrain_apps::team::{Runtime, Team, Topology};
 use multigrain_apps::threads::ThreadsRuntime;
 use multigrain_apps::{conformance, em3d, water};
 use multigrain_cluster_config::{JobConfig, Override, detect_rank_from_env};
@@ -67,6 +67,11 @@ pub enum AppCommand {
     /// order, zeroed allocations, barriers publish writes, locks serialise updates) on
     /// the DSM of a topology, or on plain threads with --threads.
     Conformance(CommonArgs),
+    /// (Testing) An application deadlock: every thread takes the same lock and waits
+    /// at a barrier while holding it. It ends only through the progress watchdog
+    /// (`job.progress_timeout_ms`), whose report it exists to show and test.
+    #[command(hide = true)]
+    Deadlock(CommonArgs),
 }
 
 /// Where to run; shared by every app.
@@ -199,6 +204,8 @@ pub enum AppSpec {
     },
     /// The conformance suite.
     Conformance,
+    /// The deliberate deadlock (`multigrain run deadlock`).
+    Deadlock,
 }
 
 impl AppSpec {
@@ -208,6 +215,7 @@ impl AppSpec {
             AppSpec::Water(_) => "water",
             AppSpec::Em3d { .. } => "em3d",
             AppSpec::Conformance => "conformance",
+            AppSpec::Deadlock => "deadlock",
         }
     }
 
@@ -257,7 +265,7 @@ impl AppSpec {
                 flag("iterations", p.iterations.to_string());
                 flag("seed", p.seed.to_string());
             }
-            AppSpec::Conformance => {}
+            AppSpec::Conformance | AppSpec::Deadlock => {}
         }
         a
     }
@@ -314,6 +322,20 @@ impl AppSpec {
                 }
                 Outcome::Conformance { checks: done }
             }
+            AppSpec::Deadlock => {
+                if rt.topology().num_threads() < 2 {
+                    bail!("a deadlock needs at least 2 threads");
+                }
+                let lock = rt.alloc_locks(1)?;
+                progress.begin("deadlocked (ends through job.progress_timeout_ms)", 0);
+                rt.run(|team| {
+                    // Whoever holds the lock waits at the barrier; everyone else waits
+                    // for the lock.
+                    let _held = team.lock(lock);
+                    team.barrier();
+                })?;
+                bail!("the deadlock did not happen")
+            }
         })
     }
 
@@ -332,6 +354,7 @@ impl AppSpec {
             AppSpec::Conformance => bail!(
                 "the conformance suite checks a parallel runtime: drop --sequential (and use --threads N or a --config)"
             ),
+            AppSpec::Deadlock => bail!("the deadlock needs a parallel runtime: drop --sequential"),
         })
     }
 }
@@ -493,6 +516,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         AppCommand::Water(a) => (AppSpec::Water(water_params(a)?), &a.common),
         AppCommand::Em3d(a) => (em3d_spec(a)?, &a.common),
         AppCommand::Conformance(c) => (AppSpec::Conformance, c),
+        AppCommand::Deadlock(c) => (AppSpec::Deadlock, c),
     };
     let started = Instant::now();
     let json = common.json.as_deref();
