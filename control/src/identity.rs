@@ -10,6 +10,7 @@ use multigrain_cluster_config::{
 use serde::{Deserialize, Serialize};
 
 use super::error::ControlError;
+use super::secret::{ENV_KEY_FILE, Secret};
 use super::{ENV_CLUSTER, ENV_CLUSTERS, ENV_COORDINATOR};
 
 /// Which cluster this process is, and where the coordinator listens.
@@ -41,6 +42,10 @@ pub struct Identity {
     /// gives up after 2 s (`DOUBT_WAIT`) without an answer there (naming both), instead of
     /// the whole start-up timeout; an answer proves the config right.
     pub doubt: Option<String>,
+    /// The job's secret from the key file named by [`ENV_KEY_FILE`] (`multigrain
+    /// launch`/`run` write one per run; a user may under `srun`/`mpirun`). `None`: cluster
+    /// 0 generates the secret and hands it out at registration (see [`crate::secret`]).
+    pub secret: Option<Secret>,
 }
 
 /// How long a member with an [`Identity::doubt`] tries the configured coordinator.
@@ -162,6 +167,7 @@ impl Identity {
                 placed: None,
                 launcher: None,
                 doubt: None,
+                secret: key_file(&env)?,
             });
         }
         let Some(rank) = detect_rank(|k| env(k))? else {
@@ -184,7 +190,8 @@ impl Identity {
             listen: None,
             placed: None,
             launcher: Some(rank.launcher),
-            doubt: placement_doubt(cfg, &rank, env),
+            doubt: placement_doubt(cfg, &rank, &env),
+            secret: key_file(&env)?,
         })
     }
 
@@ -266,6 +273,7 @@ impl Identity {
             } else {
                 placement_doubt(cfg, rank, &env)
             },
+            secret: key_file(&env)?,
         })
     }
 
@@ -293,6 +301,16 @@ impl Identity {
             }
         }
     }
+}
+
+/// The secret in the key file named by [`ENV_KEY_FILE`], if it is set.
+fn key_file(env: impl Fn(&str) -> Option<String>) -> Result<Option<Secret>, ControlError> {
+    let Some(path) = env(ENV_KEY_FILE).filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    Secret::read_file(path.as_ref())
+        .map(Some)
+        .map_err(|problem| ControlError::KeyFile { path, problem })
 }
 
 /// Set (to anything) to keep a launcher-placed job from using PMIx for its rendezvous;

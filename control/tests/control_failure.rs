@@ -62,6 +62,7 @@ fn join_on_threads(
                     placed: None,
                     launcher: None,
                     doubt: None,
+                    secret: None,
                 };
                 let _ = tx.send(Control::join(&id, &s, Registration::local(c, Vec::new())));
             });
@@ -235,7 +236,7 @@ fn silent_member_is_reported_after_peer_timeout() {
         registration: Registration::local(2, Vec::new()),
         clusters: 3,
     };
-    wire::write_frame(&mut silent, key, &register).expect("register by hand");
+    wire::write_frame(&mut silent, key, None, &register).expect("register by hand");
     let controls: Vec<Control> = pending
         .into_iter()
         .map(|(c, rx)| {
@@ -252,7 +253,7 @@ fn silent_member_is_reported_after_peer_timeout() {
     let drain = thread::spawn(move || {
         let until = Instant::now() + peer * 4;
         while Instant::now() < until {
-            let _ = wire::read_frame(&mut silent, key);
+            let _ = wire::read_frame(&mut silent, key, wire::Auth::NONE);
         }
         silent
     });
@@ -291,7 +292,7 @@ fn member_exit_after_finish_is_not_a_failure() {
         registration: Registration::local(2, Vec::new()),
         clusters: 3,
     };
-    wire::write_frame(&mut quitter, key, &register).expect("register by hand");
+    wire::write_frame(&mut quitter, key, None, &register).expect("register by hand");
     let controls: Vec<Control> = pending
         .into_iter()
         .map(|(c, rx)| {
@@ -300,7 +301,7 @@ fn member_exit_after_finish_is_not_a_failure() {
                 .0
         })
         .collect();
-    wire::write_frame(&mut quitter, key, &Message::Finish).expect("finish by hand");
+    wire::write_frame(&mut quitter, key, None, &Message::Finish).expect("finish by hand");
     drop(quitter);
     thread::sleep(Duration::from_millis(200));
     let (tx, rx) = mpsc::channel();
@@ -359,7 +360,7 @@ fn member_death_during_startup_fails_the_start() {
         registration: Registration::local(2, Vec::new()),
         clusters: 4,
     };
-    wire::write_frame(&mut early, key, &register).expect("register by hand");
+    wire::write_frame(&mut early, key, None, &register).expect("register by hand");
     thread::sleep(Duration::from_millis(300));
     let t0 = Instant::now();
     drop(early);
