@@ -134,7 +134,7 @@ fn every_message_kind_crosses_the_network() {
     drain_all(&cs, Duration::from_secs(10));
     for c in cs {
         let reports = c.inis.shutdown(Duration::from_secs(10)).unwrap();
-        assert!(reports[0].messages > 0 && reports[0].window.checksum_failures == 0);
+        assert!(reports[0].messages > 0 && reports[0].window.bad_mac == 0);
     }
 }
 
@@ -247,7 +247,8 @@ fn injected_faults_lose_nothing() {
     for c in cs {
         for r in c.inis.shutdown(Duration::from_secs(20)).unwrap() {
             retx += r.window.connections.retransmissions;
-            rejected += r.window.checksum_failures
+            rejected += r.window.bad_mac
+                + r.window.wrong_epoch
                 + r.window.decode_failures
                 + r.window.connections.duplicates;
             injected += r.injected.dropped + r.injected.corrupted + r.injected.duplicated;
