@@ -142,6 +142,7 @@ impl Job {
         let control = Arc::new(control);
         let mut links = vec![Link::Local; n];
         let mut remote: Vec<Option<Vec<SocketAddr>>> = vec![None; n];
+        let mut any_ip_peers = Vec::new();
         for (p, reg) in registrations.iter().enumerate().filter(|(p, _)| *p != me) {
             let theirs: NetAddress = serde_json::from_slice(&reg.payload).map_err(|e| {
                 JobError::Topology(format!("cluster {p} sent an unreadable registration: {e}"))
@@ -181,6 +182,7 @@ impl Job {
                         .map(|mut a| {
                             if a.ip().is_unspecified() {
                                 a.set_ip(coordinator);
+                                any_ip_peers.push(a);
                             }
                             a
                         })
@@ -198,6 +200,7 @@ impl Job {
                 let session = control.session();
                 net.window.mac_key = crate::window::wire::MacKey::new(*session.secret.as_bytes());
                 net.window.epoch = session.epoch;
+                net.any_ip_peers = any_ip_peers;
                 Some(b.start(&site, &net, &remote)?)
             }
             _ => None,

@@ -121,6 +121,9 @@ pub(crate) struct IniCore {
     /// The connection whose peer INI registered each address: a datagram is accepted
     /// only from its claimed sender's registered address (issue 13).
     pub(crate) sources: HashMap<SocketAddr, ConnHandle>,
+    /// Peers bound to every address of their host, by port (`NetConfig::any_ip_peers`):
+    /// consulted only when `sources` has no entry.
+    pub(crate) port_sources: HashMap<u16, ConnHandle>,
     /// Connections to the INIs of site `s` at `[s]`, INI 0 first (empty: no route).
     pub(crate) conns: Vec<Vec<ConnHandle>>,
     /// Per site, the next of this INI's remote INIs to send to (see `conn_for`).
@@ -315,7 +318,11 @@ impl IniCore {
             match self.socket.recv_from(&mut self.buf) {
                 Ok((n, addr)) => {
                     got = true;
-                    let from = self.sources.get(&addr).copied();
+                    let from = self
+                        .sources
+                        .get(&addr)
+                        .or_else(|| self.port_sources.get(&addr.port()))
+                        .copied();
                     if self.latency.is_zero() {
                         if self.trace.is_some() {
                             self.rx_ns = net.now_ns();

@@ -75,6 +75,12 @@ pub struct NetConfig {
     pub inline: bool,
     /// Per-message traces (`ini.trace_dir`, `ini.trace_records`); `None`: off.
     pub trace: Option<TraceConfig>,
+    /// Peer INI addresses (as passed to [`BoundInis::start`]) whose INIs are bound to
+    /// every address of their host: their datagrams are accepted from any IP address
+    /// with that port, since the kernel picks the source address per route (cluster 0 of
+    /// a job placed by a launcher). Every other peer is heard only from exactly its
+    /// registered address. Empty by default.
+    pub any_ip_peers: Vec<SocketAddr>,
 }
 
 /// Where and how much each INI traces (see [`trace`]).
@@ -122,6 +128,7 @@ impl NetConfig {
                 dir: cfg.ini.trace_dir.clone().into(),
                 records: cfg.ini.trace_records,
             }),
+            any_ip_peers: Vec::new(),
         }
     }
 }
@@ -537,6 +544,7 @@ impl BoundInis {
                     .map_err(|e| NetError::Config(e.to_string()))?;
             let mut peer_addrs = Vec::new();
             let mut sources = HashMap::new();
+            let mut port_sources = HashMap::new();
             let mut conns = vec![Vec::new(); remote.len()];
             for (s, addrs) in remote.iter().enumerate() {
                 let Some(addrs) = addrs else { continue };
@@ -553,6 +561,9 @@ impl BoundInis {
                             c.index()
                         )));
                     }
+                    if cfg.any_ip_peers.contains(a) {
+                        port_sources.insert(a.port(), c);
+                    }
                     conns[s].push(c);
                 }
             }
@@ -563,6 +574,7 @@ impl BoundInis {
                 socket,
                 peer_addrs,
                 sources,
+                port_sources,
                 conns,
                 next_remote: vec![0; remote.len()],
                 faults: faults::FaultShim::new(
