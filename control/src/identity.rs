@@ -219,9 +219,12 @@ impl Identity {
             && rank.launcher != Launcher::Slurm
             && env("PMIX_NAMESPACE").is_some()
             && env(ENV_NO_PMIX).is_none();
+        let mut pmix_secret = None;
         let (host, coordinator) = if pmix {
-            // The launcher's own key-value service says where rank 0 listens.
-            let (host, addr) = pmix_rendezvous(rank, cfg.job.startup_timeout())?;
+            // The launcher's own key-value service says where rank 0 listens, and hands
+            // out the job's secret.
+            let (host, addr, secret) = pmix_rendezvous(rank, cfg.job.startup_timeout())?;
+            pmix_secret = Some(secret);
             (host, addr)
         } else {
             let port = rendezvous_port(&instance);
@@ -273,7 +276,8 @@ impl Identity {
             } else {
                 placement_doubt(cfg, rank, &env)
             },
-            secret: key_file(&env)?,
+            // A key file wins; else the secret rank 0 published through PMIx.
+            secret: key_file(&env)?.or(pmix_secret),
         })
     }
 
@@ -321,14 +325,17 @@ pub const ENV_NO_PMIX: &str = "MULTIGRAIN_NO_PMIX";
 const PMIX_KEY: &str = "multigrain.coordinator";
 
 /// Rendezvous through the launcher's PMIx key-value service: rank 0 picks a free TCP
-/// port and publishes it with every address of this machine (`a1,a2,…;port`, loopback
-/// last); every rank reads rank 0's entry after a fence. A member then uses the first
-/// address at which rank 0's coordinator answers (probing each until the start-up
-/// timeout), so the address need not resolve the same everywhere.
+/// port and a fresh job secret and publishes them with every address of this machine
+/// (`a1,a2,…;port;secret-hex`, loopback last); every rank reads rank 0's entry after a
+/// fence. A member then uses the first address at which rank 0's coordinator answers
+/// (probing each until the start-up timeout), so the address need not resolve the same
+/// everywhere. The secret thus never crosses the coordinator's TCP port: the job is
+/// authenticated from the first control frame on (the PMIx exchange is as private as
+/// the launcher makes it: its daemons' connections, per user).
 fn pmix_rendezvous(
     rank: &LaunchRank,
     timeout: std::time::Duration,
-) -> Result<(String, SocketAddr), ControlError> {
+) -> Result<(String, SocketAddr, Secret), ControlError> {
     let no = |reason: String| ControlError::NoRendezvous {
         launcher: rank.launcher,
         reason,
@@ -337,7 +344,9 @@ fn pmix_rendezvous(
         let port = free_tcp_port(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
             .map_err(|e| no(format!("no free TCP port for the coordinator: {e}")))?;
         let ips: Vec<String> = local_ips().iter().map(IpAddr::to_string).collect();
-        format!("{};{port}", ips.join(","))
+        let secret = Secret::generate()
+            .map_err(|e| no(format!("no random bytes for the job's secret: {e}")))?;
+        format!("{};{port};{}", ips.join(","), secret.to_hex())
     } else {
         String::new()
     };
@@ -346,26 +355,33 @@ fn pmix_rendezvous(
             "the PMIx exchange failed ({e}); set {ENV_NO_PMIX}=1 to skip it"
         ))
     })?;
-    let bad = || no(format!("rank 0 published {published:?} under {PMIX_KEY}"));
-    let (ips, port) = published.rsplit_once(';').ok_or_else(bad)?;
-    let port: u16 = port.parse().map_err(|_| bad())?;
+    // Never quote the published value: it holds the secret.
+    let bad = |what: &str| {
+        no(format!(
+            "rank 0 published no usable {what} under {PMIX_KEY}"
+        ))
+    };
+    let (rest, secret) = published.rsplit_once(';').ok_or_else(|| bad("secret"))?;
+    let secret = Secret::from_hex(secret).map_err(|_| bad("secret"))?;
+    let (ips, port) = rest.rsplit_once(';').ok_or_else(|| bad("port"))?;
+    let port: u16 = port.parse().map_err(|_| bad("port"))?;
     let addrs: Vec<SocketAddr> = ips
         .split(',')
         .filter_map(|ip| ip.parse::<IpAddr>().ok())
         .map(|ip| SocketAddr::new(ip, port))
         .collect();
     if addrs.is_empty() {
-        return Err(bad());
+        return Err(bad("address"));
     }
     if rank.rank == 0 {
-        return Ok((addrs[0].ip().to_string(), addrs[0]));
+        return Ok((addrs[0].ip().to_string(), addrs[0], secret));
     }
     let deadline = std::time::Instant::now() + timeout;
     loop {
         for a in &addrs {
             let limit = std::time::Duration::from_millis(300);
             if std::net::TcpStream::connect_timeout(a, limit).is_ok() {
-                return Ok((a.ip().to_string(), *a));
+                return Ok((a.ip().to_string(), *a, secret));
             }
         }
         if std::time::Instant::now() >= deadline {

@@ -10,10 +10,13 @@
 //!   [`ENV_KEY_FILE`] (the variable holds a path, not the key: a file readable only by
 //!   its owner is the narrowest channel that also works for `ssh`-free local children,
 //!   and the key never appears on a command line or in `/proc/PID/environ`). A user may
-//!   do the same under `srun`/`mpirun` with a key file on a shared file system. Then
+//!   do the same under `srun`/`mpirun` with a key file on a shared file system. Under a
+//!   PMIx launcher (`mpirun`, PRRTE) with no key file, rank 0 generates the secret and
+//!   publishes it with its coordinator's address through the launcher's key–value
+//!   exchange (the identity module's PMIx rendezvous), which is pre-sharing too. Then
 //!   every control frame, the registration included, carries the MAC.
-//! * **bootstrapped by the coordinator**: with no key file (a launcher started the
-//!   ranks), cluster 0 generates the secret and sends it to each member in the
+//! * **bootstrapped by the coordinator**: with no key file and no PMIx exchange (`srun`,
+//!   `multigrain launch` with remote clusters), cluster 0 generates the secret and sends it to each member in the
 //!   [`Welcome`](crate::wire::Message::Welcome) on the member's own control connection;
 //!   from then on every frame on that connection carries the MAC. The bootstrap itself
 //!   is not authenticated: an attacker who can read the network between a member and
