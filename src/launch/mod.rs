@@ -61,6 +61,9 @@ pub struct Options {
     pub grace: Duration,
     /// The command each cluster runs.
     pub command: Vec<String>,
+    /// A private directory of this process (`multigrain run`'s scratch directory) for the
+    /// job's key file; `None`: `launch` makes its own when it needs one.
+    pub key_dir: Option<PathBuf>,
 }
 
 /// One started cluster process.
@@ -205,13 +208,26 @@ pub fn run(opts: Options) -> Result<()> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     // The job's secret, for clusters that can read a file of this host (all of them, or
     // none: cluster 0 then bootstraps it).
+    // It goes into the caller's private directory, else the one made for --set, else
+    // one made here (every one removed at the end).
     let key_file = if here.iter().all(|&h| h) {
-        let dir = crate::commands::run::spawn::ScratchDir::new()?;
-        let path = dir.path().join("job.key");
+        let given = opts
+            .key_dir
+            .clone()
+            .or_else(|| scratch.as_ref().map(|(d, _)| d.path().to_path_buf()));
+        let (own, dir) = match given {
+            Some(d) => (None, d),
+            None => {
+                let s = crate::commands::run::spawn::ScratchDir::new()?;
+                let d = s.path().to_path_buf();
+                (Some(s), d)
+            }
+        };
+        let path = dir.join("job.key");
         Secret::generate()
             .and_then(|s| s.write_file(&path))
             .with_context(|| format!("cannot write the job's key file {}", path.display()))?;
-        Some((dir, path))
+        Some((own, path))
     } else {
         None
     };

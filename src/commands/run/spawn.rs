@@ -147,6 +147,7 @@ pub fn run(
         ssh: None,
         grace: std::time::Duration::from_secs(2),
         command,
+        key_dir: Some(dir.path().to_path_buf()),
     });
     stop.store(true, Ordering::Release);
     if let Some(w) = watcher {
