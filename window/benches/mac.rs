@@ -8,7 +8,8 @@
 //! message in one datagram: 4096 data + 32 frame header + 48 window header and MAC) and
 //! 8972 (a full jumbo datagram, the default job's MTU).
 //!
-//! `cargo bench -p multigrain-window --bench mac`
+//! `cargo bench -p multigrain-window --bench mac`; results of 2026-11-25 in the README
+//! (Authenticated traffic): 4176 B, MAC 3.13 µs against CRC32C 0.40 µs, both ends.
 
 use multigrain_window::wire::MacKey;
 use std::hint::black_box;
