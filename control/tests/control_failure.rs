@@ -372,3 +372,60 @@ fn member_death_during_startup_fails_the_start() {
         assert!(t0.elapsed() < SLACK, "cluster {c} took {:?}", t0.elapsed());
     }
 }
+
+/// After the bootstrap a member's frames must carry the MAC: once it has sent one
+/// authenticated frame, a frame without a MAC, or with one under another secret, ends
+/// its connection as a bad frame — the forged `Abort` is never taken for the member's.
+#[test]
+fn unauthenticated_or_forged_frames_after_the_bootstrap_are_refused() {
+    use multigrain_control::Secret;
+    use multigrain_control::wire::{Auth, Received};
+    for (forger, expect) in [
+        (None, "without a MAC"),
+        (Some(Secret::from_bytes([7; 32])), "does not verify"),
+    ] {
+        let key = 28;
+        let s = settings(key, 5_000);
+        let addr = coordinator_addr();
+        let mut pending = join_on_threads(2, addr, &s, &[1]);
+        let deadline = Instant::now() + HANG;
+        let mut member = loop {
+            match TcpStream::connect(addr) {
+                Ok(s) => break s,
+                Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+                Err(e) => panic!("no coordinator at {addr}: {e}"),
+            }
+        };
+        let register = Message::Register {
+            registration: Registration::local(1, Vec::new()),
+            clusters: 2,
+        };
+        wire::write_frame(&mut member, key, None, &register).expect("register by hand");
+        let secret = loop {
+            match wire::read_frame(&mut member, key, Auth::NONE).expect("a frame") {
+                Received {
+                    msg: Message::Welcome { secret, .. },
+                    authenticated: false,
+                } => break secret.expect("the bootstrap hands out the secret"),
+                _ => continue,
+            }
+        };
+        let (_, rx) = pending.pop().unwrap();
+        let (control, _) = wait(&rx, "join of cluster 0").expect("cluster 0 joins");
+        assert_eq!(control.session().secret, secret);
+        wire::write_frame(&mut member, key, Some(&secret), &Message::Heartbeat)
+            .expect("an authenticated heartbeat");
+        let forged = Message::Abort {
+            reason: "forged abort".into(),
+        };
+        wire::write_frame(&mut member, key, forger.as_ref(), &forged).expect("forged frame");
+        let f = control
+            .wait_failure(HANG)
+            .expect("the forged frame ends the member's connection");
+        assert_eq!(f.cluster, 1, "{f}");
+        assert!(f.reason.contains("bad control frame"), "{f}");
+        assert!(f.reason.contains(expect), "{f}");
+        assert!(!f.reason.contains("forged abort"), "{f}");
+        drop(member);
+    }
+}
