@@ -28,7 +28,7 @@ pub struct Identity {
     /// (`0.0.0.0:port`), since the name the others resolve may not be the
     /// one this machine resolves for itself.
     pub listen: Option<SocketAddr>,
-    /// A job placed by a launcher without named hosts: the job key to use
+    /// A job placed by a launcher without named hosts: the job label to use
     /// instead of the config's (the config's mixed with the launch's
     /// identity, [`instance_key`]) and the address this cluster's INIs bind
     /// (all addresses on cluster 0; elsewhere the one that routes to the
@@ -55,7 +55,7 @@ pub const DOUBT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// ([`Identity::placed`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placed {
-    /// The job key of this launch.
+    /// The job label (`job.key`) of this launch.
     pub key: u64,
     /// The address this cluster's INIs bind.
     pub bind: IpAddr,

@@ -507,7 +507,7 @@ impl Connection {
             && self.slots[(self.slot_head + d as usize) % p.window as usize].present
     }
 
-    /// Handles a decoded frame of this connection (job key and addresses already checked).
+    /// Handles a decoded frame of this connection (epoch, MAC and addresses already checked).
     pub(crate) fn on_frame(
         &mut self,
         now: Micros,

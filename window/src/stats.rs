@@ -109,7 +109,7 @@ pub struct IniStats {
     pub datagram_bytes_received: u64,
     /// Datagrams dropped because their MAC does not authenticate them under the job's
     /// secret: corrupted in transit or forged (the MAC replaces the CRC32C checksum of
-    /// thesis §3.1 and catches every corruption it did).
+    /// thesis §3.1 and catches corruption at least as reliably).
     pub bad_mac: u64,
     /// Malformed datagrams: any other decode error (length, magic, version, kind,
     /// fragment fields).

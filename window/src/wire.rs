@@ -13,7 +13,8 @@
 //! **Authentication (issue 13).** The trailer is BLAKE3 in keyed mode under the job's
 //! 32-byte secret ([`MacKey`]), truncated to [`MAC_LEN`] = 16 bytes. It replaces the
 //! CRC32C of version 1: anyone can recompute a CRC, nobody without the secret can
-//! compute the MAC, and the MAC detects every corruption the CRC did. 16 bytes (128
+//! compute the MAC, and the MAC catches corruption at least as well (a corrupted
+//! datagram passes with probability 2^-128 instead of the CRC's 2^-32). 16 bytes (128
 //! bits) leave a forger one chance in 2^128 per datagram, and the receiver never
 //! answers a rejected datagram, so guesses cannot be checked faster than they are sent;
 //! a full 32-byte tag would add 16 bytes to every frame for no practical gain. The

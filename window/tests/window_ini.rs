@@ -550,7 +550,7 @@ fn a_short_transmit_buffer_is_a_caller_bug() {
     a.poll_transmit(Micros(0), &mut buf);
 }
 
-/// An arbitrary datagram from `B`: valid checksum, job key and addresses, anything else.
+/// An arbitrary datagram from `B`: valid MAC, epoch and addresses, anything else.
 fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
     (
         prop_oneof![

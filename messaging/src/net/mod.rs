@@ -7,9 +7,9 @@
 //! cluster reached over the network. A compute thread's send to a remote site picks an INI
 //! by the job's scheduling policy (`static`, `round-robin`, `least-loaded`) and drops the
 //! message into that INI's lock-free hand-off queue; the INI frames it (module [`frame`]),
-//! the window fragments, checksums, sequences and retransmits it, and the receiving INI
-//! reassembles it, restores the sending endpoint's order (per-lane sequence numbers) and deposits it in
-//! the destination receive queue — Tag-On data into a slot of the receiving site's pool.
+//! the window fragments, authenticates (a keyed MAC and the run's epoch), sequences and
+//! retransmits it, and the receiving INI reassembles it, restores the sending endpoint's
+//! order (per-lane sequence numbers) and deposits it in the destination receive queue — Tag-On data into a slot of the receiving site's pool.
 //!
 //! Also here: paper 000's adaptive network polling (in the queue layer's `poll` module), fault injection
 //! ([`faults`]), the LogGP emulation of paper 001 §3.2 (o, g, L, G from the job's
