@@ -423,6 +423,7 @@ fn run(cli: Cli) -> Result<()> {
             ssh: a.ssh,
             grace: std::time::Duration::from_millis(a.grace_ms),
             command: a.command,
+            key_dir: None,
         }),
         Command::Run(a) => commands::run::run(a),
         Command::Experiment(a) => commands::experiment::run(&a),

@@ -514,14 +514,15 @@ pub fn first_host(list: &str) -> Result<String, String> {
 /// derived from the launch's [`Placement::instance`] (FNV-1a) into
 /// 20000..=29999, below Linux's ephemeral range, so that every rank computes
 /// the same port and two launches on one node almost never share one (and
-/// if they do, their job keys differ: see [`instance_key`]).
+/// if they do, their job labels differ: see [`instance_key`]).
 pub fn rendezvous_port(instance: &str) -> u16 {
     20_000 + (fnv1a(instance.as_bytes()) % 10_000) as u16
 }
 
-/// A job key for one launch: `key` mixed with the launch's instance, so that
-/// a rank of one launch that reaches another launch's coordinator is refused
-/// as a foreign job instead of joining it.
+/// A job label (`job.key`) for one launch: `key` mixed with the launch's instance, so
+/// that a rank of one launch that reaches another launch's coordinator is refused as a
+/// foreign job instead of joining it. A label, not a secret: authentication is the
+/// job's random secret (`multigrain-control`'s `secret` module).
 pub fn instance_key(key: u64, instance: &str) -> u64 {
     key ^ fnv1a(instance.as_bytes()).rotate_left(17)
 }

@@ -27,7 +27,7 @@
 //! | key | default | allowed |
 //! |---|---|---|
 //! | `job.name` | none | string without control characters |
-//! | `job.key` | `0x6d75_6c74_6900_0001` | 0 ..= 2^64−1 (integer, or string above 2^63−1) |
+//! | `job.key` | `0x6d75_6c74_6900_0001` | 0 ..= 2^64−1 (integer, or string above 2^63−1); a label that tells jobs apart, not a secret (each run gets a random secret and epoch) |
 //! | `job.startup_timeout_ms` | 10000 | ≥ 1 |
 //! | `job.peer_timeout_ms` | 3000 | ≥ 1, and × 1000 > `ini.send_timeout_us` |
 //! | `job.progress_timeout_ms` | 60000 | ≥ 0 (0: no progress watchdog) |

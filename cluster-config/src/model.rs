@@ -6,7 +6,7 @@ use std::ops::RangeInclusive;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// Job key used when `[job] key` is not given: the ASCII bytes of `"multi"`,
+/// Job label used when `[job] key` is not given: the ASCII bytes of `"multi"`,
 /// a zero byte and the version 1 (`0x6d75_6c74_6900_0001`).
 pub const DEFAULT_JOB_KEY: u64 = 0x6d75_6c74_6900_0001;
 /// The only DSM page size supported now, in bytes (the x86-64 and default
@@ -247,7 +247,12 @@ impl fmt::Display for Link {
 pub struct JobSettings {
     /// `name`: optional label shown in reports. Default: none.
     pub name: Option<String>,
-    /// `key`: 64-bit job key; datagrams carrying another key are rejected.
+    /// `key`: 64-bit job label. Control-plane frames carry it, so that a process of
+    /// another job (another label) is refused with both labels named. It is **not a
+    /// secret** and authenticates nothing: every job runs under a fresh random secret
+    /// (handed out by `multigrain launch`/`run` in a 0600 key file, or by cluster 0 at
+    /// registration) under which every control frame and INI datagram carries a MAC, and
+    /// INI datagrams carry a per-run random epoch instead of this label.
     /// Default: [`DEFAULT_JOB_KEY`].
     pub key: u64,
     /// `startup_timeout_ms`: start-up must complete within this many

@@ -43,6 +43,14 @@ pub enum ControlError {
         /// The number of clusters in the configuration.
         clusters: usize,
     },
+    /// The key file named by `MULTIGRAIN_KEY_FILE` is unusable.
+    #[error("job key file {path} (MULTIGRAIN_KEY_FILE): {problem}")]
+    KeyFile {
+        /// The file's path.
+        path: String,
+        /// What is wrong with it (never its contents).
+        problem: String,
+    },
     /// A variable set by `multigrain launch` is missing or wrong.
     #[error("{var}{}: {problem}", value.as_ref().map(|v| format!(" = {v:?}")).unwrap_or_default())]
     BadVariable {

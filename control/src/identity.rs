@@ -10,6 +10,7 @@ use multigrain_cluster_config::{
 use serde::{Deserialize, Serialize};
 
 use super::error::ControlError;
+use super::secret::{ENV_KEY_FILE, Secret};
 use super::{ENV_CLUSTER, ENV_CLUSTERS, ENV_COORDINATOR};
 
 /// Which cluster this process is, and where the coordinator listens.
@@ -27,7 +28,7 @@ pub struct Identity {
     /// (`0.0.0.0:port`), since the name the others resolve may not be the
     /// one this machine resolves for itself.
     pub listen: Option<SocketAddr>,
-    /// A job placed by a launcher without named hosts: the job key to use
+    /// A job placed by a launcher without named hosts: the job label to use
     /// instead of the config's (the config's mixed with the launch's
     /// identity, [`instance_key`]) and the address this cluster's INIs bind
     /// (all addresses on cluster 0; elsewhere the one that routes to the
@@ -41,6 +42,10 @@ pub struct Identity {
     /// gives up after 2 s (`DOUBT_WAIT`) without an answer there (naming both), instead of
     /// the whole start-up timeout; an answer proves the config right.
     pub doubt: Option<String>,
+    /// The job's secret from the key file named by [`ENV_KEY_FILE`] (`multigrain
+    /// launch`/`run` write one per run; a user may under `srun`/`mpirun`). `None`: cluster
+    /// 0 generates the secret and hands it out at registration (see [`crate::secret`]).
+    pub secret: Option<Secret>,
 }
 
 /// How long a member with an [`Identity::doubt`] tries the configured coordinator.
@@ -50,7 +55,7 @@ pub const DOUBT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// ([`Identity::placed`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placed {
-    /// The job key of this launch.
+    /// The job label (`job.key`) of this launch.
     pub key: u64,
     /// The address this cluster's INIs bind.
     pub bind: IpAddr,
@@ -162,6 +167,7 @@ impl Identity {
                 placed: None,
                 launcher: None,
                 doubt: None,
+                secret: key_file(&env)?,
             });
         }
         let Some(rank) = detect_rank(|k| env(k))? else {
@@ -184,7 +190,8 @@ impl Identity {
             listen: None,
             placed: None,
             launcher: Some(rank.launcher),
-            doubt: placement_doubt(cfg, &rank, env),
+            doubt: placement_doubt(cfg, &rank, &env),
+            secret: key_file(&env)?,
         })
     }
 
@@ -212,9 +219,12 @@ impl Identity {
             && rank.launcher != Launcher::Slurm
             && env("PMIX_NAMESPACE").is_some()
             && env(ENV_NO_PMIX).is_none();
+        let mut pmix_secret = None;
         let (host, coordinator) = if pmix {
-            // The launcher's own key-value service says where rank 0 listens.
-            let (host, addr) = pmix_rendezvous(rank, cfg.job.startup_timeout())?;
+            // The launcher's own key-value service says where rank 0 listens, and hands
+            // out the job's secret.
+            let (host, addr, secret) = pmix_rendezvous(rank, cfg.job.startup_timeout())?;
+            pmix_secret = Some(secret);
             (host, addr)
         } else {
             let port = rendezvous_port(&instance);
@@ -266,6 +276,8 @@ impl Identity {
             } else {
                 placement_doubt(cfg, rank, &env)
             },
+            // A key file wins; else the secret rank 0 published through PMIx.
+            secret: key_file(&env)?.or(pmix_secret),
         })
     }
 
@@ -295,6 +307,16 @@ impl Identity {
     }
 }
 
+/// The secret in the key file named by [`ENV_KEY_FILE`], if it is set.
+fn key_file(env: impl Fn(&str) -> Option<String>) -> Result<Option<Secret>, ControlError> {
+    let Some(path) = env(ENV_KEY_FILE).filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    Secret::read_file(path.as_ref())
+        .map(Some)
+        .map_err(|problem| ControlError::KeyFile { path, problem })
+}
+
 /// Set (to anything) to keep a launcher-placed job from using PMIx for its rendezvous;
 /// ranks then find rank 0 as without PMIx (on this node, when every rank runs here).
 pub const ENV_NO_PMIX: &str = "MULTIGRAIN_NO_PMIX";
@@ -303,14 +325,17 @@ pub const ENV_NO_PMIX: &str = "MULTIGRAIN_NO_PMIX";
 const PMIX_KEY: &str = "multigrain.coordinator";
 
 /// Rendezvous through the launcher's PMIx key-value service: rank 0 picks a free TCP
-/// port and publishes it with every address of this machine (`a1,a2,…;port`, loopback
-/// last); every rank reads rank 0's entry after a fence. A member then uses the first
-/// address at which rank 0's coordinator answers (probing each until the start-up
-/// timeout), so the address need not resolve the same everywhere.
+/// port and a fresh job secret and publishes them with every address of this machine
+/// (`a1,a2,…;port;secret-hex`, loopback last); every rank reads rank 0's entry after a
+/// fence. A member then uses the first address at which rank 0's coordinator answers
+/// (probing each until the start-up timeout), so the address need not resolve the same
+/// everywhere. The secret thus never crosses the coordinator's TCP port: the job is
+/// authenticated from the first control frame on (the PMIx exchange is as private as
+/// the launcher makes it: its daemons' connections, per user).
 fn pmix_rendezvous(
     rank: &LaunchRank,
     timeout: std::time::Duration,
-) -> Result<(String, SocketAddr), ControlError> {
+) -> Result<(String, SocketAddr, Secret), ControlError> {
     let no = |reason: String| ControlError::NoRendezvous {
         launcher: rank.launcher,
         reason,
@@ -319,7 +344,9 @@ fn pmix_rendezvous(
         let port = free_tcp_port(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
             .map_err(|e| no(format!("no free TCP port for the coordinator: {e}")))?;
         let ips: Vec<String> = local_ips().iter().map(IpAddr::to_string).collect();
-        format!("{};{port}", ips.join(","))
+        let secret = Secret::generate()
+            .map_err(|e| no(format!("no random bytes for the job's secret: {e}")))?;
+        format!("{};{port};{}", ips.join(","), secret.to_hex())
     } else {
         String::new()
     };
@@ -328,26 +355,33 @@ fn pmix_rendezvous(
             "the PMIx exchange failed ({e}); set {ENV_NO_PMIX}=1 to skip it"
         ))
     })?;
-    let bad = || no(format!("rank 0 published {published:?} under {PMIX_KEY}"));
-    let (ips, port) = published.rsplit_once(';').ok_or_else(bad)?;
-    let port: u16 = port.parse().map_err(|_| bad())?;
+    // Never quote the published value: it holds the secret.
+    let bad = |what: &str| {
+        no(format!(
+            "rank 0 published no usable {what} under {PMIX_KEY}"
+        ))
+    };
+    let (rest, secret) = published.rsplit_once(';').ok_or_else(|| bad("secret"))?;
+    let secret = Secret::from_hex(secret).map_err(|_| bad("secret"))?;
+    let (ips, port) = rest.rsplit_once(';').ok_or_else(|| bad("port"))?;
+    let port: u16 = port.parse().map_err(|_| bad("port"))?;
     let addrs: Vec<SocketAddr> = ips
         .split(',')
         .filter_map(|ip| ip.parse::<IpAddr>().ok())
         .map(|ip| SocketAddr::new(ip, port))
         .collect();
     if addrs.is_empty() {
-        return Err(bad());
+        return Err(bad("address"));
     }
     if rank.rank == 0 {
-        return Ok((addrs[0].ip().to_string(), addrs[0]));
+        return Ok((addrs[0].ip().to_string(), addrs[0], secret));
     }
     let deadline = std::time::Instant::now() + timeout;
     loop {
         for a in &addrs {
             let limit = std::time::Duration::from_millis(300);
             if std::net::TcpStream::connect_timeout(a, limit).is_ok() {
-                return Ok((a.ip().to_string(), *a));
+                return Ok((a.ip().to_string(), *a, secret));
             }
         }
         if std::time::Instant::now() >= deadline {

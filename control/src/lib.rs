@@ -28,8 +28,11 @@
 //! * [`Control::finish`] returns when every cluster has finished, so no
 //!   cluster tears down its network while another still needs it.
 //!
-//! Frames ([`wire`]) carry the job key (`job.key`) and a protocol version; a
-//! process of another job is refused.
+//! Frames ([`wire`]) carry the job label (`job.key`), a protocol version and a keyed
+//! MAC under the job's secret ([`secret`]): a process of another job is refused, and
+//! once the secret is agreed a frame that does not verify ends its connection. The
+//! secret and the run's random epoch that the INIs authenticate their datagrams with
+//! are agreed here ([`Control::session`]).
 //!
 //! ```no_run
 //! use multigrain_cluster_config::JobConfig;
@@ -51,13 +54,14 @@
 mod error;
 mod identity;
 mod pmix;
+pub mod secret;
 pub mod wire;
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -69,7 +73,8 @@ pub use identity::{
     Identity, Placed, Registration, free_loopback_port, free_tcp_port, host_is_here,
     parse_host_port, resolve, this_host_name,
 };
-use wire::{FrameError, Message, ReadError};
+pub use secret::{ENV_KEY_FILE, Secret, Session};
+use wire::{Auth, FrameError, Message, ReadError, Received};
 
 use error::show_duration;
 
@@ -99,20 +104,29 @@ struct Conn {
     cluster: usize,
     /// Its address.
     peer: SocketAddr,
-    /// The job key frames carry.
-    key: u64,
-    /// Frames are written whole under this lock.
-    writer: Mutex<TcpStream>,
+    /// The job label frames carry.
+    label: u64,
+    /// Frames are written whole under this lock, with a MAC once it holds the secret.
+    writer: Mutex<Writer>,
     /// A handle for `shutdown`, usable while a write blocks.
     ctl: TcpStream,
 }
 
+/// The writing side of a connection.
+struct Writer {
+    stream: TcpStream,
+    /// Frames carry a MAC under this secret (`None`: before the bootstrap `Welcome`).
+    key: Option<Secret>,
+}
+
 impl Conn {
-    /// Wraps `stream`; returns the connection and a handle for its reader.
+    /// Wraps `stream`; returns the connection and a handle for its reader. Frames carry
+    /// a MAC under `key` when given.
     fn new(
         stream: TcpStream,
         cluster: usize,
-        key: u64,
+        label: u64,
+        key: Option<Secret>,
         write_timeout: Duration,
     ) -> io::Result<(Arc<Conn>, TcpStream)> {
         stream.set_nodelay(true)?;
@@ -121,16 +135,35 @@ impl Conn {
         let conn = Conn {
             cluster,
             peer,
-            key,
-            writer: Mutex::new(stream.try_clone()?),
+            label,
+            writer: Mutex::new(Writer {
+                stream: stream.try_clone()?,
+                key,
+            }),
             ctl: stream.try_clone()?,
         };
         Ok((Arc::new(conn), stream))
     }
 
     fn send(&self, msg: &Message) -> io::Result<()> {
-        let frame = wire::encode(self.key, msg);
-        self.writer.lock().write_all(&frame)
+        let mut w = self.writer.lock();
+        let frame = wire::encode(self.label, w.key.as_ref(), msg);
+        w.stream.write_all(&frame)
+    }
+
+    /// Sends `msg`, then authenticates every later frame under `key` (the bootstrap
+    /// `Welcome` and the switch, atomically with respect to other senders).
+    fn send_then_authenticate(&self, msg: &Message, key: &Secret) -> io::Result<()> {
+        let mut w = self.writer.lock();
+        let frame = wire::encode(self.label, w.key.as_ref(), msg);
+        let sent = w.stream.write_all(&frame);
+        w.key = Some(key.clone());
+        sent
+    }
+
+    /// Authenticates every later frame under `key`.
+    fn authenticate(&self, key: &Secret) {
+        self.writer.lock().key = Some(key.clone());
     }
 
     fn shutdown(&self) {
@@ -204,7 +237,13 @@ struct State {
 struct Shared {
     me: usize,
     clusters: usize,
-    key: u64,
+    /// The job label (`job.key`).
+    label: u64,
+    /// The secret came from a key file: every frame must carry a MAC.
+    preshared: bool,
+    /// The job's secret, once known (at once when pre-shared or on the coordinator;
+    /// from the `Welcome` on a bootstrapped member).
+    secret: OnceLock<Secret>,
     coordinator: SocketAddr,
     peer_timeout: Duration,
     /// `job.progress_timeout_ms`; `None`: the watchdog is off.
@@ -474,15 +513,25 @@ impl Shared {
         }
     }
 
-    /// Reads frames from `conn` until it ends.
+    /// Reads frames from `conn` until it ends. A MAC is required on every frame when
+    /// the secret is pre-shared, and from the peer's first authenticated frame on when
+    /// it was bootstrapped (its frames sent before it received the `Welcome` carry none).
     fn read_loop(&self, conn: &Conn, mut stream: TcpStream) {
         if let Err(e) = stream.set_read_timeout(Some(self.peer_timeout)) {
             self.connection_lost(conn.cluster, conn.peer, Lost::Read(e));
             return;
         }
+        let mut required = self.preshared;
         loop {
-            match wire::read_frame(&mut stream, self.key) {
-                Ok(msg) => self.handle(conn.cluster, msg),
+            let auth = Auth {
+                key: self.secret.get(),
+                required,
+            };
+            match wire::read_frame(&mut stream, self.label, auth) {
+                Ok(Received { msg, authenticated }) => {
+                    required |= authenticated;
+                    self.handle(conn.cluster, msg)
+                }
                 Err(e) => {
                     self.connection_lost(conn.cluster, conn.peer, e.into());
                     return;
@@ -593,6 +642,8 @@ pub struct Stall {
 /// learns as this cluster's failure.
 pub struct Control {
     shared: Arc<Shared>,
+    /// Set by [`Control::join`] before it returns.
+    session: OnceLock<Session>,
 }
 
 impl std::fmt::Debug for Control {
@@ -614,11 +665,18 @@ impl Drop for Control {
 impl Control {
     fn new(id: &Identity, settings: &JobSettings) -> Control {
         let peer_timeout = settings.peer_timeout().max(Duration::from_millis(4));
+        let secret = OnceLock::new();
+        if let Some(s) = &id.secret {
+            let _ = secret.set(s.clone());
+        }
         Control {
+            session: OnceLock::new(),
             shared: Arc::new(Shared {
                 me: id.cluster,
                 clusters: id.clusters,
-                key: settings.key,
+                label: settings.key,
+                preshared: id.secret.is_some(),
+                secret,
                 coordinator: id.coordinator,
                 peer_timeout,
                 progress_timeout: settings.progress_timeout(),
@@ -634,7 +692,9 @@ impl Control {
     /// address `id.coordinator`); the others connect (retrying until the
     /// start-up timeout) and register. When all have registered, the
     /// coordinator broadcasts every registration (paper 002 §3.2) and every
-    /// cluster returns them, indexed by cluster id.
+    /// cluster returns them, indexed by cluster id. The broadcast also carries the run's
+    /// random epoch and, when no key file gave every cluster the job's secret, the
+    /// secret cluster 0 generated (see [`secret`]); [`Control::session`] returns both.
     ///
     /// # Errors
     ///
@@ -644,7 +704,7 @@ impl Control {
     /// the coordinator, [`ControlError::Bind`] when the coordinator cannot
     /// listen, [`ControlError::Rejected`] / [`ControlError::ForeignJob`] when
     /// the coordinator refuses this process (duplicate cluster id, other
-    /// cluster count, other job key), [`ControlError::ClusterFailed`] when a
+    /// cluster count, other job label, no or a wrong MAC), [`ControlError::ClusterFailed`] when a
     /// cluster died during start-up, [`ControlError::Usage`] when `me` or
     /// `id` is inconsistent.
     pub fn join(
@@ -723,18 +783,25 @@ impl Control {
             cluster: 0,
             reason: format!("could not start: {reason}"),
         };
+        let key = id.secret.as_ref();
+        let auth = Auth {
+            key,
+            required: key.is_some(),
+        };
         while told.len() < id.clusters - 1 && Instant::now() < deadline {
             match listener.accept() {
                 Ok((stream, _)) => {
                     let _ = stream.set_nonblocking(false);
                     let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-                    if let Ok(Message::Register { registration, .. }) =
-                        wire::read_frame(&mut &stream, settings.key)
+                    if let Ok(Received {
+                        msg: Message::Register { registration, .. },
+                        ..
+                    }) = wire::read_frame(&mut &stream, settings.key, auth)
                     {
                         told.insert(registration.cluster);
                     }
                     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-                    let _ = wire::write_frame(&mut &stream, settings.key, &failed);
+                    let _ = wire::write_frame(&mut &stream, settings.key, key, &failed);
                     let _ = stream.shutdown(Shutdown::Write);
                 }
                 Err(_) => thread::sleep(Duration::from_millis(10)),
@@ -759,7 +826,7 @@ impl Control {
             cluster: id.cluster,
             reason: reason.to_owned(),
         };
-        if let Err(e) = wire::write_frame(&mut &stream, settings.key, &msg) {
+        if let Err(e) = wire::write_frame(&mut &stream, settings.key, id.secret.as_ref(), &msg) {
             tracing::debug!("cluster {}: cannot tell the coordinator: {e}", id.cluster);
         }
         let _ = stream.shutdown(std::net::Shutdown::Write);
@@ -794,6 +861,16 @@ impl Control {
         })?;
         let control = Control::new(id, settings);
         let shared = &control.shared;
+        let random = |e: io::Error| {
+            ControlError::Usage(format!(
+                "no random bytes for the job's secret and epoch: {e}"
+            ))
+        };
+        if shared.secret.get().is_none() {
+            let _ = shared.secret.set(Secret::generate().map_err(random)?);
+        }
+        let secret = shared.secret.get().cloned().expect("set just above");
+        let epoch = Secret::random_epoch().map_err(random)?;
         let n = id.clusters;
         let mut regs: Vec<Option<Registration>> = vec![None; n];
         regs[0] = Some(me);
@@ -813,10 +890,13 @@ impl Control {
                     match listener.accept() {
                         Ok((stream, from)) => {
                             let tx = tx.clone();
-                            let key = settings.key;
+                            let label = settings.key;
+                            let key = id.secret.clone();
                             let spawned = thread::Builder::new()
                                 .name("mg-ctl-handshake".into())
-                                .spawn(move || handshake(stream, from, key, deadline, &tx));
+                                .spawn(move || {
+                                    handshake(stream, from, label, key.as_ref(), deadline, &tx)
+                                });
                             if let Err(e) = spawned {
                                 tracing::warn!("cluster 0: cannot start a handshake thread: {e}");
                             }
@@ -859,14 +939,34 @@ impl Control {
         drop(listener);
         let registrations: Vec<Registration> = regs.into_iter().flatten().collect();
         if n > 1 {
-            shared.broadcast(
-                &Message::Welcome {
-                    registrations: registrations.clone(),
-                },
-                None,
-            );
+            let welcome = Message::Welcome {
+                registrations: registrations.clone(),
+                epoch,
+                secret: (!shared.preshared).then(|| secret.clone()),
+            };
+            if shared.preshared {
+                shared.broadcast(&welcome, None);
+            } else {
+                // The bootstrap: each member learns the secret here; every later frame
+                // on its connection carries the MAC.
+                for conn in shared.links() {
+                    if let Err(e) = conn.send_then_authenticate(&welcome, &secret) {
+                        shared.connection_lost(conn.cluster, conn.peer, Lost::Send(e));
+                    }
+                }
+            }
             shared.failed()?;
         }
+        tracing::debug!(
+            cluster = 0,
+            "session: epoch {epoch:#018x}, secret {}",
+            if shared.preshared {
+                "pre-shared (key file or PMIx)"
+            } else {
+                "generated by cluster 0"
+            }
+        );
+        let _ = control.session.set(Session { secret, epoch });
         Ok((control, registrations))
     }
 
@@ -876,12 +976,13 @@ impl Control {
         regs: &mut [Option<Registration>],
         stream: TcpStream,
         from: SocketAddr,
-        result: Result<Message, ReadError>,
+        result: Result<Received, ReadError>,
     ) {
         let shared = &self.shared;
         let n = shared.clusters;
-        let refuse = |reason: String| refuse(stream.try_clone(), from, shared.key, reason);
-        let (registration, clusters) = match result {
+        let key = shared.preshared.then(|| shared.secret.get()).flatten();
+        let refuse = |reason: String| refuse(stream.try_clone(), from, shared.label, key, reason);
+        let (registration, clusters) = match result.map(|r| r.msg) {
             Ok(Message::Register {
                 registration,
                 clusters,
@@ -896,7 +997,11 @@ impl Control {
             }
             Ok(other) => return refuse(format!("expected a registration, got {other:?}")),
             Err(ReadError::Frame(
-                e @ (FrameError::ForeignKey { .. } | FrameError::Version { .. }),
+                e @ (FrameError::ForeignKey { .. }
+                | FrameError::Version { .. }
+                | FrameError::MissingMac
+                | FrameError::UnexpectedMac
+                | FrameError::BadMac),
             )) => {
                 return refuse(match e {
                     FrameError::ForeignKey { .. } => {
@@ -932,7 +1037,13 @@ impl Control {
                 prev.pid, prev.host
             ));
         }
-        let (conn, reader) = match Conn::new(stream, c, shared.key, shared.peer_timeout / 2) {
+        let (conn, reader) = match Conn::new(
+            stream,
+            c,
+            shared.label,
+            key.cloned(),
+            shared.peer_timeout / 2,
+        ) {
             Ok(pair) => pair,
             Err(e) => {
                 tracing::warn!("cluster 0: lost the connection of cluster {c} from {from}: {e}");
@@ -968,8 +1079,18 @@ impl Control {
             doing,
             error,
         };
-        let (conn, mut stream) = Conn::new(stream, 0, settings.key, shared.peer_timeout / 2)
-            .map_err(|e| io_err("setting up the connection", e))?;
+        let (conn, mut stream) = Conn::new(
+            stream,
+            0,
+            settings.key,
+            id.secret.clone(),
+            shared.peer_timeout / 2,
+        )
+        .map_err(|e| io_err("setting up the connection", e))?;
+        let auth = match &id.secret {
+            Some(key) => Auth::required(key),
+            None => Auth::NONE,
+        };
         shared.links.lock().push(Arc::clone(&conn));
         let register = Message::Register {
             registration: me,
@@ -980,7 +1101,7 @@ impl Control {
             s.heartbeat_loop()
         });
         let mut missing = Vec::new();
-        let registrations = loop {
+        let (registrations, epoch, sent_secret) = loop {
             let now = Instant::now();
             if now >= deadline {
                 // Tell the coordinator, so that this hang-up is not taken
@@ -1000,9 +1121,13 @@ impl Control {
             stream
                 .set_read_timeout(Some(wait))
                 .map_err(|e| io_err("waiting for the configuration", e))?;
-            match wire::read_frame(&mut stream, settings.key) {
+            match wire::read_frame(&mut stream, settings.key, auth).map(|r| r.msg) {
                 Ok(Message::StartupStatus { missing: m }) => missing = m,
-                Ok(Message::Welcome { registrations }) => break registrations,
+                Ok(Message::Welcome {
+                    registrations,
+                    epoch,
+                    secret,
+                }) => break (registrations, epoch, secret),
                 Ok(Message::StartupFailed {
                     missing,
                     timeout_ms,
@@ -1067,6 +1192,34 @@ impl Control {
                 ),
             });
         }
+        let secret = match (&id.secret, sent_secret) {
+            (Some(mine), _) => mine.clone(),
+            (None, Some(sent)) => {
+                conn.authenticate(&sent);
+                let _ = shared.secret.set(sent.clone());
+                sent
+            }
+            (None, None) => {
+                return Err(ControlError::Protocol {
+                    cluster,
+                    peer: addr,
+                    error: format!(
+                        "cluster 0 sent no job secret and this cluster has no key file \
+                         ({ENV_KEY_FILE}): start every cluster of the job the same way"
+                    ),
+                });
+            }
+        };
+        tracing::debug!(
+            cluster,
+            "session: epoch {epoch:#018x}, secret {}",
+            if shared.preshared {
+                "pre-shared (key file or PMIx)"
+            } else {
+                "bootstrapped by cluster 0"
+            }
+        );
+        let _ = control.session.set(Session { secret, epoch });
         let reader_conn = Arc::clone(&conn);
         shared.spawn(format!("mg-ctl-read-{cluster}"), move |s| {
             s.read_loop(&reader_conn, stream)
@@ -1087,6 +1240,15 @@ impl Control {
     /// The coordinator's address.
     pub fn coordinator(&self) -> SocketAddr {
         self.shared.coordinator
+    }
+
+    /// The job's secret and the run's epoch, as agreed at registration: the INIs
+    /// authenticate their datagrams with them.
+    pub fn session(&self) -> &Session {
+        // Invariant: `join` sets the session before it returns a `Control`.
+        self.session
+            .get()
+            .expect("Control::join sets the session before returning")
     }
 
     /// Waits until every cluster has reached barrier `tag` (start-up phases
@@ -1307,12 +1469,18 @@ impl Control {
 /// may still be sending, so its data is drained on a thread until it hangs up
 /// too (at most a second): closing with unread data would reset the
 /// connection and could destroy the reason before it is read.
-fn refuse(stream: io::Result<TcpStream>, from: SocketAddr, key: u64, reason: String) {
+fn refuse(
+    stream: io::Result<TcpStream>,
+    from: SocketAddr,
+    label: u64,
+    key: Option<&Secret>,
+    reason: String,
+) {
     tracing::warn!("cluster 0: refused the connection from {from}: {reason}");
     let Ok(stream) = stream else { return };
     let linger = Duration::from_secs(1);
     let _ = stream.set_write_timeout(Some(linger));
-    let _ = wire::write_frame(&mut &stream, key, &Message::Rejected { reason });
+    let _ = wire::write_frame(&mut &stream, label, key, &Message::Rejected { reason });
     let _ = stream.shutdown(Shutdown::Write);
     let _ = thread::Builder::new()
         .name("mg-ctl-refuse".into())
@@ -1334,13 +1502,15 @@ fn refuse(stream: io::Result<TcpStream>, from: SocketAddr, key: u64, reason: Str
         });
 }
 
-/// Coordinator: reads a new connection's first frame on its own thread.
+/// Coordinator: reads a new connection's first frame on its own thread (with a MAC
+/// under `key` when the secret is pre-shared, without one otherwise).
 fn handshake(
     stream: TcpStream,
     from: SocketAddr,
-    key: u64,
+    label: u64,
+    key: Option<&Secret>,
     deadline: Instant,
-    tx: &mpsc::Sender<(TcpStream, SocketAddr, Result<Message, ReadError>)>,
+    tx: &mpsc::Sender<(TcpStream, SocketAddr, Result<Received, ReadError>)>,
 ) {
     let wait = deadline
         .saturating_duration_since(Instant::now())
@@ -1349,7 +1519,14 @@ fn handshake(
         .set_nonblocking(false)
         .and_then(|()| stream.set_read_timeout(Some(wait)))
     {
-        Ok(()) => wire::read_frame(&mut &stream, key),
+        Ok(()) => wire::read_frame(
+            &mut &stream,
+            label,
+            Auth {
+                key,
+                required: key.is_some(),
+            },
+        ),
         Err(e) => Err(ReadError::Io(e)),
     };
     let _ = tx.send((stream, from, result));

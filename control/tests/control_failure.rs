@@ -63,6 +63,7 @@ fn join_on_threads(
                     placed: None,
                     launcher: None,
                     doubt: None,
+                    secret: None,
                 };
                 let _ = tx.send(Control::join(&id, &s, Registration::local(c, Vec::new())));
             });
@@ -236,7 +237,7 @@ fn silent_member_is_reported_after_peer_timeout() {
         registration: Registration::local(2, Vec::new()),
         clusters: 3,
     };
-    wire::write_frame(&mut silent, key, &register).expect("register by hand");
+    wire::write_frame(&mut silent, key, None, &register).expect("register by hand");
     let controls: Vec<Control> = pending
         .into_iter()
         .map(|(c, rx)| {
@@ -253,7 +254,7 @@ fn silent_member_is_reported_after_peer_timeout() {
     let drain = thread::spawn(move || {
         let until = Instant::now() + peer * 4;
         while Instant::now() < until {
-            let _ = wire::read_frame(&mut silent, key);
+            let _ = wire::read_frame(&mut silent, key, wire::Auth::NONE);
         }
         silent
     });
@@ -292,7 +293,7 @@ fn member_exit_after_finish_is_not_a_failure() {
         registration: Registration::local(2, Vec::new()),
         clusters: 3,
     };
-    wire::write_frame(&mut quitter, key, &register).expect("register by hand");
+    wire::write_frame(&mut quitter, key, None, &register).expect("register by hand");
     let controls: Vec<Control> = pending
         .into_iter()
         .map(|(c, rx)| {
@@ -301,7 +302,7 @@ fn member_exit_after_finish_is_not_a_failure() {
                 .0
         })
         .collect();
-    wire::write_frame(&mut quitter, key, &Message::Finish).expect("finish by hand");
+    wire::write_frame(&mut quitter, key, None, &Message::Finish).expect("finish by hand");
     drop(quitter);
     thread::sleep(Duration::from_millis(200));
     let (tx, rx) = mpsc::channel();
@@ -360,7 +361,7 @@ fn member_death_during_startup_fails_the_start() {
         registration: Registration::local(2, Vec::new()),
         clusters: 4,
     };
-    wire::write_frame(&mut early, key, &register).expect("register by hand");
+    wire::write_frame(&mut early, key, None, &register).expect("register by hand");
     thread::sleep(Duration::from_millis(300));
     let t0 = Instant::now();
     drop(early);
@@ -432,5 +433,62 @@ fn stall_reports_are_ignored_when_the_watchdog_is_off() {
     }
     for c in &controls {
         assert_eq!(c.wait_failure(Duration::from_millis(300)), None);
+    }
+}
+
+/// After the bootstrap a member's frames must carry the MAC: once it has sent one
+/// authenticated frame, a frame without a MAC, or with one under another secret, ends
+/// its connection as a bad frame — the forged `Abort` is never taken for the member's.
+#[test]
+fn unauthenticated_or_forged_frames_after_the_bootstrap_are_refused() {
+    use multigrain_control::Secret;
+    use multigrain_control::wire::{Auth, Received};
+    for (forger, expect) in [
+        (None, "without a MAC"),
+        (Some(Secret::from_bytes([7; 32])), "does not verify"),
+    ] {
+        let key = 28;
+        let s = settings(key, 5_000);
+        let addr = coordinator_addr();
+        let mut pending = join_on_threads(2, addr, &s, &[1]);
+        let deadline = Instant::now() + HANG;
+        let mut member = loop {
+            match TcpStream::connect(addr) {
+                Ok(s) => break s,
+                Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+                Err(e) => panic!("no coordinator at {addr}: {e}"),
+            }
+        };
+        let register = Message::Register {
+            registration: Registration::local(1, Vec::new()),
+            clusters: 2,
+        };
+        wire::write_frame(&mut member, key, None, &register).expect("register by hand");
+        let secret = loop {
+            match wire::read_frame(&mut member, key, Auth::NONE).expect("a frame") {
+                Received {
+                    msg: Message::Welcome { secret, .. },
+                    authenticated: false,
+                } => break secret.expect("the bootstrap hands out the secret"),
+                _ => continue,
+            }
+        };
+        let (_, rx) = pending.pop().unwrap();
+        let (control, _) = wait(&rx, "join of cluster 0").expect("cluster 0 joins");
+        assert_eq!(control.session().secret, secret);
+        wire::write_frame(&mut member, key, Some(&secret), &Message::Heartbeat)
+            .expect("an authenticated heartbeat");
+        let forged = Message::Abort {
+            reason: "forged abort".into(),
+        };
+        wire::write_frame(&mut member, key, forger.as_ref(), &forged).expect("forged frame");
+        let f = control
+            .wait_failure(HANG)
+            .expect("the forged frame ends the member's connection");
+        assert_eq!(f.cluster, 1, "{f}");
+        assert!(f.reason.contains("bad control frame"), "{f}");
+        assert!(f.reason.contains(expect), "{f}");
+        assert!(!f.reason.contains("forged abort"), "{f}");
+        drop(member);
     }
 }

@@ -1,7 +1,9 @@
 //! Start-up of the control plane with threads acting as clusters: joins of
 //! 1, 2 and 4 clusters, the configuration broadcast, start-up timeouts that
 //! name the missing clusters, refused processes (other job key, duplicate
-//! cluster id, other cluster count), barriers and finish.
+//! cluster id, other cluster count), barriers and finish, and the session (secret and
+//! epoch) every cluster agrees on: bootstrapped by cluster 0, or from key files, with
+//! clusters of another or no key refused.
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
@@ -11,7 +13,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use multigrain_cluster_config::JobSettings;
-use multigrain_control::{Control, ControlError, Identity, Registration, free_loopback_port};
+use multigrain_control::{
+    Control, ControlError, Identity, Registration, Secret, free_loopback_port,
+};
 
 /// Every wait on a cluster thread is bounded by this.
 const HANG: Duration = Duration::from_secs(30);
@@ -40,6 +44,7 @@ fn identity(cluster: usize, clusters: usize, coordinator: SocketAddr) -> Identit
         placed: None,
         launcher: None,
         doubt: None,
+        secret: None,
     }
 }
 
@@ -52,6 +57,17 @@ fn start(
     addr: SocketAddr,
     s: &JobSettings,
 ) -> (Receiver<(Joined, Duration)>, usize) {
+    start_with(cluster, clusters, addr, s, None)
+}
+
+/// [`start`], with `secret` as if read from a key file.
+fn start_with(
+    cluster: usize,
+    clusters: usize,
+    addr: SocketAddr,
+    s: &JobSettings,
+    secret: Option<Secret>,
+) -> (Receiver<(Joined, Duration)>, usize) {
     let (tx, rx) = mpsc::channel();
     let s = s.clone();
     thread::Builder::new()
@@ -59,11 +75,11 @@ fn start(
         .spawn(move || {
             let t0 = Instant::now();
             let payload = format!("payload of cluster {cluster}").into_bytes();
-            let r = Control::join(
-                &identity(cluster, clusters, addr),
-                &s,
-                Registration::local(cluster, payload),
-            );
+            let id = Identity {
+                secret,
+                ..identity(cluster, clusters, addr)
+            };
+            let r = Control::join(&id, &s, Registration::local(cluster, payload));
             let _ = tx.send((r, t0.elapsed()));
         })
         .expect("spawn a cluster thread");
@@ -127,6 +143,12 @@ fn check_join(clusters: usize) {
             assert!(!r.host.is_empty());
         }
         assert_eq!(regs, &joined[0].1, "cluster {c} saw another broadcast");
+        assert_eq!(
+            control.session(),
+            joined[0].0.session(),
+            "cluster {c} agreed on another secret or epoch"
+        );
+        assert_ne!(control.session().epoch, 0);
         assert!(control.failure().is_none());
     }
     let controls = joined.into_iter().map(|(c, _)| c).collect();
@@ -368,4 +390,88 @@ fn finish_timeout_names_the_missing_cluster() {
     );
     c1.finish(HANG).expect("cluster 1 finishes");
     c0.finish(HANG).expect("cluster 0 is done now");
+}
+
+/// Joins `secrets.len()` clusters, cluster `c` with `secrets[c]` as its key file.
+fn join_with(secrets: Vec<Option<Secret>>, s: &JobSettings) -> Vec<(Joined, usize)> {
+    let addr = coordinator_addr();
+    let n = secrets.len();
+    let pending: Vec<_> = secrets
+        .into_iter()
+        .enumerate()
+        .map(|(c, k)| start_with(c, n, addr, s, k))
+        .collect();
+    pending
+        .into_iter()
+        .map(|(rx, c)| (wait(&rx, &format!("join of cluster {c}")).0, c))
+        .collect()
+}
+
+/// Without key files, cluster 0 hands out one fresh secret and epoch per run; every
+/// later frame is authenticated (barriers and finish still work).
+#[test]
+fn bootstrapped_sessions_are_fresh_per_run() {
+    let s = settings(0x55, 20_000, 3_000);
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let joined = join_all(3, &s);
+        let first = joined[0].0.session().clone();
+        for (c, _) in &joined {
+            assert_eq!(c.session(), &first, "cluster {}", c.cluster());
+        }
+        let controls = joined.into_iter().map(|(c, _)| c).collect();
+        for (c, r) in on_each(controls, |c| {
+            c.barrier(7, HANG)?;
+            c.finish(HANG)
+        }) {
+            r.unwrap_or_else(|e| panic!("cluster {}: {e}", c.cluster()));
+        }
+        sessions.push(first);
+    }
+    assert_ne!(sessions[0].secret, sessions[1].secret);
+    assert_ne!(sessions[0].epoch, sessions[1].epoch);
+}
+
+/// With the same key file everywhere, the session's secret is the file's and the epoch
+/// is still fresh.
+#[test]
+fn key_file_secret_is_the_session_secret() {
+    let s = settings(0x56, 20_000, 3_000);
+    let key = Secret::generate().unwrap();
+    let joined = join_with(vec![Some(key.clone()); 3], &s);
+    let controls: Vec<Control> = joined
+        .into_iter()
+        .map(|(r, c)| r.unwrap_or_else(|e| panic!("cluster {c}: {e}")).0)
+        .collect();
+    for c in &controls {
+        assert_eq!(c.session().secret, key);
+        assert_eq!(c.session().epoch, controls[0].session().epoch);
+    }
+    for (c, r) in on_each(controls, |c| {
+        c.barrier(3, HANG)?;
+        c.finish(HANG)
+    }) {
+        r.unwrap_or_else(|e| panic!("cluster {}: {e}", c.cluster()));
+    }
+}
+
+/// A member with another key file, or none, cannot join a job whose coordinator has a
+/// key file; each is told why.
+#[test]
+fn members_with_another_or_no_key_are_refused() {
+    let s = settings(0x57, 1_500, 1_000);
+    let key = Secret::generate().unwrap();
+    for (member, expect) in [
+        (Some(Secret::generate().unwrap()), "MAC does not verify"),
+        (None, "this process has no job secret"),
+    ] {
+        let joined = join_with(vec![Some(key.clone()), member], &s);
+        let (member_result, _) = &joined[1];
+        let e = member_result.as_ref().expect_err("member must be refused");
+        assert!(e.to_string().contains(expect), "{e}");
+        assert!(
+            joined[0].0.is_err(),
+            "the coordinator cannot complete start-up"
+        );
+    }
 }

@@ -3,7 +3,8 @@
 //!
 //! [`Job::join`] creates the site, binds the cluster's INI sockets, registers with the
 //! coordinator (cluster 0) and learns every other cluster's INI addresses and segment
-//! (paper 002 §3.2, the configuration broadcast). For each peer it then picks the
+//! (paper 002 §3.2, the configuration broadcast) with the job's secret and the run's
+//! epoch, under which the INIs authenticate every datagram. For each peer it then picks the
 //! substrate (paper 000, multi-protocol): with `substrate = "auto"`, a peer on the same
 //! machine (equal boot ids) is reached through its shared segment and one on another
 //! machine through the INIs over UDP; `"udp"` forces INIs even on one machine (how the
@@ -141,6 +142,7 @@ impl Job {
         let control = Arc::new(control);
         let mut links = vec![Link::Local; n];
         let mut remote: Vec<Option<Vec<SocketAddr>>> = vec![None; n];
+        let mut any_ip_peers = Vec::new();
         for (p, reg) in registrations.iter().enumerate().filter(|(p, _)| *p != me) {
             let theirs: NetAddress = serde_json::from_slice(&reg.payload).map_err(|e| {
                 JobError::Topology(format!("cluster {p} sent an unreadable registration: {e}"))
@@ -180,6 +182,7 @@ impl Job {
                         .map(|mut a| {
                             if a.ip().is_unspecified() {
                                 a.set_ip(coordinator);
+                                any_ip_peers.push(a);
                             }
                             a
                         })
@@ -191,7 +194,14 @@ impl Job {
         }
         let inis = match bound {
             Some(b) if remote.iter().any(Option::is_some) => {
-                Some(b.start(&site, &NetConfig::from_job(cfg), &remote)?)
+                // Datagrams are authenticated under the job's secret and carry the run's
+                // epoch, both agreed at registration (issue 13).
+                let mut net = NetConfig::from_job(cfg);
+                let session = control.session();
+                net.window.mac_key = crate::window::wire::MacKey::new(*session.secret.as_bytes());
+                net.window.epoch = session.epoch;
+                net.any_ip_peers = any_ip_peers;
+                Some(b.start(&site, &net, &remote)?)
             }
             _ => None,
         };

@@ -9,13 +9,15 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Variables that would make a child `multigrain run` think a launcher started it:
-/// `multigrain launch`'s and every launcher's.
+/// `multigrain launch`'s (the job key file's included: each run gets its own) and every
+/// launcher's.
 pub fn launch_vars() -> impl Iterator<Item = &'static str> {
     [
         multigrain_messaging::control::ENV_CLUSTER,
         multigrain_messaging::control::ENV_CLUSTERS,
         multigrain_messaging::control::ENV_COORDINATOR,
         multigrain_messaging::control::ENV_CONFIG,
+        multigrain_messaging::control::ENV_KEY_FILE,
     ]
     .into_iter()
     .chain(multigrain_cluster_config::LAUNCHER_VARIABLES)

@@ -3,7 +3,16 @@
 //!
 //! Each cluster process gets [`ENV_CLUSTER`], [`ENV_CLUSTERS`],
 //! [`ENV_COORDINATOR`] and [`ENV_CONFIG`]; the control plane
-//! (`multigrain_messaging::control`) reads them. Clusters on loopback hosts
+//! (`multigrain_messaging::control`) reads them. When every cluster runs on this
+//! machine, they also get [`ENV_KEY_FILE`]: the path of a file, mode 0600 in a private
+//! (0700) scratch directory removed at the end, holding the job's fresh random secret,
+//! under which every control frame and INI datagram is authenticated. The path, not the
+//! key, is in the environment, so the key is on no command line and in no
+//! `/proc/PID/environ` (both readable by the same user's other processes; the file is
+//! too, but only through the file system's permissions, which a key file can keep
+//! tightest). A job with clusters on other hosts gets no key file: cluster 0
+//! generates the secret and hands it out at registration (see
+//! `multigrain_messaging::control::secret`). Clusters on loopback hosts
 //! are started directly, the others over ssh. Every child runs in its own
 //! process group with `PR_SET_PDEATHSIG(SIGKILL)`, so no cluster outlives
 //! the launcher, even when the launcher is killed with SIGKILL.
@@ -23,8 +32,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use multigrain_cluster_config::JobConfig;
 use multigrain_messaging::control::{
-    ENV_CLUSTER, ENV_CLUSTERS, ENV_CONFIG, ENV_COORDINATOR, EXIT_PEER_FAILED, free_tcp_port,
-    resolve,
+    ENV_CLUSTER, ENV_CLUSTERS, ENV_CONFIG, ENV_COORDINATOR, ENV_KEY_FILE, EXIT_PEER_FAILED, Secret,
+    free_tcp_port, resolve,
 };
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -52,6 +61,9 @@ pub struct Options {
     pub grace: Duration,
     /// The command each cluster runs.
     pub command: Vec<String>,
+    /// A private directory of this process (`multigrain run`'s scratch directory) for the
+    /// job's key file; `None`: `launch` makes its own when it needs one.
+    pub key_dir: Option<PathBuf>,
 }
 
 /// One started cluster process.
@@ -194,6 +206,31 @@ pub fn run(opts: Options) -> Result<()> {
         format!("{}:{port}", c0.host)
     };
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    // The job's secret, for clusters that can read a file of this host (all of them, or
+    // none: cluster 0 then bootstraps it).
+    // It goes into the caller's private directory, else the one made for --set, else
+    // one made here (every one removed at the end).
+    let key_file = if here.iter().all(|&h| h) {
+        let given = opts
+            .key_dir
+            .clone()
+            .or_else(|| scratch.as_ref().map(|(d, _)| d.path().to_path_buf()));
+        let (own, dir) = match given {
+            Some(d) => (None, d),
+            None => {
+                let s = crate::commands::run::spawn::ScratchDir::new()?;
+                let d = s.path().to_path_buf();
+                (Some(s), d)
+            }
+        };
+        let path = dir.join("job.key");
+        Secret::generate()
+            .and_then(|s| s.write_file(&path))
+            .with_context(|| format!("cannot write the job's key file {}", path.display()))?;
+        Some((own, path))
+    } else {
+        None
+    };
     let plans: Vec<Plan> = cfg
         .clusters
         .iter()
@@ -204,6 +241,9 @@ pub fn run(opts: Options) -> Result<()> {
                 (ENV_COORDINATOR.to_owned(), coordinator.clone()),
                 (ENV_CONFIG.to_owned(), config.to_string_lossy().into_owned()),
             ];
+            if let Some((_, path)) = &key_file {
+                env.push((ENV_KEY_FILE.to_owned(), path.to_string_lossy().into_owned()));
+            }
             // The clusters log as this process does (-v/-q or RUST_LOG).
             if let Some(f) = crate::logging::filter() {
                 env.push(("RUST_LOG".to_owned(), f.to_owned()));

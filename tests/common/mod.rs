@@ -304,6 +304,7 @@ pub fn launch(name: &str, config: &Path, extra: &[&str], command: &[&str]) -> Pr
         "MULTIGRAIN_CLUSTERS",
         "MULTIGRAIN_COORDINATOR",
         "MULTIGRAIN_CONFIG",
+        "MULTIGRAIN_KEY_FILE",
     ] {
         cmd.env_remove(var);
     }
@@ -336,6 +337,7 @@ pub fn launch_vars() -> impl Iterator<Item = &'static str> {
         "MULTIGRAIN_CLUSTERS",
         "MULTIGRAIN_COORDINATOR",
         "MULTIGRAIN_CONFIG",
+        "MULTIGRAIN_KEY_FILE",
     ]
     .into_iter()
     .chain(multigrain_cluster_config::LAUNCHER_VARIABLES)

@@ -2,7 +2,7 @@
 //! protocol core is not the bottleneck of the inter-cluster path (design.md, messaging).
 //!
 //! * `direct/*`: two INIs wired back to back, no simulator: the cost of the core alone
-//!   (encode + CRC32C + window + timers + decode + reassembly), both ends counted.
+//!   (encode + MAC + window + timers + decode + reassembly), both ends counted.
 //! * `sim/*`: the same through the deterministic simulator (delay queue, virtual clock).
 //!
 //! Throughput is in DATA frames; delivered message buffers are recycled as new messages,

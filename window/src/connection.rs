@@ -31,7 +31,8 @@ use std::collections::VecDeque;
 /// Protocol parameters derived once from a validated [`WindowConfig`].
 #[derive(Debug, Clone)]
 pub(crate) struct Params {
-    pub(crate) job_key: u64,
+    pub(crate) epoch: u64,
+    pub(crate) key: wire::MacKey,
     pub(crate) window: u32,
     pub(crate) max_payload: usize,
     pub(crate) send_timeout: Micros,
@@ -47,7 +48,8 @@ pub(crate) struct Params {
 impl Params {
     pub(crate) fn new(c: &WindowConfig) -> Params {
         Params {
-            job_key: c.job_key,
+            epoch: c.epoch,
+            key: c.mac_key.clone(),
             window: c.window,
             max_payload: c.max_payload(),
             send_timeout: c.send_timeout,
@@ -430,14 +432,14 @@ impl Connection {
         let end = (start + p.max_payload).min(m.data.len());
         let header = Header {
             kind: FrameKind::Data,
-            job_key: p.job_key,
+            epoch: p.epoch,
             conn: self.id,
             seq,
             ack: self.rcv_next,
             frag_index: f.frag_index,
             frag_count: m.frag_count,
         };
-        let n = wire::write_frame(&header, &m.data[start..end], buf);
+        let n = wire::write_frame(&header, &m.data[start..end], &p.key, buf);
         self.ack_sent(false);
         n
     }
@@ -445,7 +447,7 @@ impl Connection {
     fn control_header(&self, kind: FrameKind, seq: u32, p: &Params) -> Header {
         Header {
             kind,
-            job_key: p.job_key,
+            epoch: p.epoch,
             conn: self.id,
             seq,
             ack: self.rcv_next,
@@ -455,7 +457,7 @@ impl Connection {
     }
 
     fn write_control(&mut self, kind: FrameKind, seq: u32, p: &Params, buf: &mut [u8]) -> usize {
-        let n = wire::write_frame(&self.control_header(kind, seq, p), &[], buf);
+        let n = wire::write_frame(&self.control_header(kind, seq, p), &[], &p.key, buf);
         self.ack_sent(false);
         n
     }
@@ -478,7 +480,7 @@ impl Connection {
                 }
             }
         }
-        let n = wire::seal(&self.control_header(FrameKind::Ack, 0, p), len, buf);
+        let n = wire::seal(&self.control_header(FrameKind::Ack, 0, p), len, &p.key, buf);
         self.ack_sent(true);
         n
     }
@@ -505,7 +507,7 @@ impl Connection {
             && self.slots[(self.slot_head + d as usize) % p.window as usize].present
     }
 
-    /// Handles a decoded frame of this connection (job key and addresses already checked).
+    /// Handles a decoded frame of this connection (epoch, MAC and addresses already checked).
     pub(crate) fn on_frame(
         &mut self,
         now: Micros,

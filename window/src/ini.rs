@@ -112,12 +112,14 @@ impl fmt::Debug for EnqueueError {
 /// callers usually ignore the value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
 pub enum Rejected {
-    /// Malformed or corrupted (thesis §3.1: checksum failures are dropped).
+    /// Malformed, from another run ([`DecodeError::WrongEpoch`]) or not authenticated
+    /// under this job's secret ([`DecodeError::BadMac`]: corrupted or forged).
     #[error("undecodable datagram: {0}")]
     Decode(DecodeError),
-    /// Carries another job's key.
-    #[error("job key {0:#x} is not this job's")]
-    WrongJobKey(u64),
+    /// Came from a network address that is not the registered address of the INI it
+    /// claims to be (see [`Ini::handle_datagram_from`]).
+    #[error("from an address that is not the registered peer INI's")]
+    UnknownSource,
     /// Addressed to another INI.
     #[error("addressed to {0}")]
     Misdirected(IniAddr),
@@ -349,28 +351,60 @@ impl Ini {
         None
     }
 
-    /// Processes one received datagram (thesis §3.1 receive path: checksum, job, connection
-    /// dispatch, sliding window). `Err` says why it was discarded; it is counted either way.
+    /// Processes one received datagram whose source the transport vouches for (a
+    /// simulator, a test); a UDP runtime calls [`Ini::handle_datagram_from`] instead.
+    /// `Err` says why it was discarded; it is counted either way.
     pub fn handle_datagram(&mut self, now: Micros, datagram: &[u8]) -> Result<(), Rejected> {
+        self.receive(now, datagram, None)
+    }
+
+    /// Processes one datagram read from the network (thesis §3.1 receive path, with
+    /// authentication): `from` is the connection whose peer's registered address the
+    /// datagram came from, or `None` when its source address is no peer INI's. Checks,
+    /// in order: the source address (`None`: [`Rejected::UnknownSource`], before any
+    /// decoding or hashing), the wire checks of [`wire::decode`] (malformed, epoch, MAC),
+    /// that the destination is this INI, and that the authenticated source INI is the
+    /// one registered at that address. `Err` says why it was discarded; each reason is
+    /// counted in [`IniStats`].
+    pub fn handle_datagram_from(
+        &mut self,
+        now: Micros,
+        datagram: &[u8],
+        from: Option<ConnHandle>,
+    ) -> Result<(), Rejected> {
+        match from {
+            Some(c) => self.receive(now, datagram, Some(c)),
+            None => {
+                self.advance(now);
+                self.stats.datagrams_received += 1;
+                self.stats.datagram_bytes_received += datagram.len() as u64;
+                self.stats.unknown_source += 1;
+                Err(Rejected::UnknownSource)
+            }
+        }
+    }
+
+    fn receive(
+        &mut self,
+        now: Micros,
+        datagram: &[u8],
+        from: Option<ConnHandle>,
+    ) -> Result<(), Rejected> {
         let now = self.advance(now);
         self.stats.datagrams_received += 1;
         self.stats.datagram_bytes_received += datagram.len() as u64;
-        let frame = match wire::decode(datagram) {
+        let frame = match wire::decode(datagram, &self.params.key, self.params.epoch) {
             Ok(f) => f,
             Err(e) => {
-                if matches!(e, DecodeError::Checksum { .. }) {
-                    self.stats.checksum_failures += 1;
-                } else {
-                    self.stats.decode_failures += 1;
+                match e {
+                    DecodeError::BadMac => self.stats.bad_mac += 1,
+                    DecodeError::WrongEpoch { .. } => self.stats.wrong_epoch += 1,
+                    _ => self.stats.decode_failures += 1,
                 }
                 return Err(Rejected::Decode(e));
             }
         };
         let h = frame.header;
-        if h.job_key != self.params.job_key {
-            self.stats.wrong_job_key += 1;
-            return Err(Rejected::WrongJobKey(h.job_key));
-        }
         if h.conn.dst != self.local {
             self.stats.misdirected += 1;
             return Err(Rejected::Misdirected(h.conn.dst));
@@ -379,6 +413,10 @@ impl Ini {
             self.stats.unknown_peer += 1;
             return Err(Rejected::UnknownPeer(h.conn.src));
         };
+        if from.is_some_and(|c| c.0 != idx) {
+            self.stats.unknown_source += 1;
+            return Err(Rejected::UnknownSource);
+        }
         let result = self.conns[idx as usize].on_frame(
             now,
             &h,

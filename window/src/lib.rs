@@ -12,7 +12,7 @@
 //! | fixed SEND and ACK timeouts, NAK on out-of-order arrival (§3.2.1) | [`WindowConfig`] |
 //! | software timer lists, one per timer kind (§3.2.2) | [`timers`] |
 //! | selective ACK on standalone ACKs (ours: keeps a SEND timeout behind one lost frame from resending the window) | [`wire`], [`Ini`] |
-//! | checksum over each datagram, fragmentation above the MTU (§3.1, §4.4.1) | [`wire`] |
+//! | checksum over each datagram (ours: a keyed MAC and a per-run epoch instead, so forged and replayed datagrams are dropped), fragmentation above the MTU (§3.1, §4.4.1) | [`wire`] |
 //! | statistics (§4.4.2) | [`stats`] |
 //!
 //! Time is [`Micros`]: microseconds on a caller-chosen monotonic clock. Sizes are
@@ -127,9 +127,15 @@ impl ConnHandle {
 /// config). Defaults follow the thesis where it gives a value and a LAN otherwise.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct WindowConfig {
-    /// Job key carried by every datagram; datagrams with another key are rejected and
-    /// counted (so two jobs sharing ports cannot mix). Default 0.
-    pub job_key: u64,
+    /// The run's epoch, carried by every datagram: random per run, agreed at
+    /// registration, so that datagrams of an earlier run (or another job sharing the
+    /// ports) are rejected and counted. Default 0 (tests and simulations).
+    pub epoch: u64,
+    /// The job's secret: every datagram carries a MAC under it ([`wire`]); datagrams
+    /// without a valid one are rejected and counted. Default all zeros (tests and
+    /// simulations only). Never serialized.
+    #[serde(skip)]
+    pub mac_key: wire::MacKey,
     /// Largest datagram, in bytes, header and checksum included (the UDP payload size).
     /// Messages are fragmented into frames of at most `mtu - wire::OVERHEAD` payload
     /// bytes (thesis §3.1 leaves fragmentation to IP; we fragment ourselves so that a
@@ -181,7 +187,8 @@ pub const MAX_WINDOW: u32 = 1 << 15;
 impl Default for WindowConfig {
     fn default() -> Self {
         WindowConfig {
-            job_key: 0,
+            epoch: 0,
+            mac_key: wire::MacKey::default(),
             mtu: 1472,
             window: 64,
             send_timeout: Micros(20_000),

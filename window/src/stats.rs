@@ -35,7 +35,7 @@ pub struct ConnStats {
     pub acks_sent: u64,
     /// NAK frames sent, one per sequence-number gap found.
     pub naks_sent: u64,
-    /// DATA frames received for this connection (after checksum and job-key checks).
+    /// DATA frames received for this connection (after the address, epoch and MAC checks).
     pub data_frames_received: u64,
     /// DATA frames accepted into the receive window (each sequence number once).
     pub frames_accepted: u64,
@@ -107,13 +107,19 @@ pub struct IniStats {
     pub datagrams_received: u64,
     /// Bytes of those datagrams.
     pub datagram_bytes_received: u64,
-    /// Datagrams dropped for a CRC32C mismatch (thesis §3.1: UDP checksum).
-    pub checksum_failures: u64,
-    /// Datagrams dropped for any other decode error (length, magic, version, kind,
+    /// Datagrams dropped because their MAC does not authenticate them under the job's
+    /// secret: corrupted in transit or forged (the MAC replaces the CRC32C checksum of
+    /// thesis §3.1 and catches corruption at least as reliably).
+    pub bad_mac: u64,
+    /// Malformed datagrams: any other decode error (length, magic, version, kind,
     /// fragment fields).
     pub decode_failures: u64,
-    /// Datagrams carrying another job's key.
-    pub wrong_job_key: u64,
+    /// Datagrams carrying another run's epoch: replays of an earlier run, or another
+    /// job sharing the ports.
+    pub wrong_epoch: u64,
+    /// Datagrams whose source address is not the registered address of a peer INI (or
+    /// of the INI the authenticated header names).
+    pub unknown_source: u64,
     /// Datagrams addressed to another INI.
     pub misdirected: u64,
     /// Datagrams from an INI this one has no connection to.
@@ -165,7 +171,7 @@ mod tests {
     #[test]
     fn stats_serialize_to_json_with_field_names() {
         let s = IniStats {
-            checksum_failures: 3,
+            bad_mac: 3,
             connections: ConnStats {
                 retransmissions: 7,
                 ..ConnStats::default()
@@ -173,10 +179,10 @@ mod tests {
             ..IniStats::default()
         };
         let v: serde_json::Value = serde_json::to_value(s).unwrap();
-        assert_eq!(v["checksum_failures"], 3);
+        assert_eq!(v["bad_mac"], 3);
         assert_eq!(v["connections"]["retransmissions"], 7);
         assert_eq!(v["connections"]["duplicates"], 0);
-        assert_eq!(v.as_object().unwrap().len(), 10);
+        assert_eq!(v.as_object().unwrap().len(), 11);
         assert_eq!(v["connections"].as_object().unwrap().len(), 18);
     }
 }

@@ -4,52 +4,69 @@
 //! SEND sequence number, ACK sequence number; UDP supplies the checksum and IP the
 //! fragmentation (§3.1). Here one datagram carries all of it, so the protocol runs over
 //! plain UDP: 32-bit sequence numbers (§4.3 notes 22 bits are needed to avoid aliasing
-//! within an IP packet lifetime), an explicit connection id of both INIs, a job key,
-//! fragment fields, and a CRC32C trailer over everything before it. One addition to the
-//! thesis: a standalone ACK carries a selective-ACK bitmap of the frames the receiver
-//! holds beyond the cumulative ACK, so a SEND timeout behind a lost frame resends only
-//! what is really missing (the thesis assumes a low loss rate and needs none).
+//! within an IP packet lifetime), an explicit connection id of both INIs, the run's
+//! epoch, fragment fields, and a keyed MAC trailer over everything before it. One
+//! addition to the thesis: a standalone ACK carries a selective-ACK bitmap of the frames
+//! the receiver holds beyond the cumulative ACK, so a SEND timeout behind a lost frame
+//! resends only what is really missing (the thesis assumes a low loss rate and needs none).
+//!
+//! **Authentication (issue 13).** The trailer is BLAKE3 in keyed mode under the job's
+//! 32-byte secret ([`MacKey`]), truncated to [`MAC_LEN`] = 16 bytes. It replaces the
+//! CRC32C of version 1: anyone can recompute a CRC, nobody without the secret can
+//! compute the MAC, and the MAC catches corruption at least as well (a corrupted
+//! datagram passes with probability 2^-128 instead of the CRC's 2^-32). 16 bytes (128
+//! bits) leave a forger one chance in 2^128 per datagram, and the receiver never
+//! answers a rejected datagram, so guesses cannot be checked faster than they are sent;
+//! a full 32-byte tag would add 16 bytes to every frame for no practical gain. The
+//! epoch (random per run, agreed at registration) makes datagrams of an earlier run of
+//! the same job — even under the same secret — fail the epoch check.
 //!
 //! All integers are big-endian (network order). Offsets and sizes are in bytes.
 //!
 //! | offset | size | field | notes |
 //! |---:|---:|---|---|
 //! | 0 | 2 | magic | `0x4D47` ("MG") |
-//! | 2 | 1 | version | [`VERSION`] (1) |
+//! | 2 | 1 | version | [`VERSION`] (2) |
 //! | 3 | 1 | kind | 1 DATA, 2 ACK, 3 NAK |
-//! | 4 | 8 | job key | datagrams of another job are rejected |
+//! | 4 | 8 | epoch | the run's random id; datagrams of another run are rejected |
 //! | 12 | 2 | source site | connection id: sender INI |
 //! | 14 | 2 | destination site | connection id: receiver INI |
 //! | 16 | 1 | source INI | |
 //! | 17 | 1 | destination INI | |
-//! | 18 | 2 | payload length | must equal datagram length − 36 |
+//! | 18 | 2 | payload length | must equal datagram length − 48 |
 //! | 20 | 4 | sequence number | DATA: the frame's; NAK: the frame asked for; ACK: 0 |
 //! | 24 | 4 | cumulative ACK | next sequence number the sender of this datagram expects |
 //! | 28 | 2 | fragment index | DATA: 0..count; ACK/NAK: 0 |
 //! | 30 | 2 | fragment count | DATA: ≥ 1; ACK/NAK: 0 |
 //! | 32 | n | payload | DATA: message bytes; ACK: selective-ACK bitmap (below); NAK: none |
-//! | 32+n | 4 | CRC32C | over bytes 0..32+n |
+//! | 32+n | 16 | MAC | BLAKE3 keyed hash of bytes 0..32+n under the job secret, first 16 bytes |
 //!
 //! Selective-ACK bitmap of an ACK: bit `i` (least significant first) of byte `j` set means
 //! the frame with sequence number `ack + 1 + 8j + i` was received. Any length, 0 included.
 //!
-//! [`decode`] checks, in order: length ≥ [`OVERHEAD`], magic, version, checksum, kind,
-//! payload length, fragment fields. It never panics, whatever the input.
+//! [`decode`] checks, in order: length ≥ [`OVERHEAD`], magic, version (these three:
+//! malformed), epoch ([`DecodeError::WrongEpoch`]), MAC ([`DecodeError::BadMac`]), kind,
+//! payload length, fragment fields. The epoch is compared before the MAC is computed,
+//! so that a replay of another run is counted as such and costs no hashing. It never
+//! panics, whatever the input.
 
 use super::IniAddr;
 use thiserror::Error;
 
 /// Magic number at offset 0: "MG".
 pub const MAGIC: u16 = 0x4D47;
-/// Protocol version at offset 2.
-pub const VERSION: u8 = 1;
+/// Protocol version at offset 2 (1 had a job key and a CRC32C trailer).
+pub const VERSION: u8 = 2;
 /// Header length in bytes.
 pub const HEADER_LEN: usize = 32;
-/// Trailer (CRC32C) length in bytes.
-pub const TRAILER_LEN: usize = 4;
+/// Length in bytes of the MAC: BLAKE3's 32-byte keyed hash truncated to 16 (see the
+/// module docs).
+pub const MAC_LEN: usize = 16;
+/// Trailer (MAC) length in bytes.
+pub const TRAILER_LEN: usize = MAC_LEN;
 /// Per-datagram overhead in bytes: header plus trailer.
 pub const OVERHEAD: usize = HEADER_LEN + TRAILER_LEN;
-/// Smallest supported MTU in bytes (92 payload bytes per frame, so 65 535 fragments still
+/// Smallest supported MTU in bytes (80 payload bytes per frame, so 65 535 fragments still
 /// carry more than 1 MiB).
 pub const MIN_MTU: usize = 128;
 /// Largest supported MTU in bytes: the largest UDP payload over IPv4.
@@ -88,13 +105,52 @@ pub struct ConnId {
     pub dst: IniAddr,
 }
 
+/// The job's 32-byte secret under which every datagram is authenticated (BLAKE3 keyed
+/// mode). `Debug` prints no key bytes. [`MacKey::default`] is all zeros: for tests and
+/// simulations only — a job uses the fresh random secret its launcher or coordinator
+/// hands out.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct MacKey([u8; 32]);
+
+impl MacKey {
+    /// The key with these bytes.
+    pub const fn new(bytes: [u8; 32]) -> MacKey {
+        MacKey(bytes)
+    }
+
+    /// The key bytes.
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The [`MAC_LEN`]-byte MAC of `bytes`.
+    pub fn mac(&self, bytes: &[u8]) -> [u8; MAC_LEN] {
+        let full = blake3::keyed_hash(&self.0, bytes);
+        let mut out = [0u8; MAC_LEN];
+        out.copy_from_slice(&full.as_bytes()[..MAC_LEN]);
+        out
+    }
+
+    /// Whether `tag` is the MAC of `bytes`, compared in constant time.
+    pub fn verify(&self, bytes: &[u8], tag: &[u8]) -> bool {
+        let want = self.mac(bytes);
+        tag.len() == MAC_LEN && want.iter().zip(tag).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    }
+}
+
+impl std::fmt::Debug for MacKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MacKey(<secret>)")
+    }
+}
+
 /// Every header field except magic, version and payload length (see the module table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
     /// DATA, ACK or NAK.
     pub kind: FrameKind,
-    /// Job key.
-    pub job_key: u64,
+    /// The run's epoch.
+    pub epoch: u64,
     /// Source and destination INI.
     pub conn: ConnId,
     /// DATA: this frame's sequence number. NAK: the sequence number asked for. ACK: 0.
@@ -119,7 +175,7 @@ pub struct Frame<'a> {
 /// Why [`decode`] rejected a datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
 pub enum DecodeError {
-    /// Shorter than header plus checksum.
+    /// Shorter than header plus MAC.
     #[error("datagram of {0} bytes is shorter than the {OVERHEAD}-byte minimum")]
     TooShort(usize),
     /// Wrong magic number: not a multigrain datagram.
@@ -128,14 +184,18 @@ pub enum DecodeError {
     /// A protocol version this build does not speak.
     #[error("unsupported protocol version {0}")]
     UnsupportedVersion(u8),
-    /// CRC32C trailer does not match the contents.
-    #[error("checksum mismatch: trailer {trailer:#010x}, computed {computed:#010x}")]
-    Checksum {
-        /// The CRC in the trailer.
-        trailer: u32,
-        /// The CRC computed over the datagram.
-        computed: u32,
+    /// Another run's epoch (a replay of an earlier run, or another job).
+    #[error("epoch {found:#018x} is not this run's {expected:#018x}")]
+    WrongEpoch {
+        /// The epoch in the datagram.
+        found: u64,
+        /// This run's epoch.
+        expected: u64,
     },
+    /// The MAC trailer does not authenticate the contents under this job's secret:
+    /// corrupted in transit, or forged.
+    #[error("MAC mismatch: corrupted or forged datagram")]
+    BadMac,
     /// Unknown frame kind.
     #[error("unknown frame kind {0}")]
     UnknownKind(u8),
@@ -192,10 +252,19 @@ fn header_valid(h: &Header, payload_len: usize) -> bool {
     }
 }
 
-/// Writes the datagram for `header` and `payload` into the front of `buf` and returns its
-/// length in bytes. No allocation; the payload is copied once (thesis §4.4.1: one copy per
-/// send when fragmenting).
-pub fn encode(header: &Header, payload: &[u8], buf: &mut [u8]) -> Result<usize, EncodeError> {
+/// Writes the datagram for `header` and `payload`, authenticated under `key`, into the
+/// front of `buf` and returns its length in bytes. No allocation; the payload is copied
+/// once (thesis §4.4.1: one copy per send when fragmenting).
+///
+/// # Errors
+/// [`EncodeError`]: a payload over 65 535 bytes, a buffer too small, fragment fields or a
+/// payload not allowed for the kind.
+pub fn encode(
+    header: &Header,
+    payload: &[u8],
+    key: &MacKey,
+    buf: &mut [u8],
+) -> Result<usize, EncodeError> {
     let len = payload.len();
     if u16::try_from(len).is_err() {
         return Err(EncodeError::PayloadTooLarge(len));
@@ -210,26 +279,26 @@ pub fn encode(header: &Header, payload: &[u8], buf: &mut [u8]) -> Result<usize, 
     if !header_valid(header, len) {
         return Err(EncodeError::InvalidHeader);
     }
-    Ok(write_frame(header, payload, buf))
+    Ok(write_frame(header, payload, key, buf))
 }
 
 /// [`encode`] without the checks: the caller guarantees a valid header, a payload of at
 /// most 65 535 bytes and a buffer of at least `datagram_len(payload.len())` bytes (the
 /// slice indexing panics otherwise).
-pub(crate) fn write_frame(header: &Header, payload: &[u8], buf: &mut [u8]) -> usize {
+pub(crate) fn write_frame(header: &Header, payload: &[u8], key: &MacKey, buf: &mut [u8]) -> usize {
     buf[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
-    seal(header, payload.len(), buf)
+    seal(header, payload.len(), key, buf)
 }
 
-/// Writes the header and checksum around `len` payload bytes already at
+/// Writes the header and MAC around `len` payload bytes already at
 /// `buf[HEADER_LEN..]`; same contract as [`write_frame`].
-pub(crate) fn seal(header: &Header, len: usize, buf: &mut [u8]) -> usize {
+pub(crate) fn seal(header: &Header, len: usize, key: &MacKey, buf: &mut [u8]) -> usize {
     let need = datagram_len(len);
     let h = &mut buf[..HEADER_LEN];
     h[0..2].copy_from_slice(&MAGIC.to_be_bytes());
     h[2] = VERSION;
     h[3] = header.kind as u8;
-    h[4..12].copy_from_slice(&header.job_key.to_be_bytes());
+    h[4..12].copy_from_slice(&header.epoch.to_be_bytes());
     h[12..14].copy_from_slice(&header.conn.src.site.to_be_bytes());
     h[14..16].copy_from_slice(&header.conn.dst.site.to_be_bytes());
     h[16] = header.conn.src.ini;
@@ -239,8 +308,8 @@ pub(crate) fn seal(header: &Header, len: usize, buf: &mut [u8]) -> usize {
     h[24..28].copy_from_slice(&header.ack.to_be_bytes());
     h[28..30].copy_from_slice(&header.frag_index.to_be_bytes());
     h[30..32].copy_from_slice(&header.frag_count.to_be_bytes());
-    let crc = crc32c::crc32c(&buf[..HEADER_LEN + len]);
-    buf[HEADER_LEN + len..need].copy_from_slice(&crc.to_be_bytes());
+    let mac = key.mac(&buf[..HEADER_LEN + len]);
+    buf[HEADER_LEN + len..need].copy_from_slice(&mac);
     need
 }
 
@@ -252,9 +321,13 @@ fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// Parses and verifies one datagram. Never panics; see the module doc for the order of
-/// checks. The payload borrows from `datagram`.
-pub fn decode(datagram: &[u8]) -> Result<Frame<'_>, DecodeError> {
+/// Parses and verifies one datagram of run `epoch` authenticated under `key`. Never
+/// panics; see the module doc for the order of checks. The payload borrows from
+/// `datagram`.
+///
+/// # Errors
+/// [`DecodeError`] naming the first check that failed.
+pub fn decode<'a>(datagram: &'a [u8], key: &MacKey, epoch: u64) -> Result<Frame<'a>, DecodeError> {
     let total = datagram.len();
     if total < OVERHEAD {
         return Err(DecodeError::TooShort(total));
@@ -266,11 +339,18 @@ pub fn decode(datagram: &[u8]) -> Result<Frame<'_>, DecodeError> {
     if datagram[2] != VERSION {
         return Err(DecodeError::UnsupportedVersion(datagram[2]));
     }
+    let mut ep = [0u8; 8];
+    ep.copy_from_slice(&datagram[4..12]);
+    let found = u64::from_be_bytes(ep);
+    if found != epoch {
+        return Err(DecodeError::WrongEpoch {
+            found,
+            expected: epoch,
+        });
+    }
     let body = total - TRAILER_LEN;
-    let trailer = be32(datagram, body);
-    let computed = crc32c::crc32c(&datagram[..body]);
-    if trailer != computed {
-        return Err(DecodeError::Checksum { trailer, computed });
+    if !key.verify(&datagram[..body], &datagram[body..]) {
+        return Err(DecodeError::BadMac);
     }
     let Some(kind) = FrameKind::from_u8(datagram[3]) else {
         return Err(DecodeError::UnknownKind(datagram[3]));
@@ -280,11 +360,9 @@ pub fn decode(datagram: &[u8]) -> Result<Frame<'_>, DecodeError> {
     if usize::from(field) != actual {
         return Err(DecodeError::LengthMismatch { field, actual });
     }
-    let mut job = [0u8; 8];
-    job.copy_from_slice(&datagram[4..12]);
     let header = Header {
         kind,
-        job_key: u64::from_be_bytes(job),
+        epoch: found,
         conn: ConnId {
             src: IniAddr::new(be16(datagram, 12), datagram[16]),
             dst: IniAddr::new(be16(datagram, 14), datagram[17]),
@@ -314,10 +392,24 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    const EPOCH: u64 = 0x0123_4567_89ab_cdef;
+
+    fn key() -> MacKey {
+        MacKey::new([7; 32])
+    }
+
+    fn decode(d: &[u8]) -> Result<Frame<'_>, DecodeError> {
+        super::decode(d, &key(), EPOCH)
+    }
+
+    fn encode(h: &Header, p: &[u8], buf: &mut [u8]) -> Result<usize, EncodeError> {
+        super::encode(h, p, &key(), buf)
+    }
+
     fn data_header() -> Header {
         Header {
             kind: FrameKind::Data,
-            job_key: 0x0123_4567_89ab_cdef,
+            epoch: EPOCH,
             conn: ConnId {
                 src: IniAddr::new(0x0102, 3),
                 dst: IniAddr::new(0x0405, 6),
@@ -333,10 +425,10 @@ mod tests {
     fn layout_matches_the_table() {
         let mut buf = [0u8; 64];
         let n = encode(&data_header(), b"xyz", &mut buf).unwrap();
-        assert_eq!(n, 39);
+        assert_eq!(n, 51);
         let expect: [u8; 35] = [
-            0x4D, 0x47, 1, 1, // magic, version, kind
-            0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // job key
+            0x4D, 0x47, 2, 1, // magic, version, kind
+            0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // epoch
             0x01, 0x02, 0x04, 0x05, 3, 6, // sites, INIs
             0, 3, // payload length
             0xde, 0xad, 0xbe, 0xef, // seq
@@ -345,7 +437,8 @@ mod tests {
             b'x', b'y', b'z',
         ];
         assert_eq!(&buf[..35], &expect);
-        assert_eq!(&buf[35..39], &crc32c::crc32c(&expect).to_be_bytes());
+        let mac = blake3::keyed_hash(&[7; 32], &expect);
+        assert_eq!(&buf[35..51], &mac.as_bytes()[..16]);
     }
 
     #[test]
@@ -371,10 +464,10 @@ mod tests {
 
     #[test]
     fn encode_rejects_bad_input() {
-        let mut small = [0u8; 38];
+        let mut small = [0u8; 50];
         assert_eq!(
             encode(&data_header(), b"xyz", &mut small),
-            Err(EncodeError::BufferTooSmall { need: 39, have: 38 })
+            Err(EncodeError::BufferTooSmall { need: 51, have: 50 })
         );
         let mut buf = vec![0u8; 70_000];
         assert_eq!(
@@ -416,11 +509,11 @@ mod tests {
         assert_eq!(decode(&buf[..n]).unwrap().payload, &[0b101]);
     }
 
-    /// Re-seals a tampered datagram with a correct CRC so later checks are reached.
+    /// Re-seals a tampered datagram with a correct MAC so later checks are reached.
     fn reseal(d: &mut [u8]) {
         let body = d.len() - TRAILER_LEN;
-        let crc = crc32c::crc32c(&d[..body]);
-        d[body..].copy_from_slice(&crc.to_be_bytes());
+        let mac = key().mac(&d[..body]);
+        d[body..].copy_from_slice(&mac);
     }
 
     #[test]
@@ -428,7 +521,7 @@ mod tests {
         let mut buf = [0u8; 64];
         let n = encode(&data_header(), b"abc", &mut buf).unwrap();
         let good = buf[..n].to_vec();
-        assert_eq!(decode(&good[..35]), Err(DecodeError::TooShort(35)));
+        assert_eq!(decode(&good[..47]), Err(DecodeError::TooShort(47)));
         let mut d = good.clone();
         d[0] = 0;
         assert_eq!(decode(&d), Err(DecodeError::BadMagic(0x0047)));
@@ -436,8 +529,33 @@ mod tests {
         d[2] = 9;
         assert_eq!(decode(&d), Err(DecodeError::UnsupportedVersion(9)));
         let mut d = good.clone();
+        d[11] ^= 1;
+        assert_eq!(
+            decode(&d),
+            Err(DecodeError::WrongEpoch {
+                found: EPOCH ^ 1,
+                expected: EPOCH
+            })
+        );
+        let mut d = good.clone();
         d[33] ^= 1;
-        assert!(matches!(decode(&d), Err(DecodeError::Checksum { .. })));
+        assert_eq!(decode(&d), Err(DecodeError::BadMac));
+        // Same bytes, another key: a forger without the secret.
+        assert_eq!(
+            super::decode(&good, &MacKey::new([8; 32]), EPOCH),
+            Err(DecodeError::BadMac)
+        );
+        // A previous run: its epoch, its secret.
+        let mut old = [0u8; 64];
+        let prev = Header {
+            epoch: EPOCH ^ 0xff,
+            ..data_header()
+        };
+        let n = super::encode(&prev, b"abc", &MacKey::new([9; 32]), &mut old).unwrap();
+        assert!(matches!(
+            decode(&old[..n]),
+            Err(DecodeError::WrongEpoch { .. })
+        ));
         let mut d = good.clone();
         d[3] = 7;
         reseal(&mut d);
@@ -474,9 +592,9 @@ mod tests {
             1u16..=u16::MAX,
             any::<u16>(),
         )
-            .prop_map(|(job_key, (ss, si, ds, di), seq, ack, count, idx)| Header {
+            .prop_map(|(epoch, (ss, si, ds, di), seq, ack, count, idx)| Header {
                 kind: FrameKind::Data,
-                job_key,
+                epoch,
                 conn: ConnId {
                     src: IniAddr::new(ss, si),
                     dst: IniAddr::new(ds, di),
@@ -513,7 +631,7 @@ mod tests {
             let mut buf = vec![0u8; OVERHEAD + payload.len()];
             let n = encode(&h, &payload, &mut buf).unwrap();
             prop_assert_eq!(n, buf.len());
-            let f = decode(&buf).unwrap();
+            let f = super::decode(&buf, &key(), h.epoch).unwrap();
             prop_assert_eq!(f.header, h);
             prop_assert_eq!(f.payload, &payload[..]);
         }
@@ -527,7 +645,7 @@ mod tests {
             let mut buf = vec![0u8; OVERHEAD + payload.len()];
             encode(&h, &payload, &mut buf).unwrap();
             let keep = cut.index(buf.len());
-            prop_assert!(decode(&buf[..keep]).is_err());
+            prop_assert!(super::decode(&buf[..keep], &key(), h.epoch).is_err());
         }
 
         #[test]
@@ -540,7 +658,19 @@ mod tests {
             encode(&h, &payload, &mut buf).unwrap();
             let bit = bit.index(buf.len() * 8);
             buf[bit / 8] ^= 1 << (bit % 8);
-            prop_assert!(decode(&buf).is_err());
+            prop_assert!(super::decode(&buf, &key(), h.epoch).is_err());
+        }
+
+        #[test]
+        fn another_key_is_rejected(
+            h in arb_header(),
+            payload in proptest::collection::vec(any::<u8>(), 0..300),
+            other in any::<[u8; 32]>(),
+        ) {
+            prop_assume!(other != *key().as_bytes());
+            let mut buf = vec![0u8; OVERHEAD + payload.len()];
+            super::encode(&h, &payload, &MacKey::new(other), &mut buf).unwrap();
+            prop_assert_eq!(super::decode(&buf, &key(), h.epoch), Err(DecodeError::BadMac));
         }
     }
 }

@@ -10,11 +10,13 @@ use proptest::prelude::*;
 const A: IniAddr = IniAddr::new(0, 0);
 const B: IniAddr = IniAddr::new(1, 0);
 const C: IniAddr = IniAddr::new(2, 0);
-const JOB: u64 = 42;
+const EPOCH: u64 = 42;
+const KEY: [u8; 32] = [0x5a; 32];
 
 fn config() -> WindowConfig {
     WindowConfig {
-        job_key: JOB,
+        epoch: EPOCH,
+        mac_key: wire::MacKey::new(KEY),
         window: 8,
         send_timeout: Micros(1_000),
         ack_timeout: Micros(100),
@@ -35,7 +37,7 @@ fn ini_a(cfg: WindowConfig) -> (Ini, ConnHandle) {
 fn from_b(kind: FrameKind, seq: u32, ack: u32, frag: (u16, u16), payload: &[u8]) -> Vec<u8> {
     let h = Header {
         kind,
-        job_key: JOB,
+        epoch: EPOCH,
         conn: ConnId { src: B, dst: A },
         seq,
         ack,
@@ -43,7 +45,7 @@ fn from_b(kind: FrameKind, seq: u32, ack: u32, frag: (u16, u16), payload: &[u8])
         frag_count: frag.1,
     };
     let mut buf = vec![0; wire::OVERHEAD + payload.len()];
-    wire::encode(&h, payload, &mut buf).unwrap();
+    wire::encode(&h, payload, &wire::MacKey::new(KEY), &mut buf).unwrap();
     buf
 }
 
@@ -55,7 +57,8 @@ fn data(seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
 fn next(ini: &mut Ini, now: u64) -> Option<(Header, Vec<u8>)> {
     let mut buf = vec![0; ini.config().mtu];
     let t = ini.poll_transmit(Micros(now), &mut buf)?;
-    let f = wire::decode(&buf[..t.len]).expect("the INI sends valid datagrams");
+    let f = wire::decode(&buf[..t.len], &wire::MacKey::new(KEY), EPOCH)
+        .expect("the INI sends valid datagrams");
     assert_eq!(f.header.conn.src, ini.local());
     assert_eq!(f.header.conn.dst, t.peer);
     Some((f.header, f.payload.to_vec()))
@@ -288,19 +291,53 @@ fn duplicates_and_out_of_window_frames_are_rejected_and_counted() {
 #[test]
 fn foreign_and_damaged_datagrams_are_rejected_and_counted() {
     let (mut a, _) = ini_a(config());
-    let mut other_job = data(0, 0, b"x");
-    other_job[11] ^= 1;
-    let body = other_job.len() - 4;
-    let crc = crc32c::crc32c(&other_job[..body]);
-    other_job[body..].copy_from_slice(&crc.to_be_bytes());
+    // A datagram of an earlier run: its epoch, its secret.
+    let earlier_run = {
+        let h = Header {
+            kind: FrameKind::Data,
+            epoch: EPOCH ^ 1,
+            conn: ConnId { src: B, dst: A },
+            seq: 0,
+            ack: 0,
+            frag_index: 0,
+            frag_count: 1,
+        };
+        let mut buf = vec![0; 64];
+        let n = wire::encode(&h, b"x", &wire::MacKey::new([1; 32]), &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    };
     assert_eq!(
-        a.handle_datagram(Micros(0), &other_job),
-        Err(Rejected::WrongJobKey(JOB ^ 1))
+        a.handle_datagram(Micros(0), &earlier_run),
+        Err(Rejected::Decode(wire::DecodeError::WrongEpoch {
+            found: EPOCH ^ 1,
+            expected: EPOCH
+        }))
+    );
+    // This run's epoch, forged without the secret.
+    let forged = {
+        let h = Header {
+            kind: FrameKind::Data,
+            epoch: EPOCH,
+            conn: ConnId { src: B, dst: A },
+            seq: 0,
+            ack: 0,
+            frag_index: 0,
+            frag_count: 1,
+        };
+        let mut buf = vec![0; 64];
+        let n = wire::encode(&h, b"x", &wire::MacKey::new([2; 32]), &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    assert_eq!(
+        a.handle_datagram(Micros(0), &forged),
+        Err(Rejected::Decode(wire::DecodeError::BadMac))
     );
     let misdirected = {
         let h = Header {
             kind: FrameKind::Data,
-            job_key: JOB,
+            epoch: EPOCH,
             conn: ConnId { src: B, dst: C },
             seq: 0,
             ack: 0,
@@ -308,7 +345,7 @@ fn foreign_and_damaged_datagrams_are_rejected_and_counted() {
             frag_count: 1,
         };
         let mut buf = vec![0; 64];
-        let n = wire::encode(&h, b"x", &mut buf).unwrap();
+        let n = wire::encode(&h, b"x", &wire::MacKey::new(KEY), &mut buf).unwrap();
         buf.truncate(n);
         buf
     };
@@ -319,7 +356,7 @@ fn foreign_and_damaged_datagrams_are_rejected_and_counted() {
     let from_stranger = {
         let h = Header {
             kind: FrameKind::Ack,
-            job_key: JOB,
+            epoch: EPOCH,
             conn: ConnId { src: C, dst: A },
             seq: 0,
             ack: 0,
@@ -327,7 +364,7 @@ fn foreign_and_damaged_datagrams_are_rejected_and_counted() {
             frag_count: 0,
         };
         let mut buf = vec![0; 64];
-        let n = wire::encode(&h, &[], &mut buf).unwrap();
+        let n = wire::encode(&h, &[], &wire::MacKey::new(KEY), &mut buf).unwrap();
         buf.truncate(n);
         buf
     };
@@ -339,7 +376,7 @@ fn foreign_and_damaged_datagrams_are_rejected_and_counted() {
     corrupt[34] ^= 0x10;
     assert!(matches!(
         a.handle_datagram(Micros(0), &corrupt),
-        Err(Rejected::Decode(wire::DecodeError::Checksum { .. }))
+        Err(Rejected::Decode(wire::DecodeError::BadMac))
     ));
     assert!(matches!(
         a.handle_datagram(Micros(0), b"not a datagram"),
@@ -348,17 +385,56 @@ fn foreign_and_damaged_datagrams_are_rejected_and_counted() {
     let s = a.stats();
     assert_eq!(
         (
-            s.wrong_job_key,
+            s.wrong_epoch,
             s.misdirected,
             s.unknown_peer,
-            s.checksum_failures,
+            s.bad_mac,
             s.decode_failures,
             s.datagrams_received
         ),
-        (1, 1, 1, 1, 1, 5)
+        (1, 1, 1, 2, 1, 6)
     );
     assert_eq!(s.connections.data_frames_received, 0);
     assert!(delivered(&mut a).is_empty());
+}
+
+/// The UDP runtime passes the connection registered at the datagram's source address:
+/// a datagram from no peer's address, or whose authenticated header names another peer
+/// than the one registered there, is dropped and counted as `unknown_source`, before
+/// anything else is checked for the first.
+#[test]
+fn datagrams_from_unregistered_addresses_are_rejected_and_counted() {
+    let mut a = Ini::new(A, config()).unwrap();
+    let conn_b = a.add_peer(B).unwrap();
+    let conn_c = a.add_peer(C).unwrap();
+    assert_eq!(
+        a.handle_datagram_from(Micros(0), &data(0, 0, b"m0"), None),
+        Err(Rejected::UnknownSource)
+    );
+    assert_eq!(
+        a.handle_datagram_from(Micros(0), b"junk", None),
+        Err(Rejected::UnknownSource)
+    );
+    assert_eq!(
+        a.handle_datagram_from(Micros(0), &data(0, 0, b"m0"), Some(conn_c)),
+        Err(Rejected::UnknownSource)
+    );
+    assert!(delivered(&mut a).is_empty());
+    assert_eq!(
+        a.handle_datagram_from(Micros(0), &data(0, 0, b"m0"), Some(conn_b)),
+        Ok(())
+    );
+    assert_eq!(delivered(&mut a), vec![b"m0".to_vec()]);
+    let s = a.stats();
+    assert_eq!(
+        (
+            s.unknown_source,
+            s.decode_failures,
+            s.bad_mac,
+            s.datagrams_received
+        ),
+        (3, 0, 0, 4)
+    );
 }
 
 #[test]
@@ -474,7 +550,7 @@ fn a_short_transmit_buffer_is_a_caller_bug() {
     a.poll_transmit(Micros(0), &mut buf);
 }
 
-/// An arbitrary datagram from `B`: valid checksum, job key and addresses, anything else.
+/// An arbitrary datagram from `B`: valid MAC, epoch and addresses, anything else.
 fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
     (
         prop_oneof![
@@ -536,7 +612,7 @@ proptest! {
                 Op::Transmit => {
                     while let Some(t) = a.poll_transmit(Micros(now), &mut buf) {
                         prop_assert!(t.len <= cfg.mtu);
-                        prop_assert!(wire::decode(&buf[..t.len]).is_ok());
+                        prop_assert!(wire::decode(&buf[..t.len], &wire::MacKey::new(KEY), EPOCH).is_ok());
                     }
                 }
                 Op::Advance(dt) => {

@@ -47,7 +47,8 @@ fn lossy(seed: u64) -> SimConfig {
 
 fn test_config() -> WindowConfig {
     WindowConfig {
-        job_key: 0xC0FFEE,
+        epoch: 0xC0FFEE,
+        mac_key: multigrain_window::wire::MacKey::new([0x33; 32]),
         window: 64,
         send_timeout: Micros(2_000),
         ack_timeout: Micros(200),
@@ -219,9 +220,9 @@ fn check_net_stats(sim: &Sim, nodes: usize) -> IniStats {
         let s = sim.node(n).stats();
         total.datagrams_sent += s.datagrams_sent;
         total.datagrams_received += s.datagrams_received;
-        total.checksum_failures += s.checksum_failures;
+        total.bad_mac += s.bad_mac;
         total.decode_failures += s.decode_failures;
-        total.wrong_job_key += s.wrong_job_key;
+        total.wrong_epoch += s.wrong_epoch;
         total.connections.accumulate(&s.connections);
     }
     assert_eq!(net.sent, total.datagrams_sent);
@@ -230,10 +231,11 @@ fn check_net_stats(sim: &Sim, nodes: usize) -> IniStats {
         net.delivered,
         net.sent - net.dropped - net.blackholed - net.unroutable + net.duplicated
     );
-    // A flipped bit is always caught: by the magic/version check or by the CRC.
+    // A flipped bit is always caught: by the magic/version check, the epoch check or
+    // the MAC.
     assert_eq!(
         net.corrupted,
-        total.checksum_failures + total.decode_failures
+        total.bad_mac + total.decode_failures + total.wrong_epoch
     );
     let c = &total.connections;
     assert_eq!(
@@ -260,7 +262,7 @@ fn lossy_100k_messages_between_two_inis_arrive_exactly_once_in_order() {
     let total = check_net_stats(&sim, 2);
     let net = sim.stats();
     assert!(net.dropped > 0 && net.duplicated > 0 && net.corrupted > 0 && net.reordered > 0);
-    assert!(total.checksum_failures > 0);
+    assert!(total.bad_mac > 0);
     // Efficiency guards (a retransmission storm still delivers, so check it here): with
     // 11% of datagrams lost or corrupted and 5% reordered, about a sixth of the frames are
     // resent (run: 17%), and standalone ACKs stay a small fraction of DATA (run: 8%).
@@ -285,7 +287,7 @@ fn lossy_several_connections_per_ini() {
         assert!(tx.retransmissions > 0);
     }
     let total = check_net_stats(&sim, 6);
-    assert!(total.connections.duplicates > 0 && total.checksum_failures > 0);
+    assert!(total.connections.duplicates > 0 && total.bad_mac > 0);
     for n in 0..6 {
         assert_eq!(sim.node(n).num_connections(), 3);
     }

@@ -23,7 +23,7 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::window::{ConnHandle, EnqueueError, Event, Ini, Micros};
 use crate::word::{Word, WordKind};
 use parking_lot::Mutex;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -118,6 +118,12 @@ pub(crate) struct IniCore {
     pub(crate) socket: UdpSocket,
     /// Address of each connection's peer, by connection index.
     pub(crate) peer_addrs: Vec<SocketAddr>,
+    /// The connection whose peer INI registered each address: a datagram is accepted
+    /// only from its claimed sender's registered address (issue 13).
+    pub(crate) sources: HashMap<SocketAddr, ConnHandle>,
+    /// Peers bound to every address of their host, by port (`NetConfig::any_ip_peers`):
+    /// consulted only when `sources` has no entry.
+    pub(crate) port_sources: HashMap<u16, ConnHandle>,
     /// Connections to the INIs of site `s` at `[s]`, INI 0 first (empty: no route).
     pub(crate) conns: Vec<Vec<ConnHandle>>,
     /// Per site, the next of this INI's remote INIs to send to (see `conn_for`).
@@ -128,7 +134,7 @@ pub(crate) struct IniCore {
     pub(crate) latency: Duration,
     pub(crate) recv_overhead: Duration,
     pub(crate) stalled: Option<(ConnHandle, Vec<u8>)>,
-    pub(crate) delayed: VecDeque<(Instant, Vec<u8>)>,
+    pub(crate) delayed: VecDeque<(Instant, Option<ConnHandle>, Vec<u8>)>,
     pub(crate) next_inject: Instant,
     pub(crate) buf: Vec<u8>,
     pub(crate) c: Counters,
@@ -310,17 +316,25 @@ impl IniCore {
         let mut got = false;
         for _ in 0..RECV_BUDGET {
             match self.socket.recv_from(&mut self.buf) {
-                Ok((n, _)) => {
+                Ok((n, addr)) => {
                     got = true;
+                    let from = self
+                        .sources
+                        .get(&addr)
+                        .or_else(|| self.port_sources.get(&addr.port()))
+                        .copied();
                     if self.latency.is_zero() {
                         if self.trace.is_some() {
                             self.rx_ns = net.now_ns();
                         }
-                        let _ = self.ini.handle_datagram(now, &self.buf[..n]);
+                        let _ = self.ini.handle_datagram_from(now, &self.buf[..n], from);
                         self.events(net);
                     } else {
-                        self.delayed
-                            .push_back((Instant::now() + self.latency, self.buf[..n].to_vec()));
+                        self.delayed.push_back((
+                            Instant::now() + self.latency,
+                            from,
+                            self.buf[..n].to_vec(),
+                        ));
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -334,12 +348,12 @@ impl IniCore {
     fn release_delayed(&mut self, net: &Net) -> bool {
         let mut work = false;
         let t = Instant::now();
-        while self.delayed.front().is_some_and(|(due, _)| *due <= t) {
-            let (_, d) = self.delayed.pop_front().expect("front exists");
+        while self.delayed.front().is_some_and(|(due, _, _)| *due <= t) {
+            let (_, from, d) = self.delayed.pop_front().expect("front exists");
             if self.trace.is_some() {
                 self.rx_ns = net.now_ns();
             }
-            let _ = self.ini.handle_datagram(net.now(), &d);
+            let _ = self.ini.handle_datagram_from(net.now(), &d, from);
             self.events(net);
             work = true;
         }

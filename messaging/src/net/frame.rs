@@ -13,7 +13,7 @@
 //! | 28 | 4 | data length in bytes |
 //! | 32 | n | data: the Tag-On buffer, the Basic payload or the bulk fragment |
 //!
-//! Little-endian. The sliding window checksums and reassembles; this layer adds the
+//! Little-endian. The sliding window authenticates and reassembles; this layer adds the
 //! destination queue and the per-lane sequence number that restores the sender's order
 //! when a scheduling policy spreads one lane's messages over several INIs.
 

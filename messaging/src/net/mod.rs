@@ -7,9 +7,9 @@
 //! cluster reached over the network. A compute thread's send to a remote site picks an INI
 //! by the job's scheduling policy (`static`, `round-robin`, `least-loaded`) and drops the
 //! message into that INI's lock-free hand-off queue; the INI frames it (module [`frame`]),
-//! the window fragments, checksums, sequences and retransmits it, and the receiving INI
-//! reassembles it, restores the sending endpoint's order (per-lane sequence numbers) and deposits it in
-//! the destination receive queue — Tag-On data into a slot of the receiving site's pool.
+//! the window fragments, authenticates (a keyed MAC and the run's epoch), sequences and
+//! retransmits it, and the receiving INI reassembles it, restores the sending endpoint's
+//! order (per-lane sequence numbers) and deposits it in the destination receive queue — Tag-On data into a slot of the receiving site's pool.
 //!
 //! Also here: paper 000's adaptive network polling (in the queue layer's `poll` module), fault injection
 //! ([`faults`]), the LogGP emulation of paper 001 §3.2 (o, g, L, G from the job's
@@ -44,7 +44,7 @@ use parking_lot::Mutex;
 use policy::pick;
 use reseq::Resequencer;
 use std::cell::Cell;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -57,7 +57,10 @@ pub struct NetConfig {
     pub inis: usize,
     /// How compute threads choose an INI.
     pub policy: IniPolicy,
-    /// Sliding-window parameters (job key, MTU, window, SEND/ACK timeouts, peer timeout).
+    /// Sliding-window parameters (epoch and MAC key, MTU, window, SEND/ACK timeouts, peer
+    /// timeout). [`NetConfig::from_job`] leaves the all-zero test key and epoch 0: a job
+    /// sets the secret and epoch its control plane agreed ([`crate::job::Job::join`]),
+    /// [`connect_loopback`] a fresh random pair.
     pub window: WindowConfig,
     /// Messages each hand-off queue holds.
     pub queue_capacity: usize,
@@ -72,6 +75,12 @@ pub struct NetConfig {
     pub inline: bool,
     /// Per-message traces (`ini.trace_dir`, `ini.trace_records`); `None`: off.
     pub trace: Option<TraceConfig>,
+    /// Peer INI addresses (as passed to [`BoundInis::start`]) whose INIs are bound to
+    /// every address of their host: their datagrams are accepted from any IP address
+    /// with that port, since the kernel picks the source address per route (cluster 0 of
+    /// a job placed by a launcher). Every other peer is heard only from exactly its
+    /// registered address. Empty by default.
+    pub any_ip_peers: Vec<SocketAddr>,
 }
 
 /// Where and how much each INI traces (see [`trace`]).
@@ -89,11 +98,11 @@ pub fn trace_file_name(cluster: u16) -> String {
 }
 
 impl NetConfig {
-    /// The INI settings of `cfg` (`[ini]`, `[emulation]`, `[faults]`, `job.key`,
-    /// `job.peer_timeout_ms`).
+    /// The INI settings of `cfg` (`[ini]`, `[emulation]`, `[faults]`,
+    /// `job.peer_timeout_ms`). The MAC key and epoch are not in the configuration: see
+    /// [`NetConfig::window`].
     pub fn from_job(cfg: &JobConfig) -> NetConfig {
         let mut window = WindowConfig {
-            job_key: cfg.job.key,
             mtu: cfg.ini.mtu,
             window: cfg.ini.window,
             ..WindowConfig::default()
@@ -119,6 +128,7 @@ impl NetConfig {
                 dir: cfg.ini.trace_dir.clone().into(),
                 records: cfg.ini.trace_records,
             }),
+            any_ip_peers: Vec::new(),
         }
     }
 }
@@ -533,6 +543,8 @@ impl BoundInis {
                 crate::window::Ini::new(IniAddr::new(self.site.0, i as u8), cfg.window.clone())
                     .map_err(|e| NetError::Config(e.to_string()))?;
             let mut peer_addrs = Vec::new();
+            let mut sources = HashMap::new();
+            let mut port_sources = HashMap::new();
             let mut conns = vec![Vec::new(); remote.len()];
             for (s, addrs) in remote.iter().enumerate() {
                 let Some(addrs) = addrs else { continue };
@@ -541,6 +553,17 @@ impl BoundInis {
                         .add_peer(IniAddr::new(s as u16, j as u8))
                         .map_err(|e| NetError::Config(e.to_string()))?;
                     peer_addrs.push(*a);
+                    if let Some(other) = sources.insert(*a, c) {
+                        return Err(NetError::Config(format!(
+                            "INI address {a} is registered for two peer INIs (connections {} \
+                             and {})",
+                            other.index(),
+                            c.index()
+                        )));
+                    }
+                    if cfg.any_ip_peers.contains(a) {
+                        port_sources.insert(a.port(), c);
+                    }
                     conns[s].push(c);
                 }
             }
@@ -550,6 +573,8 @@ impl BoundInis {
                 ini,
                 socket,
                 peer_addrs,
+                sources,
+                port_sources,
                 conns,
                 next_remote: vec![0; remote.len()],
                 faults: faults::FaultShim::new(
@@ -646,16 +671,23 @@ impl BoundInis {
 
 /// Joins `sites` (site `i` must have id `i`) in this process through their INIs over
 /// UDP on 127.0.0.1: `inis` INI threads each, every site reaching every other one over
-/// the network. For tests, benchmarks and single-machine tools; real jobs use
+/// the network, authenticated under a fresh random secret and epoch (those of `cfg` are
+/// replaced). For tests, benchmarks and single-machine tools; real jobs use
 /// [`crate::job::Job`]. Returns each site's INI group (keep them alive with the sites).
 ///
 /// # Errors
-/// [`NetError`] naming the site whose INIs could not be bound or started.
+/// [`NetError`] naming the site whose INIs could not be bound or started;
+/// [`NetError::Io`] when the OS gives no random bytes for the secret.
 pub fn connect_loopback(
     sites: &[Site],
     cfg: &NetConfig,
     inis: usize,
 ) -> Result<Vec<IniGroup>, NetError> {
+    let mut cfg = cfg.clone();
+    let secret = crate::control::Secret::generate()?;
+    cfg.window.mac_key = crate::window::wire::MacKey::new(*secret.as_bytes());
+    cfg.window.epoch = crate::control::Secret::random_epoch()?;
+    let cfg = &cfg;
     let bound: Vec<BoundInis> = sites
         .iter()
         .map(|s| BoundInis::bind(s.id(), "127.0.0.1", 0, inis))

@@ -36,22 +36,30 @@ pub struct IniReport {
     pub misscheduled_time_us: f64,
     /// Messages this INI received and delivered to local queues.
     pub delivered: u64,
-    /// Frames from peers that did not decode (counted, dropped).
+    /// Messages that passed the window's checks (address, epoch, MAC) but whose frame
+    /// did not decode, or outgoing messages whose buffer could not be read (counted,
+    /// dropped).
     pub rejected_frames: u64,
     /// Faults injected by the `[faults]` shim.
     pub injected: InjectedFaults,
-    /// The sliding window's counters: retransmissions, NAKs, duplicates, checksum failures…
+    /// The sliding window's counters: retransmissions, NAKs, duplicates, and the datagrams
+    /// rejected for a bad MAC, another run's epoch, an unregistered source address or a
+    /// malformed header…
     pub window: IniStats,
     /// Wall time the INI ran, µs.
     pub elapsed_us: f64,
 }
 
 impl IniReport {
-    /// A one-line summary (for `--stats` tables).
+    /// A one-line summary (for `--stats` tables). The last four columns are the
+    /// rejected datagrams by reason: `mac` bad MAC (corrupted or forged), `epoch` another
+    /// run's epoch (replays), `src` from an address that is not a registered peer INI's,
+    /// `bad` malformed (plus frames that passed the window but did not decode).
     pub fn line(&self) -> String {
         let c = &self.window.connections;
+        let w = &self.window;
         format!(
-            "c{}/ini{}  msgs {:>9}  bytes {:>12}  mean len {:>7.1}  hand-off wait {:>6.1} µs  queue {:>6.2}  util {:>5.1}%  missched {:>7}  retx {:>6}  NAK {:>5}/{:<5}  dup {:>5}  crc {:>5}",
+            "c{}/ini{}  msgs {:>9}  bytes {:>12}  mean len {:>7.1}  hand-off wait {:>6.1} µs  queue {:>6.2}  util {:>5.1}%  missched {:>7}  retx {:>6}  NAK {:>5}/{:<5}  dup {:>5}  rejected: mac {:>5}  epoch {:>5}  src {:>5}  bad {:>5}",
             self.site,
             self.ini,
             self.messages,
@@ -65,7 +73,10 @@ impl IniReport {
             c.naks_sent,
             c.naks_received,
             c.duplicates,
-            self.window.checksum_failures,
+            w.bad_mac,
+            w.wrong_epoch,
+            w.unknown_source,
+            w.decode_failures + w.misdirected + w.unknown_peer + self.rejected_frames,
         )
     }
 }

@@ -15,13 +15,14 @@ use anyhow::{Context, Result, anyhow};
 use multigrain_cluster_config::{JobConfig, Override};
 use multigrain_messaging::net::trace::{ClusterTrace, TraceSummary, summarize};
 use multigrain_messaging::net::trace_file_name;
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// A private directory under the system temp dir, removed on drop.
+/// A private directory (mode 0700) under the system temp dir, removed on drop.
 pub struct ScratchDir(PathBuf);
 
 /// Name prefix of the scratch directories.
@@ -60,7 +61,9 @@ impl ScratchDir {
         let temp = std::env::temp_dir();
         sweep_stale(&temp);
         let dir = temp.join(format!("{PREFIX}{}-{nanos}", std::process::id()));
-        std::fs::create_dir(&dir)
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
             .with_context(|| format!("cannot create the directory {}", dir.display()))?;
         Ok(ScratchDir(dir))
     }
@@ -144,6 +147,7 @@ pub fn run(
         ssh: None,
         grace: std::time::Duration::from_secs(2),
         command,
+        key_dir: Some(dir.path().to_path_buf()),
     });
     stop.store(true, Ordering::Release);
     if let Some(w) = watcher {
