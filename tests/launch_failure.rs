@@ -244,3 +244,55 @@ fn sigkill_of_launch_takes_the_clusters_down() {
         "clusters of a SIGKILLed launcher",
     );
 }
+
+/// A paused cluster (SIGSTOP past the peer timeout) is the one that failed: the others
+/// report it silent and stop because of it; once resumed, it learns from the
+/// coordinator's message, still in its socket, that the job declared it dead — it does
+/// not blame the coordinator whose connection it then finds closed — and the launch's
+/// summary names it as the cause.
+#[test]
+fn a_paused_cluster_is_named_as_the_cause() {
+    let dir = TempDir::new("launch-pause");
+    let config = local_config(&dir, "pause", 3, 1, PEER.as_millis() as u64);
+    let mut job = launch(
+        "pause",
+        &config,
+        &[],
+        &["multigrain", "hello", "--sleep-ms", "60000"],
+    );
+    let pids = launched_pids(&job, 3);
+    job.adopt(&pids);
+    for c in 0..3 {
+        job.wait_line(&format!("[c{c}] cluster {c} of 3: hello from pid"), HANG);
+    }
+    // SAFETY: kill(2) on a cluster process this test's launcher started and that is
+    // still running (it printed its hello and sleeps).
+    assert_eq!(unsafe { libc::kill(pids[2], libc::SIGSTOP) }, 0);
+    for c in [0, 1] {
+        job.wait_line(
+            &format!("[c{c}] multigrain: error: cluster 2 failed: nothing heard from it"),
+            HANG,
+        );
+    }
+    // SAFETY: as above; the process is stopped, SIGCONT resumes it.
+    assert_eq!(unsafe { libc::kill(pids[2], libc::SIGCONT) }, 0);
+    let status = job.wait_exit(HANG);
+    assert_eq!(status.code(), Some(1), "output:\n{}", job.transcript());
+    let err = job.lines(Stream::Err);
+    assert!(
+        !err.iter()
+            .any(|l| l.starts_with("[c2]") && l.contains("(the coordinator) died")),
+        "the resumed cluster blamed the coordinator: {err:#?}"
+    );
+    let summary = err.last().cloned().unwrap_or_default();
+    assert!(
+        summary.starts_with(&format!(
+            "multigrain: error: 3 of 3 clusters failed: cluster 2 (pid {} on 127.0.0.1)",
+            pids[2]
+        )) && summary
+            .ends_with("clusters 0, 1 then stopped because another cluster failed (exit code 3)"),
+        "{summary}\n{}",
+        job.transcript()
+    );
+    assert_gone(&pids, HANG, "pause");
+}

@@ -285,7 +285,7 @@ impl Shared {
         }
     }
 
-    /// Records the job's first failure, tells the others (coordinator) and
+    /// Records the job's first failure, tells every cluster (coordinator) and
     /// calls the callbacks. The coordinator broadcasts before the failure
     /// becomes visible here, so a caller that reacts by exiting cannot cut
     /// the broadcast short.
@@ -304,7 +304,11 @@ impl Shared {
                 cluster: f.cluster,
                 reason: f.reason.clone(),
             };
-            self.broadcast(&msg, Some(f.cluster));
+            // The failed cluster too: a failure the coordinator declared (silence, a
+            // stall) is news to it — a paused cluster that resumes then reports its own
+            // failure instead of blaming the coordinator whose connection it finds
+            // closed. One that reported its own failure ignores the echo.
+            self.broadcast(&msg, None);
         }
         let callbacks = {
             let mut st = self.state.lock();
@@ -474,19 +478,6 @@ impl Shared {
             }
         };
         if let Some(f) = failure {
-            // `report` tells everyone but the failed cluster, which learns its own
-            // failures itself; this one did not fail by itself, so tell it too.
-            if self.me != f.cluster
-                && let Some(conn) = self.links().into_iter().find(|c| c.cluster == f.cluster)
-            {
-                self.send_to(
-                    &conn,
-                    &Message::Failed {
-                        cluster: f.cluster,
-                        reason: f.reason.clone(),
-                    },
-                );
-            }
             self.report(f);
         }
     }

@@ -67,9 +67,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// Exit status of a process whose page fault could not be served (a peer failed, or
-/// the protocol broke): the faulting access cannot continue, so the runtime prints the
-/// error to standard error and ends the process with this status.
+/// Exit status of a process whose page fault could not be served because of this
+/// cluster's own failure (the protocol broke here): the faulting access cannot
+/// continue, so the runtime prints the error to standard error and ends the process
+/// with this status. When another cluster's failure is the reason, the process ends
+/// with the control plane's `EXIT_PEER_FAILED` (3) instead, as every cluster does that
+/// stops because of another.
 pub const FAULT_EXIT_CODE: i32 = 70;
 
 /// Timing knobs of the waits.
@@ -1464,13 +1467,20 @@ impl FaultResolver for Resolver {
 
 /// The faulting access cannot continue: report and end the process.
 fn fatal_fault(cluster: usize, page: usize, e: &DsmError) -> ! {
+    // Another cluster's failure is not this cluster's: exit as every cluster does that
+    // stops because of another (so that launchers tell the cause from the consequences).
+    let code = if e.blamed_cluster() == cluster {
+        FAULT_EXIT_CODE
+    } else {
+        multigrain_messaging::control::EXIT_PEER_FAILED
+    };
     let msg = format!(
         "multigrain-dsm: cluster {cluster}: the page fault on page {page} cannot be served: {e}; \
-         exiting with status {FAULT_EXIT_CODE}\n"
+         exiting with status {code}\n"
     );
     // SAFETY: write(2) of a buffer we own to standard error; async-signal-safe. The
     // standard library's stderr lock is not taken (the interrupted code may hold it).
     unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
     // SAFETY: _exit(2) ends the process at once without running any handler.
-    unsafe { libc::_exit(FAULT_EXIT_CODE) }
+    unsafe { libc::_exit(code) }
 }
