@@ -43,6 +43,7 @@ mod poll;
 mod pool;
 mod remote;
 mod ring;
+pub mod sched;
 pub mod segment;
 mod shm_safe;
 mod site;

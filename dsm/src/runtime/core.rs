@@ -182,7 +182,7 @@ pub(crate) struct Core {
     /// runtime, cleared by the protocol thread: while it keeps being set, the protocol
     /// thread leaves the queue to them (see [`Core::serve`]).
     pub(crate) polled: CachePadded<AtomicBool>,
-    /// Whether the protocol thread runs at real-time priority (see `sched`).
+    /// Whether the protocol thread runs at real-time priority (see `multigrain_messaging::sched`).
     pub(crate) realtime: AtomicBool,
     /// What this cluster's threads wait for (the progress watchdog's evidence).
     pub(crate) waits: Waits,

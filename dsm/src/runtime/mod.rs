@@ -3,7 +3,6 @@
 //! [`LockGuard`].
 
 pub(crate) mod core;
-mod sched;
 pub(crate) mod slots;
 pub(crate) mod sync;
 mod watch;
@@ -377,7 +376,7 @@ impl Dsm {
                     let realtime = match priority {
                         ProtocolPriority::Normal => Ok(false),
                         ProtocolPriority::Auto | ProtocolPriority::Realtime => {
-                            sched::make_realtime().map(|()| true)
+                            multigrain_messaging::sched::make_realtime().map(|()| true)
                         }
                     };
                     let ok = realtime.is_ok() || priority != ProtocolPriority::Realtime;
