@@ -47,21 +47,32 @@ fn failing_cluster_fails_every_cluster_and_the_launch() {
     assert_gone(&pids, HANG, "fail job");
 }
 
-fn kill_one(victim: usize) {
-    let dir = TempDir::new("launch-kill");
-    let name = format!("kill-{victim}");
-    let config = local_config(&dir, &name, 3, 1, PEER.as_millis() as u64);
+/// A launched job of `clusters` × 1 thread running `multigrain hello --sleep-ms 60000`,
+/// once every cluster said hello: the launch, the cluster pids (adopted), and the
+/// directory of its config (kept alive by the caller).
+fn sleeping_job(dir_tag: &str, name: &str, clusters: usize) -> (common::Proc, Vec<i32>, TempDir) {
+    let dir = TempDir::new(dir_tag);
+    let config = local_config(&dir, name, clusters, 1, PEER.as_millis() as u64);
     let mut job = launch(
-        &name,
+        name,
         &config,
         &[],
         &["multigrain", "hello", "--sleep-ms", "60000"],
     );
-    let pids = launched_pids(&job, 3);
+    let pids = launched_pids(&job, clusters);
     job.adopt(&pids);
-    for c in 0..3 {
-        job.wait_line(&format!("[c{c}] cluster {c} of 3: hello from pid"), HANG);
+    for c in 0..clusters {
+        job.wait_line(
+            &format!("[c{c}] cluster {c} of {clusters}: hello from pid"),
+            HANG,
+        );
     }
+    (job, pids, dir)
+}
+
+fn kill_one(victim: usize) {
+    let name = format!("kill-{victim}");
+    let (mut job, pids, _dir) = sleeping_job("launch-kill", &name, 3);
     let t0 = Instant::now();
     // SAFETY: kill(2) on a cluster process this test's launcher started and
     // that is still running (it printed its hello and sleeps).
@@ -159,19 +170,7 @@ fn stragglers_are_stopped_after_peer_timeout_and_grace() {
 
 #[test]
 fn sigint_to_launch_stops_every_cluster() {
-    let dir = TempDir::new("launch-sigint");
-    let config = local_config(&dir, "sigint", 2, 1, PEER.as_millis() as u64);
-    let mut job = launch(
-        "sigint",
-        &config,
-        &[],
-        &["multigrain", "hello", "--sleep-ms", "60000"],
-    );
-    let pids = launched_pids(&job, 2);
-    job.adopt(&pids);
-    for c in 0..2 {
-        job.wait_line(&format!("[c{c}] cluster {c} of 2: hello from pid"), HANG);
-    }
+    let (mut job, pids, _dir) = sleeping_job("launch-sigint", "sigint", 2);
     let t0 = Instant::now();
     job.signal(libc::SIGINT);
     let status = job.wait_exit(HANG);
@@ -222,19 +221,7 @@ fn sigterm_to_launch_kills_clusters_that_ignore_sigterm() {
 
 #[test]
 fn sigkill_of_launch_takes_the_clusters_down() {
-    let dir = TempDir::new("launch-sigkill");
-    let config = local_config(&dir, "orphans", 2, 1, PEER.as_millis() as u64);
-    let mut job = launch(
-        "orphans",
-        &config,
-        &[],
-        &["multigrain", "hello", "--sleep-ms", "60000"],
-    );
-    let pids = launched_pids(&job, 2);
-    job.adopt(&pids);
-    for c in 0..2 {
-        job.wait_line(&format!("[c{c}] cluster {c} of 2: hello from pid"), HANG);
-    }
+    let (mut job, pids, _dir) = sleeping_job("launch-sigkill", "orphans", 2);
     job.signal(libc::SIGKILL);
     let status = job.wait_exit(HANG);
     assert_eq!(status.code(), None, "killed by a signal");
@@ -252,19 +239,7 @@ fn sigkill_of_launch_takes_the_clusters_down() {
 /// summary names it as the cause.
 #[test]
 fn a_paused_cluster_is_named_as_the_cause() {
-    let dir = TempDir::new("launch-pause");
-    let config = local_config(&dir, "pause", 3, 1, PEER.as_millis() as u64);
-    let mut job = launch(
-        "pause",
-        &config,
-        &[],
-        &["multigrain", "hello", "--sleep-ms", "60000"],
-    );
-    let pids = launched_pids(&job, 3);
-    job.adopt(&pids);
-    for c in 0..3 {
-        job.wait_line(&format!("[c{c}] cluster {c} of 3: hello from pid"), HANG);
-    }
+    let (mut job, pids, _dir) = sleeping_job("launch-pause", "pause", 3);
     // SAFETY: kill(2) on a cluster process this test's launcher started and that is
     // still running (it printed its hello and sleeps).
     assert_eq!(unsafe { libc::kill(pids[2], libc::SIGSTOP) }, 0);
