@@ -60,6 +60,7 @@ pub mod wire;
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle};
@@ -92,6 +93,19 @@ pub const ENV_CONFIG: &str = "MULTIGRAIN_CONFIG";
 /// `multigrain launch` can tell the cause of a failed job from its
 /// consequences. A cluster's own failure exits with another non-zero code.
 pub const EXIT_PEER_FAILED: i32 = 3;
+
+/// Set once a [`Control::join`] of this process has returned `Ok`: from then on the
+/// control plane reports other clusters' failures; before it, only a launcher can.
+static JOINED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process has joined a job: a [`Control::join`] returned `Ok`. Before that,
+/// a cluster that dies without reaching the coordinator (or a coordinator that dies
+/// before a member reached it) is seen by no one but the launcher, which tells the
+/// clusters still joining (see `multigrain launch`); after it, the control plane reports
+/// every failure itself and such notices are ignored.
+pub fn joined() -> bool {
+    JOINED.load(Ordering::SeqCst)
+}
 
 /// How long the coordinator waits for a new connection's registration.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
@@ -737,6 +751,7 @@ impl Control {
             Self::join_member(id, settings, me)
         };
         if let Ok((_, regs)) = &joined {
+            JOINED.store(true, Ordering::SeqCst);
             for r in regs {
                 tracing::debug!(
                     cluster = id.cluster,

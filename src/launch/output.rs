@@ -2,7 +2,21 @@
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
 use std::thread;
+
+/// What the launcher keeps of a cluster's stderr: its last error line, for the notice
+/// that tells the other clusters why it died.
+#[derive(Default)]
+pub struct ErrorTail {
+    /// The text of the last `multigrain: error: …` line, without that prefix.
+    pub last: Option<String>,
+    /// The stream has ended.
+    pub ended: bool,
+}
+
+/// The line prefix of a `multigrain` process's error message.
+const ERROR_PREFIX: &str = "multigrain: error: ";
 
 /// Which of the launcher's streams a child's stream goes to.
 #[derive(Clone, Copy)]
@@ -15,12 +29,14 @@ pub enum Sink {
 
 /// Copies `from` to `sink` line by line, each line prefixed with
 /// `[c<cluster>] ` and written whole, on its own thread. Sends `()` on
-/// `done` at the end of the stream.
+/// `done` at the end of the stream. With `tail`, keeps the last error line there and
+/// marks the end of the stream.
 pub fn forward(
     cluster: usize,
     from: impl Read + Send + 'static,
     sink: Sink,
     done: Sender<()>,
+    tail: Option<Arc<Mutex<ErrorTail>>>,
 ) -> io::Result<()> {
     thread::Builder::new()
         .name(format!("launch-out-c{cluster}"))
@@ -36,6 +52,14 @@ pub fn forward(
                         if line.last() != Some(&b'\n') {
                             line.push(b'\n');
                         }
+                        if let Some(tail) = &tail
+                            && let Some(text) = String::from_utf8_lossy(&line)
+                                .trim_end()
+                                .strip_prefix(ERROR_PREFIX)
+                            && let Ok(mut t) = tail.lock()
+                        {
+                            t.last = Some(text.to_owned());
+                        }
                         let mut out = Vec::with_capacity(prefix.len() + line.len());
                         out.extend_from_slice(prefix.as_bytes());
                         out.extend_from_slice(&line);
@@ -47,6 +71,9 @@ pub fn forward(
                         };
                     }
                 }
+            }
+            if let Some(Ok(mut t)) = tail.as_ref().map(|t| t.lock()) {
+                t.ended = true;
             }
             let _ = done.send(());
         })
