@@ -370,3 +370,56 @@ fn member_ini_port_clash_is_reported_by_every_cluster_at_once() {
     assert_gone(&pids, HANG, "early-c1 job");
     drop(taken);
 }
+
+/// As [`coordinator_port_clash_is_reported_by_the_member_at_once`] for `multigrain run`,
+/// which starts its cluster processes through the same launcher: cluster 1 stops at once
+/// naming cluster 0 and its error (with the causes: the port), and `run` fails.
+#[test]
+fn coordinator_port_clash_under_run_is_reported_by_the_member_at_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let port = taken.local_addr().expect("its address").port();
+    let dir = TempDir::new("run-early-c0");
+    let config = fixed_config(&dir, "run-early-c0", &[port, 0]);
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args([
+        "run",
+        "water",
+        "--molecules",
+        "64",
+        "--steps",
+        "2",
+        "--config",
+    ])
+    .arg(&config);
+    for var in common::launch_vars() {
+        cmd.env_remove(var);
+    }
+    let mut run = common::Proc::spawn("run-early-c0", cmd);
+    let pids = launched_pids(&run, 2);
+    run.adopt(&pids);
+    let (_, failed) = run.wait_line("[c0] multigrain: error:", HANG);
+    let (line, told) = run.wait_line(
+        "[c1] multigrain: error: cluster 0 failed before the job started: cluster 0 (pid",
+        HANG,
+    );
+    let status = run.wait_exit(HANG);
+    let took = told.saturating_duration_since(failed);
+    eprintln!(
+        "run-early-c0: cluster 1 reported cluster 0's failure {took:?} after it, run exited \
+         {:?} after it: {line}",
+        failed.elapsed()
+    );
+    assert!(
+        line.contains(&format!("TCP port {port} is in use")),
+        "cluster 1 should say why cluster 0 failed: {line}"
+    );
+    assert!(took < EARLY_BOUND, "cluster 1 took {took:?}");
+    assert!(
+        failed.elapsed() < EARLY_BOUND,
+        "run took {:?}",
+        failed.elapsed()
+    );
+    assert_eq!(status.code(), Some(1), "output:\n{}", run.transcript());
+    assert_gone(&pids, HANG, "run-early-c0 job");
+    drop(taken);
+}

@@ -13,7 +13,32 @@ pub struct ErrorTail {
     pub last: Option<String>,
     /// The stream has ended.
     pub ended: bool,
+    /// The last line read was part of an error message.
+    in_error: bool,
 }
+
+impl ErrorTail {
+    /// Takes note of `line` of the stream: an error line starts a new message, its
+    /// `  caused by: ` lines are added to it (`error: cause: cause`).
+    fn keep(&mut self, line: &str) {
+        if let Some(text) = line.strip_prefix(ERROR_PREFIX) {
+            self.last = Some(text.to_owned());
+            self.in_error = true;
+        } else if let (true, Some(cause), Some(last)) = (
+            self.in_error,
+            line.strip_prefix(CAUSE_PREFIX),
+            self.last.as_mut(),
+        ) {
+            last.push_str(": ");
+            last.push_str(cause);
+        } else {
+            self.in_error = false;
+        }
+    }
+}
+
+/// The line prefix of each cause under a `multigrain` process's error message.
+const CAUSE_PREFIX: &str = "  caused by: ";
 
 /// The line prefix of a `multigrain` process's error message.
 const ERROR_PREFIX: &str = "multigrain: error: ";
@@ -53,12 +78,9 @@ pub fn forward(
                             line.push(b'\n');
                         }
                         if let Some(tail) = &tail
-                            && let Some(text) = String::from_utf8_lossy(&line)
-                                .trim_end()
-                                .strip_prefix(ERROR_PREFIX)
                             && let Ok(mut t) = tail.lock()
                         {
-                            t.last = Some(text.to_owned());
+                            t.keep(String::from_utf8_lossy(&line).trim_end());
                         }
                         let mut out = Vec::with_capacity(prefix.len() + line.len());
                         out.extend_from_slice(prefix.as_bytes());
@@ -78,4 +100,29 @@ pub fn forward(
             let _ = done.send(());
         })
         .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_keeps_the_last_error_with_its_causes() {
+        let mut t = ErrorTail::default();
+        for line in [
+            "multigrain: error: first",
+            "water: joining the job…",
+            "multigrain: error: joining the job",
+            "  caused by: cannot listen on TCP 127.0.0.1:9",
+            "  caused by: in use",
+            "water: joining the job stopped after 0.00 s",
+            "  caused by: not a cause: the error ended",
+        ] {
+            t.keep(line);
+        }
+        assert_eq!(
+            t.last.as_deref(),
+            Some("joining the job: cannot listen on TCP 127.0.0.1:9: in use")
+        );
+    }
 }
