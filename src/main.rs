@@ -129,8 +129,11 @@ struct SelftestArgs {
 /// as `SSH HOST 'cd CWD && exec env VAR=... COMMAND'`. Their output lines are prefixed with
 /// `[cN] `.
 ///
-/// If a cluster fails, the others learn it through the control plane and exit; clusters still
-/// running peer_timeout + grace later get SIGTERM, then SIGKILL after grace. launch exits
+/// If a cluster fails, the others learn it through the control plane and exit. A cluster that
+/// dies before the job started (before it reached cluster 0's coordinator, or as the
+/// coordinator before the others reached it) is seen only by launch: it tells the `multigrain`
+/// clusters still joining (on their stdin), which stop at once naming it and its last error.
+/// Clusters still running peer_timeout + grace later get SIGTERM, then SIGKILL after grace. launch exits
 /// non-zero naming the failed clusters and how they ended. Ctrl-C or SIGTERM stops every
 /// cluster (SIGTERM to each one's process group, SIGKILL after grace; a second Ctrl-C kills at
 /// once) and exits with 128 + the signal. Every cluster runs in its own process group and dies

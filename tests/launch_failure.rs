@@ -271,3 +271,182 @@ fn a_paused_cluster_is_named_as_the_cause() {
     );
     assert_gone(&pids, HANG, "pause");
 }
+
+/// Explicit clusters on 127.0.0.1 with `ports` (0: any), a 5 s peer timeout (so that a
+/// survivor that waits for the coordinator's silence, or the launcher's straggler stop,
+/// takes well over the bound these tests assert) and a 20 s start-up timeout.
+fn fixed_config(dir: &TempDir, name: &str, ports: &[u16]) -> std::path::PathBuf {
+    let mut text = format!(
+        "[job]\nname = \"{name}\"\nstartup_timeout_ms = 20000\npeer_timeout_ms = 5000\n\n\
+         [ini]\nsubstrate = \"udp\"\n"
+    );
+    for port in ports {
+        text.push_str(&format!(
+            "\n[[cluster]]\nhost = \"127.0.0.1\"\nport = {port}\nthreads = 1\n"
+        ));
+    }
+    dir.write("job.toml", &text)
+}
+
+/// How long after the first cluster's failure every survivor must have reported it and
+/// every process must be gone: the 1 s the issue asks for, plus room for a loaded
+/// 2-core machine (measured values are printed).
+const EARLY_BOUND: Duration = Duration::from_secs(3);
+
+/// Issue 13, "fast failure before registration": cluster 0's coordinator port is taken
+/// (by another job's coordinator, here a listener of this test), so cluster 0 fails
+/// before anyone registers and cannot even refuse the members. Cluster 1 never hears from
+/// it (it connects to the other listener, which never answers): only the launcher knows,
+/// and it tells cluster 1, which stops naming cluster 0 instead of waiting for the peer
+/// timeout (5 s) or the launcher's straggler stop.
+#[test]
+fn coordinator_port_clash_is_reported_by_the_member_at_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let port = taken.local_addr().expect("its address").port();
+    let dir = TempDir::new("launch-early-c0");
+    let config = fixed_config(&dir, "early-c0", &[port, 0]);
+    let mut job = launch("early-c0", &config, &[], &["multigrain", "hello"]);
+    let pids = launched_pids(&job, 2);
+    job.adopt(&pids);
+    let (line, failed) = job.wait_line("[c0] multigrain: error:", HANG);
+    assert!(
+        line.contains(&format!("TCP port {port} is in use")),
+        "cluster 0 should name its port: {line}"
+    );
+    let (line, told) = job.wait_line(
+        "[c1] multigrain: error: cluster 0 failed before the job started: cluster 0 (pid",
+        HANG,
+    );
+    let status = job.wait_exit(HANG);
+    let gone = Instant::now();
+    eprintln!(
+        "early-c0: cluster 1 reported cluster 0's failure {:?} after it, launch exited {:?} \
+         after it: {line}",
+        told.saturating_duration_since(failed),
+        gone.saturating_duration_since(failed)
+    );
+    assert!(
+        told.saturating_duration_since(failed) < EARLY_BOUND,
+        "cluster 1 took {:?}; output:\n{}",
+        told.saturating_duration_since(failed),
+        job.transcript()
+    );
+    assert!(
+        gone.saturating_duration_since(failed) < EARLY_BOUND,
+        "launch exited {:?} after cluster 0 failed",
+        gone.saturating_duration_since(failed)
+    );
+    assert_eq!(status.code(), Some(1), "output:\n{}", job.transcript());
+    let summary = job.lines(Stream::Err).last().cloned().unwrap_or_default();
+    assert_eq!(
+        summary,
+        format!(
+            "multigrain: error: 2 of 2 clusters failed: cluster 0 (pid {} on 127.0.0.1) exited \
+             with code 1; cluster 1 then stopped because another cluster failed (exit code 3)",
+            pids[0]
+        ),
+        "output:\n{}",
+        job.transcript()
+    );
+    assert_gone(&pids, HANG, "early-c0 job");
+    drop(taken);
+}
+
+/// Issue 13, "fast failure before registration": cluster 1's INI port is taken (a UDP
+/// socket of this test), so it fails before it registers. It tells the coordinator why
+/// (a cluster that reached it: the control plane's report), and every other cluster
+/// reports that reason at once, naming cluster 1 and its port — also cluster 2, which
+/// the launcher may start after the coordinator has already stopped (then the launcher's
+/// notice, which carries cluster 1's last error line, tells it); the job is gone well
+/// before the peer timeout.
+#[test]
+fn member_ini_port_clash_is_reported_by_every_cluster_at_once() {
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP socket");
+    let port = taken.local_addr().expect("its address").port();
+    let dir = TempDir::new("launch-early-c1");
+    let config = fixed_config(&dir, "early-c1", &[0, port, 0]);
+    let mut job = launch("early-c1", &config, &[], &["multigrain", "hello"]);
+    let pids = launched_pids(&job, 3);
+    job.adopt(&pids);
+    let (line, failed) = job.wait_line("[c1] multigrain: error:", HANG);
+    assert!(
+        line.contains(&port.to_string()),
+        "cluster 1 should name its port: {line}"
+    );
+    for c in [0, 2] {
+        let (line, told) =
+            job.wait_line(&format!("[c{c}] multigrain: error: cluster 1 failed"), HANG);
+        let took = told.saturating_duration_since(failed);
+        eprintln!("early-c1: cluster {c} reported cluster 1's failure {took:?} after it: {line}");
+        assert!(
+            line.contains(&format!(
+                "cannot bind INI 0 of cluster 1 to 127.0.0.1:{port}"
+            )),
+            "cluster {c} should say why cluster 1 failed: {line}"
+        );
+        assert!(took < EARLY_BOUND, "cluster {c} took {took:?}");
+    }
+    let status = job.wait_exit(HANG);
+    let took = failed.elapsed();
+    eprintln!("early-c1: launch exited {took:?} after cluster 1 failed");
+    assert!(
+        took < EARLY_BOUND,
+        "launch exited {took:?} after the failure"
+    );
+    assert_eq!(status.code(), Some(1), "output:\n{}", job.transcript());
+    assert_gone(&pids, HANG, "early-c1 job");
+    drop(taken);
+}
+
+/// As [`coordinator_port_clash_is_reported_by_the_member_at_once`] for `multigrain run`,
+/// which starts its cluster processes through the same launcher: cluster 1 stops at once
+/// naming cluster 0 and its error (with the causes: the port), and `run` fails.
+#[test]
+fn coordinator_port_clash_under_run_is_reported_by_the_member_at_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let port = taken.local_addr().expect("its address").port();
+    let dir = TempDir::new("run-early-c0");
+    let config = fixed_config(&dir, "run-early-c0", &[port, 0]);
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args([
+        "run",
+        "water",
+        "--molecules",
+        "64",
+        "--steps",
+        "2",
+        "--config",
+    ])
+    .arg(&config);
+    for var in common::launch_vars() {
+        cmd.env_remove(var);
+    }
+    let mut run = common::Proc::spawn("run-early-c0", cmd);
+    let pids = launched_pids(&run, 2);
+    run.adopt(&pids);
+    let (_, failed) = run.wait_line("[c0] multigrain: error:", HANG);
+    let (line, told) = run.wait_line(
+        "[c1] multigrain: error: cluster 0 failed before the job started: cluster 0 (pid",
+        HANG,
+    );
+    let status = run.wait_exit(HANG);
+    let took = told.saturating_duration_since(failed);
+    eprintln!(
+        "run-early-c0: cluster 1 reported cluster 0's failure {took:?} after it, run exited \
+         {:?} after it: {line}",
+        failed.elapsed()
+    );
+    assert!(
+        line.contains(&format!("TCP port {port} is in use")),
+        "cluster 1 should say why cluster 0 failed: {line}"
+    );
+    assert!(took < EARLY_BOUND, "cluster 1 took {took:?}");
+    assert!(
+        failed.elapsed() < EARLY_BOUND,
+        "run took {:?}",
+        failed.elapsed()
+    );
+    assert_eq!(status.code(), Some(1), "output:\n{}", run.transcript());
+    assert_gone(&pids, HANG, "run-early-c0 job");
+    drop(taken);
+}

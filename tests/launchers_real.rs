@@ -466,3 +466,73 @@ fn clusters_started_over_real_ssh_do_not_outlive_the_launcher() {
         );
     }
 }
+
+/// A two-cluster job whose cluster 0 port is taken by a listener of this test (another
+/// job's coordinator, say), with a 10 s peer timeout: a cluster 1 left to itself would
+/// wait that long for the coordinator that never answers.
+fn port_clash_job(dir: &TempDir) -> (std::net::TcpListener, u16, std::path::PathBuf) {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let port = taken.local_addr().expect("its address").port();
+    let cfg = dir.write(
+        "job.toml",
+        &format!(
+            "[job]\nname = \"clash\"\nstartup_timeout_ms = 20000\npeer_timeout_ms = 10000\n\n\
+             [[cluster]]\nhost = \"127.0.0.1\"\nport = {port}\n\n[[cluster]]\nhost = \"127.0.0.1\"\n"
+        ),
+    );
+    (taken, port, cfg)
+}
+
+/// Issue 13, fast failure before registration, under srun: cluster 0 cannot listen, so
+/// only Slurm knows; with `-K` (`--kill-on-bad-exit`) it ends the step at once, naming
+/// task 0, below cluster 0's own error naming its port (measured here: 0.2 s after that
+/// error; without `-K`, cluster 1 waits for the peer timeout).
+#[test]
+fn srun_kill_on_bad_exit_ends_the_job_when_cluster_0_cannot_listen() {
+    slurm();
+    let dir = TempDir::new("srun-clash");
+    let (taken, port, cfg) = port_clash_job(&dir);
+    let mut cmd = Command::new("srun");
+    cmd.args(["-K", "--overcommit", "-n", "2", "-t", "5"])
+        .arg(bin())
+        .args(["hello", "--config", cfg.to_str().unwrap()]);
+    let t0 = std::time::Instant::now();
+    let out = run("srun -K with cluster 0's port taken", &mut cmd, LIMIT);
+    let took = t0.elapsed();
+    eprintln!("srun -K: the step ended {took:?} after srun started");
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("TCP port {port} is in use")), "{err}");
+    assert!(err.contains("task 0: Exited with exit code 1"), "{err}");
+    // (srun may queue the job behind other jobs: a bound well below the 10 s peer
+    // timeout that cluster 1 would otherwise wait.)
+    assert!(took < Duration::from_secs(8), "took {took:?}:\n{err}");
+    drop(taken);
+}
+
+/// As above under Open MPI's `mpirun`, which aborts the job when a rank exits non-zero
+/// (its default; measured here: 0.15 s after cluster 0's error).
+#[test]
+fn mpirun_aborts_the_job_when_cluster_0_cannot_listen() {
+    open_mpi();
+    let dir = TempDir::new("mpirun-clash");
+    let (taken, port, cfg) = port_clash_job(&dir);
+    let t0 = std::time::Instant::now();
+    let out = run(
+        "mpirun with cluster 0's port taken",
+        &mut mpirun(&["hello", "--config", cfg.to_str().unwrap()]),
+        LIMIT,
+    );
+    let took = t0.elapsed();
+    eprintln!("mpirun: the job ended {took:?} after mpirun started");
+    assert!(!out.status.success(), "{}", text(&out));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains(&format!("TCP port {port} is in use")), "{all}");
+    assert!(all.contains("the job has been aborted"), "{all}");
+    assert!(took < Duration::from_secs(8), "took {took:?}:\n{all}");
+    drop(taken);
+}

@@ -60,6 +60,7 @@ pub mod wire;
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle};
@@ -93,8 +94,24 @@ pub const ENV_CONFIG: &str = "MULTIGRAIN_CONFIG";
 /// consequences. A cluster's own failure exits with another non-zero code.
 pub const EXIT_PEER_FAILED: i32 = 3;
 
+/// Set once a [`Control::join`] of this process has returned `Ok`: from then on the
+/// control plane reports other clusters' failures; before it, only a launcher can.
+static JOINED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process has joined a job: a [`Control::join`] returned `Ok`. Before that,
+/// a cluster that dies without reaching the coordinator (or a coordinator that dies
+/// before a member reached it) is seen by no one but the launcher, which tells the
+/// clusters still joining (see `multigrain launch`); after it, the control plane reports
+/// every failure itself and such notices are ignored.
+pub fn joined() -> bool {
+    JOINED.load(Ordering::SeqCst)
+}
+
 /// How long the coordinator waits for a new connection's registration.
 const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
+/// How long a coordinator whose start-up failed goes on telling members that connect
+/// late which cluster failed.
+const LATE_WINDOW: Duration = Duration::from_secs(1);
 /// How often the coordinator looks for new connections during start-up.
 const ACCEPT_POLL: Duration = Duration::from_millis(10);
 
@@ -728,6 +745,7 @@ impl Control {
             Self::join_member(id, settings, me)
         };
         if let Ok((_, regs)) = &joined {
+            JOINED.store(true, Ordering::SeqCst);
             for r in regs {
                 tracing::debug!(
                     cluster = id.cluster,
@@ -876,33 +894,63 @@ impl Control {
             shared.state.lock().missing = Some((1..n).collect());
             shared.spawn("mg-ctl-heartbeat".into(), |s| s.heartbeat_loop());
             let (tx, rx) = mpsc::channel();
-            loop {
-                loop {
-                    match listener.accept() {
-                        Ok((stream, from)) => {
-                            let tx = tx.clone();
-                            let label = settings.key;
-                            let key = id.secret.clone();
-                            let spawned = thread::Builder::new()
-                                .name("mg-ctl-handshake".into())
-                                .spawn(move || {
-                                    handshake(stream, from, label, key.as_ref(), deadline, &tx)
-                                });
-                            if let Err(e) = spawned {
-                                tracing::warn!("cluster 0: cannot start a handshake thread: {e}");
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(e) => {
-                            tracing::debug!("cluster 0: accept on {addr} failed: {e}");
-                            break;
+            // Starts a handshake thread for each connection waiting to be accepted.
+            let accept_all = || loop {
+                match listener.accept() {
+                    Ok((stream, from)) => {
+                        let tx = tx.clone();
+                        let label = settings.key;
+                        let key = id.secret.clone();
+                        let spawned = thread::Builder::new()
+                            .name("mg-ctl-handshake".into())
+                            .spawn(move || {
+                                handshake(stream, from, label, key.as_ref(), deadline, &tx)
+                            });
+                        if let Err(e) = spawned {
+                            tracing::warn!("cluster 0: cannot start a handshake thread: {e}");
                         }
                     }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        tracing::debug!("cluster 0: accept on {addr} failed: {e}");
+                        break;
+                    }
                 }
+            };
+            loop {
+                accept_all();
                 if let Ok((stream, from, result)) = rx.recv_timeout(ACCEPT_POLL) {
                     control.admit(&mut regs, stream, from, result);
                 }
-                shared.failed()?;
+                if let Err(e) = shared.failed() {
+                    if let ControlError::ClusterFailed(f) = &e {
+                        // Members whose registration is still on its way would see this
+                        // process hang up and blame it: tell them who failed.
+                        let mut told: BTreeSet<usize> =
+                            (1..n).filter(|&c| regs[c].is_some()).collect();
+                        told.insert(f.cluster);
+                        let until = (Instant::now() + LATE_WINDOW).min(deadline);
+                        let failed = Message::Failed {
+                            cluster: f.cluster,
+                            reason: f.reason.clone(),
+                        };
+                        let key = shared.preshared.then(|| shared.secret.get()).flatten();
+                        while told.len() < n - 1 && Instant::now() < until {
+                            accept_all();
+                            if let Ok((stream, from, result)) = rx.recv_timeout(ACCEPT_POLL) {
+                                if let Ok(Received {
+                                    msg: Message::Register { registration, .. },
+                                    ..
+                                }) = &result
+                                {
+                                    told.insert(registration.cluster);
+                                }
+                                hang_up(Ok(stream), from, shared.label, key, &failed);
+                            }
+                        }
+                    }
+                    return Err(e);
+                }
                 let missing: Vec<usize> = (0..n).filter(|&c| regs[c].is_none()).collect();
                 if missing.is_empty() {
                     break;
@@ -1468,10 +1516,25 @@ fn refuse(
     reason: String,
 ) {
     tracing::warn!("cluster 0: refused the connection from {from}: {reason}");
+    hang_up(stream, from, label, key, &Message::Rejected { reason });
+}
+
+/// Coordinator: sends `msg` on `stream` and hangs up, draining what the other side still
+/// sends on a thread until it hangs up too (at most a second), so that the close does not
+/// reset the connection and destroy `msg` before it is read.
+fn hang_up(
+    stream: io::Result<TcpStream>,
+    from: SocketAddr,
+    label: u64,
+    key: Option<&Secret>,
+    msg: &Message,
+) {
     let Ok(stream) = stream else { return };
     let linger = Duration::from_secs(1);
     let _ = stream.set_write_timeout(Some(linger));
-    let _ = wire::write_frame(&mut &stream, label, key, &Message::Rejected { reason });
+    if let Err(e) = wire::write_frame(&mut &stream, label, key, msg) {
+        tracing::debug!("cluster 0: cannot answer {from}: {e}");
+    }
     let _ = stream.shutdown(Shutdown::Write);
     let _ = thread::Builder::new()
         .name("mg-ctl-refuse".into())

@@ -16,16 +16,24 @@
 //! are started directly, the others over ssh. Every child runs in its own
 //! process group with `PR_SET_PDEATHSIG(SIGKILL)`, so no cluster outlives
 //! the launcher, even when the launcher is killed with SIGKILL.
+//!
+//! A `multigrain` cluster's stdin is a pipe from the launcher (a remote one's: the ssh
+//! channel). When a cluster fails by itself, the launcher writes a notice naming it, how
+//! it ended and its last error line to every cluster still running: one that has not
+//! joined the job yet — which the control plane cannot tell, e.g. because the dead
+//! cluster never reached the coordinator, or was the coordinator — stops at once with
+//! that report (see [`spawn::watch_stdin`]) instead of waiting for a timeout.
 
 mod output;
 mod signals;
 pub mod spawn;
 
+use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::ExitStatus;
-use std::sync::mpsc;
+use std::process::{ChildStdin, ExitStatus};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -38,11 +46,14 @@ use multigrain_messaging::control::{
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use output::Sink;
+use output::{ErrorTail, Sink};
 use spawn::Plan;
 
 /// How often the launcher looks for signals and timeouts.
 const POLL: Duration = Duration::from_millis(20);
+/// How long the launcher waits for a failed cluster's last error line before it tells
+/// the others.
+const TAIL_WAIT: Duration = Duration::from_millis(100);
 /// How long the launcher waits for the last output of its children.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 
@@ -75,6 +86,11 @@ struct Proc {
     ended: usize,
     /// The launcher signalled it while it was running.
     stopped: Option<Signal>,
+    /// Its stdin, where the launcher writes notices (a `multigrain` cluster, or a remote
+    /// one, whose ssh channel this is: closing it stops the cluster).
+    notices: Option<ChildStdin>,
+    /// The last error line of its stderr.
+    tail: Arc<Mutex<ErrorTail>>,
 }
 
 impl Proc {
@@ -101,6 +117,26 @@ impl Proc {
             "cluster {} (pid {} {how} {}) {status}{by_us}",
             self.plan.cluster, self.pid, self.plan.host
         )
+    }
+
+    /// How it ended, with its last error line when it printed one (waiting a moment for
+    /// the end of its stderr, which may still be on its way).
+    fn why(&self) -> String {
+        let until = Instant::now() + TAIL_WAIT;
+        let last = loop {
+            let (last, ended) = match self.tail.lock() {
+                Ok(t) => (t.last.clone(), t.ended),
+                Err(_) => (None, true),
+            };
+            if ended || Instant::now() >= until {
+                break last;
+            }
+            thread::sleep(Duration::from_millis(5));
+        };
+        match last {
+            Some(text) => format!("{}: {text}", self.describe()),
+            None => self.describe(),
+        }
     }
 
     fn failed(&self) -> bool {
@@ -298,25 +334,26 @@ pub fn run(opts: Options) -> Result<()> {
                 .take()
                 .map(|s| (Box::new(s) as Box<dyn std::io::Read + Send>, Sink::Stderr)),
         ];
+        let tail = Arc::new(Mutex::new(ErrorTail::default()));
         for (stream, sink) in streams.into_iter().flatten() {
-            if let Err(e) = output::forward(plan.cluster, stream, sink, done_tx.clone()) {
+            let keep = matches!(sink, Sink::Stderr).then(|| Arc::clone(&tail));
+            if let Err(e) = output::forward(plan.cluster, stream, sink, done_tx.clone(), keep) {
                 launch_line(&format!(
                     "cannot forward the output of cluster {}: {e}",
                     plan.cluster
                 ));
             }
         }
+        // The notice channel (a remote cluster's ssh channel) stays open while the
+        // launcher lives (Child::wait would close it): its end tells the cluster to stop.
+        let notices = child.stdin.take();
         let index = procs.len();
         let exit_tx = exit_tx.clone();
         // Waiting on its own thread records the order in which clusters end.
         let waiter = thread::Builder::new()
             .name(format!("launch-wait-c{}", plan.cluster))
             .spawn(move || {
-                // A remote cluster's ssh channel (stdin) stays open while the launcher
-                // lives (Child::wait would close it): its end tells the cluster to stop.
-                let channel = child.stdin.take();
                 let status = child.wait();
-                drop(channel);
                 let _ = exit_tx.send((index, status));
             });
         if let Err(e) = waiter {
@@ -331,6 +368,8 @@ pub fn run(opts: Options) -> Result<()> {
             status: None,
             ended: usize::MAX,
             stopped: None,
+            notices,
+            tail,
         });
     }
     drop(done_tx);
@@ -418,6 +457,7 @@ fn monitor(
     let mut failed_at: Option<Instant> = None;
     let mut term_at: Option<Instant> = None;
     let mut killed = false;
+    let mut noticed = false;
     let mut ended = 0;
     loop {
         let event = exits.recv_timeout(POLL);
@@ -437,6 +477,25 @@ fn monitor(
             if !status.success() && outcome.first_failure.is_none() {
                 outcome.first_failure = Some(p.plan.cluster);
                 failed_at = Some(now);
+            }
+            // A cluster that failed by itself (not because another did) may have died
+            // before it reached the coordinator, or as the coordinator before the others
+            // reached it: then only the launcher knows. It tells the clusters still
+            // running; those still joining the job stop at once naming it, the others
+            // (whose control plane reports failures) ignore the notice.
+            if !status.success()
+                && status.code() != Some(EXIT_PEER_FAILED)
+                && outcome.interrupted.is_none()
+                && !noticed
+            {
+                noticed = true;
+                let notice = spawn::failure_notice(p.plan.cluster, &p.why());
+                for q in procs.iter_mut().filter(|q| q.status.is_none()) {
+                    if let Some(pipe) = &mut q.notices {
+                        // A cluster that just ended cannot read it (EPIPE): nothing to do.
+                        let _ = pipe.write_all(notice.as_bytes());
+                    }
+                }
             }
         }
         if procs.iter().all(|p| p.status.is_some()) {

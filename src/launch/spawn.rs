@@ -22,15 +22,41 @@ pub struct Plan {
     /// Variables added to the environment (locally; remotely they travel in
     /// the command line).
     pub env: Vec<(String, String)>,
+    /// Its stdin is the launcher's notice channel ([`watch_stdin`]): it runs `multigrain`.
+    pub notices: bool,
 }
 
-/// Set for a cluster process started over ssh: it exits when its stdin closes (see
-/// [`watch_stdin`]).
+/// Set for a cluster process whose stdin is the launcher's notice channel (every
+/// `multigrain` cluster that `multigrain launch` starts, locally or over ssh): see
+/// [`watch_stdin`].
 pub const ENV_WATCH_STDIN: &str = "MULTIGRAIN_WATCH_STDIN";
 
-/// In a process started with [`ENV_WATCH_STDIN`] set: a thread that reads stdin until
-/// end of file — the launcher's ssh channel closing because the launcher was interrupted
-/// or killed — then prints why and exits with status 1.
+/// How long a cluster that is still joining waits after the launcher's notice of another
+/// cluster's death before it stops: the control plane, when it knows more (the dead
+/// cluster reported why it could not start), speaks first.
+const NOTICE_DELAY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The line the launcher writes to a cluster's stdin (see [`watch_stdin`]) when cluster
+/// `cluster` failed, `how` in words (e.g. `cluster 1 (pid 42 on 127.0.0.1) exited with
+/// code 1`).
+pub fn failure_notice(cluster: usize, how: &str) -> String {
+    format!("failed {cluster} {}\n", how.replace('\n', " "))
+}
+
+/// In a process started with [`ENV_WATCH_STDIN`] set: a thread that reads the
+/// launcher's notices from stdin.
+///
+/// - A [`failure_notice`] while this process has not joined its job yet
+///   ([`multigrain_messaging::control::joined`]): another cluster died before the job
+///   started, which the control plane cannot see when that cluster never reached the
+///   coordinator (or the coordinator died before this cluster reached it). If still not
+///   joined a moment later, prints the cause naming that cluster and exits
+///   with [`EXIT_PEER_FAILED`](multigrain_messaging::control::EXIT_PEER_FAILED). Once
+///   joined, notices are ignored: the control plane reports failures itself. (It waits
+///   200 ms first: when the dead cluster told the coordinator why it could not start,
+///   the control plane's report, which says why, comes first.)
+/// - End of file — the launcher's pipe or ssh channel closing because the launcher was
+///   interrupted or killed: prints why and exits with status 1.
 pub fn watch_stdin() {
     if std::env::var_os(ENV_WATCH_STDIN).is_none() {
         return;
@@ -38,16 +64,34 @@ pub fn watch_stdin() {
     let spawned = std::thread::Builder::new()
         .name("mg-watch-launcher".into())
         .spawn(|| {
-            let mut sink = [0u8; 256];
-            let mut stdin = std::io::stdin().lock();
-            loop {
-                match std::io::Read::read(&mut stdin, &mut sink) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
+            let stdin = std::io::stdin().lock();
+            for line in std::io::BufRead::lines(stdin) {
+                let Ok(line) = line else { break };
+                let Some((cluster, how)) = line
+                    .strip_prefix("failed ")
+                    .and_then(|rest| rest.split_once(' '))
+                else {
+                    continue;
+                };
+                if multigrain_messaging::control::joined() {
+                    continue;
                 }
+                std::thread::sleep(NOTICE_DELAY);
+                if multigrain_messaging::control::joined() {
+                    continue;
+                }
+                // stderr may be gone with the launcher: a failed write must not stop the
+                // exit (eprintln! would panic this thread instead).
+                let _ = std::io::Write::write_all(
+                    &mut std::io::stderr(),
+                    format!(
+                        "multigrain: error: cluster {cluster} failed before the job started: \
+                         {how} (seen by the launcher); stopping this cluster\n"
+                    )
+                    .as_bytes(),
+                );
+                std::process::exit(multigrain_messaging::control::EXIT_PEER_FAILED);
             }
-            // stderr may lead to the dead launcher too: a failed write must not stop
-            // the exit (eprintln! would panic this thread instead).
             let _ = std::io::Write::write_all(
                 &mut std::io::stderr(),
                 b"multigrain: error: the launcher's connection (stdin) closed: the launcher was \
@@ -62,18 +106,21 @@ pub fn watch_stdin() {
 
 impl Plan {
     /// A cluster on this machine: `command` run directly. A command named
-    /// `multigrain` runs this same executable.
+    /// `multigrain` runs this same executable, with [`ENV_WATCH_STDIN`] set and a pipe
+    /// from the launcher as stdin (other commands get no stdin).
     pub fn local(
         cluster: usize,
         host: &str,
         command: &[String],
-        env: Vec<(String, String)>,
+        mut env: Vec<(String, String)>,
     ) -> Plan {
         let mut argv: Vec<OsString> = command.iter().map(OsString::from).collect();
-        if command[0] == "multigrain"
-            && let Ok(me) = std::env::current_exe()
-        {
-            argv[0] = me.into_os_string();
+        let notices = command[0] == "multigrain";
+        if notices {
+            if let Ok(me) = std::env::current_exe() {
+                argv[0] = me.into_os_string();
+            }
+            env.push((ENV_WATCH_STDIN.to_owned(), "1".to_owned()));
         }
         Plan {
             cluster,
@@ -81,6 +128,7 @@ impl Plan {
             remote: false,
             argv,
             env,
+            notices,
         }
     }
 
@@ -120,6 +168,7 @@ impl Plan {
             remote: true,
             argv,
             env: Vec::new(),
+            notices: true,
         }
     }
 
@@ -132,8 +181,9 @@ impl Plan {
             .join(" ")
     }
 
-    /// Starts the process with piped stdout and stderr, no stdin (a remote one: a pipe
-    /// the launcher keeps open and never writes, see [`Plan::remote`]), in its own
+    /// Starts the process with piped stdout and stderr, no stdin (a `multigrain` cluster
+    /// or a remote one: a pipe the launcher keeps open for its notices, see
+    /// [`watch_stdin`] and [`Plan::remote`]), in its own
     /// process group, and with `PR_SET_PDEATHSIG(SIGKILL)`: when the thread
     /// that started it (the launcher's main thread) ends, even by SIGKILL,
     /// the kernel kills it. Call from the launcher's main thread.
@@ -141,7 +191,7 @@ impl Plan {
         let mut cmd = Command::new(&self.argv[0]);
         cmd.args(&self.argv[1..])
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(if self.remote {
+            .stdin(if self.notices {
                 Stdio::piped()
             } else {
                 Stdio::null()
@@ -195,6 +245,20 @@ mod tests {
         assert_eq!(quote("a b"), "'a b'");
         assert_eq!(quote("it's"), r"'it'\''s'");
         assert_eq!(quote("$HOME;rm"), "'$HOME;rm'");
+    }
+
+    #[test]
+    fn local_multigrain_clusters_get_the_notice_channel() {
+        let env = vec![("MULTIGRAIN_CLUSTER_ID".to_owned(), "1".to_owned())];
+        let mg = Plan::local(1, "127.0.0.1", &["multigrain".into(), "hello".into()], env);
+        assert!(mg.notices && !mg.remote);
+        assert!(mg.env.iter().any(|(k, v)| k == ENV_WATCH_STDIN && v == "1"));
+        let other = Plan::local(1, "127.0.0.1", &["sleep".into(), "1".into()], Vec::new());
+        assert!(!other.notices && other.env.is_empty());
+        assert_eq!(
+            failure_notice(2, "cluster 2 exited\nwith code 1"),
+            "failed 2 cluster 2 exited with code 1\n"
+        );
     }
 
     #[test]
