@@ -7,7 +7,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{HANG, Stream, TempDir, assert_gone, launch, launched_pids, local_config};
+use common::{
+    HANG, Stream, TempDir, assert_gone, assert_no_segments, launch, launched_pids, local_config,
+};
 
 /// The peer timeout of these jobs.
 const PEER: Duration = Duration::from_millis(1000);
@@ -112,6 +114,7 @@ fn kill_one(victim: usize) {
         ),
     );
     assert_gone(&pids, HANG, &name);
+    assert_no_segments(&pids, &name);
 }
 
 #[test]
@@ -349,6 +352,7 @@ fn coordinator_port_clash_is_reported_by_the_member_at_once() {
         job.transcript()
     );
     assert_gone(&pids, HANG, "early-c0 job");
+    assert_no_segments(&pids, "early-c0 job");
     drop(taken);
 }
 
@@ -395,6 +399,7 @@ fn member_ini_port_clash_is_reported_by_every_cluster_at_once() {
     );
     assert_eq!(status.code(), Some(1), "output:\n{}", job.transcript());
     assert_gone(&pids, HANG, "early-c1 job");
+    assert_no_segments(&pids, "early-c1 job");
     drop(taken);
 }
 

@@ -381,6 +381,13 @@ pub fn run(opts: Options) -> Result<()> {
     for p in &mut procs {
         let _ = killpg(Pid::from_raw(p.pid), Signal::SIGKILL);
     }
+    // So do the shared-memory names of clusters that ended before unlinking them (a
+    // cluster unlinks its segment once its peers attached; one stopped earlier — killed,
+    // or told by this launcher that another cluster failed before the job started —
+    // leaves it). Only names of this user whose creating process is gone are removed.
+    if procs.iter().any(|p| !p.plan.remote) {
+        multigrain_messaging::segment::sweep_stale();
+    }
     let drain_until = Instant::now() + OUTPUT_DRAIN;
     for _ in 0..streams {
         let left = drain_until.saturating_duration_since(Instant::now());

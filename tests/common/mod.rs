@@ -279,6 +279,26 @@ pub fn assert_gone(pids: &[i32], timeout: Duration, what: &str) {
     }
 }
 
+/// No shared-memory name in `/dev/shm` was created by any of `pids` (names carry their
+/// creator's pid: `multigrain-{uid}-{pid}-…`); call after the processes are gone.
+pub fn assert_no_segments(pids: &[i32], what: &str) {
+    let left: Vec<String> = fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    n.starts_with("multigrain-")
+                        && pids.iter().any(|p| n.contains(&format!("-{p}-")))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "{what}: shared-memory names left: {left:?}"
+    );
+}
+
 /// The cluster pids `multigrain launch` reported, by cluster id.
 pub fn launched_pids(launch: &Proc, clusters: usize) -> Vec<i32> {
     (0..clusters)
