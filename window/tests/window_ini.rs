@@ -288,25 +288,35 @@ fn duplicates_and_out_of_window_frames_are_rejected_and_counted() {
     );
 }
 
+/// One frame (sequence 0, one fragment when it carries a payload) of `kind` on `conn`
+/// under `epoch`, MACed with `key`.
+fn frame(kind: FrameKind, epoch: u64, conn: ConnId, payload: &[u8], key: [u8; 32]) -> Vec<u8> {
+    let h = Header {
+        kind,
+        epoch,
+        conn,
+        seq: 0,
+        ack: 0,
+        frag_index: 0,
+        frag_count: u16::from(!payload.is_empty()),
+    };
+    let mut buf = vec![0; 64];
+    let n = wire::encode(&h, payload, &wire::MacKey::new(key), &mut buf).unwrap();
+    buf.truncate(n);
+    buf
+}
+
 #[test]
 fn foreign_and_damaged_datagrams_are_rejected_and_counted() {
     let (mut a, _) = ini_a(config());
     // A datagram of an earlier run: its epoch, its secret.
-    let earlier_run = {
-        let h = Header {
-            kind: FrameKind::Data,
-            epoch: EPOCH ^ 1,
-            conn: ConnId { src: B, dst: A },
-            seq: 0,
-            ack: 0,
-            frag_index: 0,
-            frag_count: 1,
-        };
-        let mut buf = vec![0; 64];
-        let n = wire::encode(&h, b"x", &wire::MacKey::new([1; 32]), &mut buf).unwrap();
-        buf.truncate(n);
-        buf
-    };
+    let earlier_run = frame(
+        FrameKind::Data,
+        EPOCH ^ 1,
+        ConnId { src: B, dst: A },
+        b"x",
+        [1; 32],
+    );
     assert_eq!(
         a.handle_datagram(Micros(0), &earlier_run),
         Err(Rejected::Decode(wire::DecodeError::WrongEpoch {
@@ -315,59 +325,23 @@ fn foreign_and_damaged_datagrams_are_rejected_and_counted() {
         }))
     );
     // This run's epoch, forged without the secret.
-    let forged = {
-        let h = Header {
-            kind: FrameKind::Data,
-            epoch: EPOCH,
-            conn: ConnId { src: B, dst: A },
-            seq: 0,
-            ack: 0,
-            frag_index: 0,
-            frag_count: 1,
-        };
-        let mut buf = vec![0; 64];
-        let n = wire::encode(&h, b"x", &wire::MacKey::new([2; 32]), &mut buf).unwrap();
-        buf.truncate(n);
-        buf
-    };
+    let forged = frame(
+        FrameKind::Data,
+        EPOCH,
+        ConnId { src: B, dst: A },
+        b"x",
+        [2; 32],
+    );
     assert_eq!(
         a.handle_datagram(Micros(0), &forged),
         Err(Rejected::Decode(wire::DecodeError::BadMac))
     );
-    let misdirected = {
-        let h = Header {
-            kind: FrameKind::Data,
-            epoch: EPOCH,
-            conn: ConnId { src: B, dst: C },
-            seq: 0,
-            ack: 0,
-            frag_index: 0,
-            frag_count: 1,
-        };
-        let mut buf = vec![0; 64];
-        let n = wire::encode(&h, b"x", &wire::MacKey::new(KEY), &mut buf).unwrap();
-        buf.truncate(n);
-        buf
-    };
+    let misdirected = frame(FrameKind::Data, EPOCH, ConnId { src: B, dst: C }, b"x", KEY);
     assert_eq!(
         a.handle_datagram(Micros(0), &misdirected),
         Err(Rejected::Misdirected(C))
     );
-    let from_stranger = {
-        let h = Header {
-            kind: FrameKind::Ack,
-            epoch: EPOCH,
-            conn: ConnId { src: C, dst: A },
-            seq: 0,
-            ack: 0,
-            frag_index: 0,
-            frag_count: 0,
-        };
-        let mut buf = vec![0; 64];
-        let n = wire::encode(&h, &[], &wire::MacKey::new(KEY), &mut buf).unwrap();
-        buf.truncate(n);
-        buf
-    };
+    let from_stranger = frame(FrameKind::Ack, EPOCH, ConnId { src: C, dst: A }, &[], KEY);
     assert_eq!(
         a.handle_datagram(Micros(0), &from_stranger),
         Err(Rejected::UnknownPeer(C))
