@@ -179,6 +179,7 @@ fn on_dsm(
 struct Watchdog {
     stop: Arc<(Mutex<bool>, std::sync::Condvar)>,
     thread: Option<std::thread::JoinHandle<()>>,
+    control: Arc<Control>,
 }
 
 impl Watchdog {
@@ -191,7 +192,7 @@ impl Watchdog {
             .min(Duration::from_secs(1))
             .max(Duration::from_millis(10));
         let stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
-        let (flag, control) = (Arc::clone(&stop), Arc::clone(control));
+        let (flag, reporter) = (Arc::clone(&stop), Arc::clone(control));
         let spawned = std::thread::Builder::new()
             .name("mg-watchdog".into())
             .spawn(move || {
@@ -207,7 +208,7 @@ impl Watchdog {
                     if *stopped {
                         break;
                     }
-                    control.report_progress(probe.stall().map(|s| ControlStall {
+                    reporter.report_progress(probe.stall().map(|s| ControlStall {
                         duration: s.duration,
                         waits: s.waits,
                     }));
@@ -217,6 +218,7 @@ impl Watchdog {
             Ok(t) => Some(Watchdog {
                 stop,
                 thread: Some(t),
+                control: Arc::clone(control),
             }),
             Err(e) => {
                 tracing::warn!(
@@ -238,6 +240,8 @@ impl Drop for Watchdog {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        // The DSM is done here: no report of this cluster may stay a stall.
+        self.control.report_progress(None);
     }
 }
 
