@@ -74,6 +74,15 @@ impl<'a> Auth<'a> {
             required: true,
         }
     }
+
+    /// A pre-shared secret, if any: [`Auth::required`] under it, else [`Auth::NONE`]
+    /// (a start-up frame, sent before any bootstrap).
+    pub const fn preshared(key: Option<&'a Secret>) -> Auth<'a> {
+        match key {
+            Some(key) => Auth::required(key),
+            None => Auth::NONE,
+        }
+    }
 }
 
 /// A frame that was read, and whether it carried a valid MAC.

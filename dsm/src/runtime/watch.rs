@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread::ThreadId;
+use std::thread::{Thread, ThreadId};
 use std::time::{Duration, Instant};
 
 /// The waiting threads of one cluster and the compute threads running.
@@ -25,8 +25,8 @@ pub(crate) struct Waits {
 }
 
 struct State {
-    /// Thread → (its name, what it waits for, since when).
-    waiting: HashMap<ThreadId, (String, String, Instant)>,
+    /// Thread → (the thread, what it waits for, since when).
+    waiting: HashMap<ThreadId, (Thread, String, Instant)>,
     /// When a wait last began or ended.
     last_change: Instant,
 }
@@ -57,9 +57,8 @@ impl Waits {
     pub(crate) fn enter(&self, what: String) -> Waiting<'_> {
         let now = Instant::now();
         let thread = std::thread::current();
-        let name = thread.name().unwrap_or("a thread").to_owned();
         let mut st = self.state.lock();
-        st.waiting.insert(thread.id(), (name, what, now));
+        st.waiting.insert(thread.id(), (thread, what, now));
         st.last_change = now;
         Waiting { waits: self }
     }
@@ -83,9 +82,10 @@ impl Waits {
         let mut waits: Vec<String> = st
             .waiting
             .values()
-            .map(|(name, what, since)| {
+            .map(|(thread, what, since)| {
                 format!(
-                    "{name} {what} (for {:.1} s)",
+                    "{} {what} (for {:.1} s)",
+                    thread.name().unwrap_or("a thread"),
                     now.duration_since(*since).as_secs_f64()
                 )
             })

@@ -177,7 +177,8 @@ fn on_dsm(
 /// period, whose coordinator fails the job when every cluster has stalled for the
 /// timeout. Stops when dropped.
 struct Watchdog {
-    stop: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    /// Dropping it stops the thread.
+    stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
     control: Arc<Control>,
 }
@@ -191,23 +192,14 @@ impl Watchdog {
         let period = (timeout / 4)
             .min(Duration::from_secs(1))
             .max(Duration::from_millis(10));
-        let stop = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
-        let (flag, reporter) = (Arc::clone(&stop), Arc::clone(control));
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let reporter = Arc::clone(control);
         let spawned = std::thread::Builder::new()
             .name("mg-watchdog".into())
             .spawn(move || {
-                let (lock, cv) = &*flag;
-                let mut stopped = lock
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                while !*stopped {
-                    let (s, _) = cv
-                        .wait_timeout(stopped, period)
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    stopped = s;
-                    if *stopped {
-                        break;
-                    }
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(period)
+                {
                     reporter.report_progress(probe.stall().map(|s| ControlStall {
                         duration: s.duration,
                         waits: s.waits,
@@ -216,7 +208,7 @@ impl Watchdog {
             });
         match spawned {
             Ok(t) => Some(Watchdog {
-                stop,
+                stop: Some(stop),
                 thread: Some(t),
                 control: Arc::clone(control),
             }),
@@ -232,11 +224,7 @@ impl Watchdog {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        let (lock, cv) = &*self.stop;
-        *lock
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
-        cv.notify_all();
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
