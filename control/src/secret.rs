@@ -34,6 +34,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
+use multigrain_window::wire::MacKey;
+
 /// Names the file holding the job's secret (a path, never the key itself); set by
 /// `multigrain launch` and `multigrain run`, or by the user under `srun`/`mpirun`.
 pub const ENV_KEY_FILE: &str = "MULTIGRAIN_KEY_FILE";
@@ -41,8 +43,9 @@ pub const ENV_KEY_FILE: &str = "MULTIGRAIN_KEY_FILE";
 /// Bytes of a [`Secret`].
 pub const SECRET_LEN: usize = 32;
 /// Bytes of a MAC: BLAKE3's keyed hash truncated to 128 bits (a forger's chance per
-/// attempt is 2^-128; the full 32 bytes would only make every frame longer).
-pub const MAC_LEN: usize = 16;
+/// attempt is 2^-128; the full 32 bytes would only make every frame longer) — the INIs'
+/// MAC ([`multigrain_window::wire::MacKey`]), which control frames share.
+pub use multigrain_window::wire::MAC_LEN;
 
 /// A job's 32-byte secret. `Debug` prints no key bytes.
 #[derive(Clone, PartialEq, Eq)]
@@ -115,21 +118,15 @@ impl Secret {
         Ok(Secret(b))
     }
 
-    /// The [`MAC_LEN`]-byte MAC of the concatenation of `parts`: BLAKE3 in keyed mode.
+    /// The [`MAC_LEN`]-byte MAC of the concatenation of `parts`: BLAKE3 in keyed mode,
+    /// as the INIs compute it ([`MacKey`]).
     pub fn mac(&self, parts: &[&[u8]]) -> [u8; MAC_LEN] {
-        let mut h = blake3::Hasher::new_keyed(&self.0);
-        for p in parts {
-            h.update(p);
-        }
-        let mut out = [0u8; MAC_LEN];
-        out.copy_from_slice(&h.finalize().as_bytes()[..MAC_LEN]);
-        out
+        MacKey::new(self.0).mac_parts(parts)
     }
 
     /// Whether `tag` is the MAC of `parts`, compared in constant time.
     pub fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
-        let want = self.mac(parts);
-        tag.len() == MAC_LEN && want.iter().zip(tag).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0
+        MacKey::new(self.0).verify_parts(parts, tag)
     }
 
     /// Writes the secret as hex into a new file at `path`, created with mode `0600`

@@ -125,15 +125,30 @@ impl MacKey {
 
     /// The [`MAC_LEN`]-byte MAC of `bytes`.
     pub fn mac(&self, bytes: &[u8]) -> [u8; MAC_LEN] {
-        let full = blake3::keyed_hash(&self.0, bytes);
+        self.mac_parts(&[bytes])
+    }
+
+    /// The [`MAC_LEN`]-byte MAC of the concatenation of `parts` (BLAKE3 in keyed mode,
+    /// truncated), without concatenating them.
+    pub fn mac_parts(&self, parts: &[&[u8]]) -> [u8; MAC_LEN] {
+        let mut h = blake3::Hasher::new_keyed(&self.0);
+        for p in parts {
+            h.update(p);
+        }
         let mut out = [0u8; MAC_LEN];
-        out.copy_from_slice(&full.as_bytes()[..MAC_LEN]);
+        out.copy_from_slice(&h.finalize().as_bytes()[..MAC_LEN]);
         out
     }
 
     /// Whether `tag` is the MAC of `bytes`, compared in constant time.
     pub fn verify(&self, bytes: &[u8], tag: &[u8]) -> bool {
-        let want = self.mac(bytes);
+        self.verify_parts(&[bytes], tag)
+    }
+
+    /// Whether `tag` is the MAC of the concatenation of `parts`, compared in constant
+    /// time.
+    pub fn verify_parts(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
+        let want = self.mac_parts(parts);
         tag.len() == MAC_LEN && want.iter().zip(tag).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
     }
 }
