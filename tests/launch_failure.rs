@@ -453,5 +453,6 @@ fn coordinator_port_clash_under_run_is_reported_by_the_member_at_once() {
     );
     assert_eq!(status.code(), Some(1), "output:\n{}", run.transcript());
     assert_gone(&pids, HANG, "run-early-c0 job");
+    assert_no_segments(&pids, "run-early-c0 job");
     drop(taken);
 }
