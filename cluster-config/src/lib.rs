@@ -57,8 +57,9 @@
 //! | `dsm.barrier_updates` | `"auto"` | `auto` (on with exactly 2 clusters), `on`, `off`: hlrc homes send their changed shared pages' diffs to the copies at barriers (update instead of invalidate) |
 //! | `dsm.release_batch` | 16 | 1 ..= 1024 contended or pushed locks given back together after one flush (1: each at its release) |
 //! | `dsm.protocol_priority` | `"auto"` | `auto`, `realtime`, `normal` |
-//! | `emulation.send_overhead_us`, `recv_overhead_us`, `gap_us`, `latency_us` | 0 | finite, ≥ 0 µs |
-//! | `emulation.per_byte_gap_ns` | 0 | finite, ≥ 0 ns per byte |
+//! | `emulation.send_overhead_us`, `recv_overhead_us`, `latency_us` | 0 | finite, ≥ 0 µs (*o_s*, *o_r*, *L*; see [`EmulationConfig`]) |
+//! | `emulation.gap_us` | 0 | finite, ≥ 0 µs (*g*); 0 when two clusters are linked over shared memory |
+//! | `emulation.per_byte_gap_ns` | 0 | finite, ≥ 0 ns per byte (*G*); 0 when two clusters are linked over shared memory |
 //! | `faults.drop`, `duplicate`, `reorder`, `corrupt` | 0 | 0 ..= 1 |
 //! | `faults.seed` | 1 | 0 ..= 2^64−1 |
 //! | `launch.ssh` | `["ssh", "-o", "BatchMode=yes"]` | non-empty list of strings |
@@ -66,7 +67,11 @@
 //! The cluster list is either `[local]` (N clusters on 127.0.0.1, port 0)
 //! or one `[[cluster]]` table per cluster, not both, with at least one
 //! cluster. Clusters on one host with non-zero ports must not share an INI
-//! port, and `ini.substrate = "shm"` needs every cluster on one host.
+//! port, and `ini.substrate = "shm"` needs every cluster on one host. The
+//! gap *g* and per-byte gap *G* stall an INI, so they are refused when
+//! `ini.substrate` links two clusters over shared memory
+//! ([`JobConfig::check_emulation`]; a running job repeats the check on the
+//! links it finds).
 //!
 //! # Launchers
 //!
@@ -95,8 +100,8 @@ pub use launcher::{
 };
 pub use model::{
     BarrierUpdates, ClusterSpec, DEFAULT_JOB_KEY, DEFAULT_PREFETCH, DEFAULT_PROGRESS_TIMEOUT_MS,
-    DEFAULT_RELEASE_BATCH, DsmConfig, EmulationConfig, FaultConfig, HomePolicy, IniConfig,
-    IniPolicy, JobConfig, JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS,
+    DEFAULT_RELEASE_BATCH, DsmConfig, EmulationConfig, EmulationLinkError, FaultConfig, HomePolicy,
+    IniConfig, IniPolicy, JobConfig, JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS,
     MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH, MAX_REGION_SIZE, MAX_RELEASE_BATCH,
     MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS, MAX_WINDOW, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE,
     ParseChoiceError, Protocol, ProtocolPriority, Substrate, USER_SPACE_END, is_loopback,

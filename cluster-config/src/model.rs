@@ -500,23 +500,43 @@ impl DsmConfig {
     }
 }
 
-/// The `[emulation]` section: network emulation after Martin et al.
-/// (ISCA 1997, §3.2). Every value is ≥ 0 and finite; all 0 (the default)
-/// turns emulation off.
+/// The `[emulation]` section: LogGP network emulation after Martin et al.
+/// (paper 001, ISCA 1997, §3.2). Every value is ≥ 0 and finite; all 0 (the
+/// default) turns emulation off.
+///
+/// What each parameter does between two clusters (never inside one):
+///
+/// | key | network path (INIs over UDP) | shared-memory link |
+/// |---|---|---|
+/// | `send_overhead_us` (*o_s*) | busy loop by the sending thread per message sent | the same |
+/// | `recv_overhead_us` (*o_r*) | busy loop by the thread that takes the message from its receive queue (a compute thread's poll, the protocol thread) | the same |
+/// | `gap_us` (*g*) | the sending INI injects no DATA datagram sooner than *g* + *n*·*G* after its previous one of *n* bytes; ACK/NAK-only datagrams neither wait nor count | rejected ([`EmulationConfig::check_link`]) |
+/// | `per_byte_gap_ns` (*G*) | the per-byte term of that gap | rejected |
+/// | `latency_us` (*L*) | every datagram is held *L* after it is read, before the window sees it | every message is held *L* after the receiving thread first sees it |
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct EmulationConfig {
-    /// `send_overhead_us`: *o*, µs of busy loop added to every send.
+    /// `send_overhead_us`: *o_s*, µs of busy loop by the sending thread,
+    /// before the message enters the substrate, per message sent to another
+    /// cluster (each fragment of a bulk message is a message).
     pub send_overhead_us: f64,
-    /// `recv_overhead_us`: *o*, µs of busy loop added to every receive.
+    /// `recv_overhead_us`: *o_r*, µs of busy loop by the receiving thread
+    /// (the compute or protocol thread whose poll takes the message from its
+    /// receive queue), per message from another cluster delivered to it.
     pub recv_overhead_us: f64,
-    /// `gap_us`: *g*, µs an INI stalls after each injection.
+    /// `gap_us`: *g*, µs the sending INI waits after each DATA datagram
+    /// before it injects the next one (network path only).
     pub gap_us: f64,
-    /// `latency_us`: *L*, µs a message waits before delivery: in the INIs on the
-    /// network path, and at the receiving endpoint for messages between clusters over
-    /// shared memory (each message held *L* from when it is first polled, none behind
-    /// another: the thesis's "IO delay", paper 002 Table 5.3).
+    /// `latency_us`: *L*, µs a message waits before delivery, independent of
+    /// load (each message its own *L*, none behind another): in the
+    /// receiving INIs on the network path (every datagram, read from the
+    /// socket, enters the window *L* later), and at the receiving endpoint
+    /// for messages between clusters over shared memory (each message held
+    /// *L* from when it is first polled: the thesis's "IO delay", paper 002
+    /// Table 5.3).
     pub latency_us: f64,
-    /// `per_byte_gap_ns`: *G*, ns of gap per byte of payload.
+    /// `per_byte_gap_ns`: *G*, ns of gap per byte of an injected DATA
+    /// datagram (network path only): after a datagram of *n* bytes the INI
+    /// waits *g* + *n*·*G* before its next injection.
     pub per_byte_gap_ns: f64,
 }
 
@@ -533,7 +553,89 @@ impl EmulationConfig {
         .iter()
         .any(|v| *v != 0.0)
     }
+
+    /// The set parameters that only the INIs can emulate (*g*, *G*: they
+    /// stall a network interface, and a shared-memory link has none), as
+    /// `(key, value)` with the key's full name.
+    pub fn network_only(&self) -> impl Iterator<Item = (&'static str, f64)> {
+        [
+            ("emulation.gap_us", self.gap_us),
+            ("emulation.per_byte_gap_ns", self.per_byte_gap_ns),
+        ]
+        .into_iter()
+        .filter(|(_, v)| *v != 0.0)
+    }
+
+    /// Checks that this emulation can be applied on the link `link` between
+    /// clusters `a` and `b` chosen by `substrate`: on a shared-memory link
+    /// *o_s*, *o_r* and *L* apply, *g* and *G* cannot and are refused. The
+    /// one check behind both `config check` (on the links the file implies,
+    /// [`JobConfig::check_emulation`]) and a running job (on the links it
+    /// found).
+    ///
+    /// # Errors
+    ///
+    /// [`EmulationLinkError`] naming the first such key, its value, the
+    /// clusters and the substrate.
+    pub fn check_link(
+        &self,
+        link: Link,
+        a: usize,
+        b: usize,
+        substrate: Substrate,
+    ) -> Result<(), EmulationLinkError> {
+        if link != Link::Shm {
+            return Ok(());
+        }
+        match self.network_only().next() {
+            Some((key, value)) => Err(EmulationLinkError {
+                key,
+                value,
+                a,
+                b,
+                substrate,
+            }),
+            None => Ok(()),
+        }
+    }
 }
+
+/// An emulation key set for a link that cannot emulate it (see
+/// [`EmulationConfig::check_link`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmulationLinkError {
+    /// The key, e.g. `emulation.gap_us`.
+    pub key: &'static str,
+    /// Its value.
+    pub value: f64,
+    /// One end of the link (cluster id).
+    pub a: usize,
+    /// The other end (cluster id).
+    pub b: usize,
+    /// `ini.substrate`, which chose the link.
+    pub substrate: Substrate,
+}
+
+impl EmulationLinkError {
+    /// Why the value is refused, without the `key = value: ` prefix.
+    pub fn reason(&self) -> String {
+        format!(
+            "emulated only on the network path (it stalls the sending INI), but ini.substrate \
+             = \"{}\" links clusters {} and {} over shared memory, where it is not emulated; \
+             set ini.substrate = \"udp\" to emulate it between clusters on one host, or set \
+             {} = 0",
+            self.substrate, self.a, self.b, self.key
+        )
+    }
+}
+
+impl fmt::Display for EmulationLinkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} = {}: {}", self.key, self.value, self.reason())
+    }
+}
+
+impl std::error::Error for EmulationLinkError {}
 
 /// The `[faults]` section: fault injection in the datagram path. Each
 /// probability is in [0, 1] and applies to every datagram independently; all
@@ -701,6 +803,28 @@ impl JobConfig {
             (Substrate::Udp, _) | (_, false) => Link::Udp,
             (Substrate::Auto | Substrate::Shm, true) => Link::Shm,
         }
+    }
+
+    /// Checks the emulation against every pair of clusters' link as
+    /// [`JobConfig::link_between`] predicts it (see
+    /// [`EmulationConfig::check_link`]).
+    ///
+    /// # Errors
+    ///
+    /// [`EmulationLinkError`] for the first pair linked over shared memory
+    /// while *g* or *G* is set.
+    pub fn check_emulation(&self) -> Result<(), EmulationLinkError> {
+        if self.emulation.network_only().next().is_none() {
+            return Ok(());
+        }
+        let n = self.clusters.len();
+        for a in 0..n {
+            for b in a + 1..n {
+                self.emulation
+                    .check_link(self.link_between(a, b), a, b, self.ini.substrate)?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -84,7 +84,7 @@ pub(crate) fn resolve(raw: RawFile, src: &Source<'_>) -> Result<JobConfig, Confi
         &ini.ack_timeout_us,
     )?;
 
-    Ok(JobConfig {
+    let cfg = JobConfig {
         job: JobSettings {
             name: job.name,
             key: job.key,
@@ -110,7 +110,9 @@ pub(crate) fn resolve(raw: RawFile, src: &Source<'_>) -> Result<JobConfig, Confi
         emulation,
         faults,
         launch,
-    })
+    };
+    r.check_emulation(&cfg, raw.emulation.as_ref())?;
+    Ok(cfg)
 }
 
 struct Job {
@@ -752,6 +754,28 @@ impl Resolver<'_, '_> {
             )),
             None => Ok(()),
         }
+    }
+
+    /// *g* and *G* only on links that can emulate them
+    /// ([`JobConfig::check_emulation`], the check a running job repeats on the
+    /// links it finds), reported at the key.
+    fn check_emulation(
+        &self,
+        cfg: &JobConfig,
+        raw: Option<&RawEmulation>,
+    ) -> Result<(), ConfigError> {
+        let Err(e) = cfg.check_emulation() else {
+            return Ok(());
+        };
+        let field = raw.and_then(|r| match e.key {
+            "emulation.gap_us" => r.gap_us.as_ref(),
+            _ => r.per_byte_gap_ns.as_ref(),
+        });
+        let val = Val {
+            value: e.value,
+            span: field.map(|f| f.span()),
+        };
+        Err(self.invalid(&val, e.key, e.reason()))
     }
 
     /// The delayed ACK must leave before the sender retransmits, and a peer

@@ -69,7 +69,7 @@ prop_compose! {
             inis: cluster_inis[id],
         }).collect();
         let send = ack + send_extra;
-        JobConfig {
+        let mut cfg = JobConfig {
             job: JobSettings {
                 name,
                 key,
@@ -120,7 +120,13 @@ prop_compose! {
                 seed,
             },
             launch: LaunchConfig { ssh: ssh.into_iter().map(|w| format!("x{w}")).collect() },
+        };
+        // g and G are refused on shared-memory links.
+        if cfg.check_emulation().is_err() {
+            cfg.emulation.gap_us = 0.0;
+            cfg.emulation.per_byte_gap_ns = 0.0;
         }
+        cfg
     }
 }
 

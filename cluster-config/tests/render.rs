@@ -32,7 +32,7 @@ fn explicit_hosts_ports_and_optional_lines() {
          [[cluster]]\nhost = 'node-b'\nthreads = 8\n\
          [ini]\nper_cluster = 2\npolicy = 'least-loaded'\n\
          [dsm]\nprotocol = 'sc'\nhome = 'first-touch'\nregion_size = '512MiB'\n\
-         [emulation]\nlatency_us = 5\nper_byte_gap_ns = 0.5\n\
+         [emulation]\nlatency_us = 5\nrecv_overhead_us = 0.5\n\
          [faults]\ndrop = 0.01\nseed = 7\n\
          [launch]\nssh = ['ssh', '-q']\n",
     );
@@ -58,7 +58,7 @@ fn explicit_hosts_ports_and_optional_lines() {
     assert!(table.contains("\ndsm        protocol sc, home policy first-touch\n"));
     assert!(table.contains("\nregion     512 MiB at 0x500000000000..0x500020000000 (131072 pages"));
     assert!(
-        table.contains("\nemulation  send o 0 µs, recv o 0 µs, g 0 µs, L 5 µs, G 0.5 ns/byte\n")
+        table.contains("\nemulation  send o 0 µs, recv o 0.5 µs, g 0 µs, L 5 µs, G 0 ns/byte\n")
     );
     assert!(table.contains("\nfaults     drop 0.01, duplicate 0, reorder 0, corrupt 0 (seed 7)\n"));
     assert!(table.contains("\nlaunch     ssh -q HOST COMMAND for clusters not on loopback\n"));

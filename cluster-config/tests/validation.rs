@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use multigrain_cluster_config::{ConfigError, JobConfig};
+use multigrain_cluster_config::{ConfigError, JobConfig, Link, Substrate};
 
 const ORIGIN: &str = "jobs/t.toml";
 
@@ -563,11 +563,70 @@ fn emulation_values_are_finite_and_not_negative() {
     );
     // Integers are accepted where numbers are expected.
     let cfg = ok(&with_local(
-        "[emulation]\nlatency_us = 5\nper_byte_gap_ns = 0.25",
+        "[emulation]\nlatency_us = 5\nper_byte_gap_ns = 0.25\n[ini]\nsubstrate = \"udp\"",
     ));
     assert_eq!(cfg.emulation.latency_us, 5.0);
     assert_eq!(cfg.emulation.per_byte_gap_ns, 0.25);
     assert!(cfg.emulation.is_enabled());
+}
+
+/// *g* and *G* stall an INI: refused where two clusters are linked over shared memory
+/// (paper 001 §3.2); *o_s*, *o_r* and *L* apply there too.
+#[test]
+fn gap_keys_are_refused_on_shared_memory_links() {
+    let why = |key: &str, substrate: &str| {
+        format!(
+            "emulated only on the network path (it stalls the sending INI), but \
+             ini.substrate = \"{substrate}\" links clusters 0 and 1 over shared memory, where \
+             it is not emulated; set ini.substrate = \"udp\" to emulate it between clusters \
+             on one host, or set {key} = 0"
+        )
+    };
+    assert_eq!(
+        err(&with_local("[emulation]\ngap_us = 5")),
+        format!(
+            "jobs/t.toml:2:10: emulation.gap_us = 5: {}",
+            why("emulation.gap_us", "auto")
+        )
+    );
+    assert_eq!(
+        err(&with_local(
+            "[ini]\nsubstrate = \"shm\"\n[emulation]\nper_byte_gap_ns = 0.5"
+        )),
+        format!(
+            "jobs/t.toml:4:19: emulation.per_byte_gap_ns = 0.5: {}",
+            why("emulation.per_byte_gap_ns", "shm")
+        )
+    );
+    // Over UDP, on one cluster, or on clusters on different hosts they apply.
+    ok(&with_local(
+        "[ini]\nsubstrate = \"udp\"\n[emulation]\ngap_us = 5\nper_byte_gap_ns = 0.5",
+    ));
+    ok("[emulation]\ngap_us = 5\n[local]\nclusters = 1\n");
+    ok("[emulation]\ngap_us = 5\n\
+        [[cluster]]\nhost = \"a\"\nport = 7000\nthreads = 1\n\
+        [[cluster]]\nhost = \"b\"\nport = 7000\nthreads = 1\n");
+    // The other keys apply on every link.
+    ok(&with_local(
+        "[emulation]\nsend_overhead_us = 1\nrecv_overhead_us = 1\nlatency_us = 1",
+    ));
+    // The same check, on the links a running job finds (same message, without a place).
+    let mut cfg = JobConfig::local(2, 1);
+    cfg.ini.substrate = Substrate::Udp;
+    cfg.emulation.gap_us = 5.0;
+    assert_eq!(cfg.check_emulation(), Ok(()));
+    let e = cfg
+        .emulation
+        .check_link(Link::Shm, 0, 1, Substrate::Auto)
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("emulation.gap_us = 5: {}", why("emulation.gap_us", "auto"))
+    );
+    assert_eq!(
+        cfg.emulation.check_link(Link::Udp, 0, 1, Substrate::Auto),
+        Ok(())
+    );
 }
 
 #[test]

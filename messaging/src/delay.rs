@@ -1,5 +1,5 @@
 //! Emulated latency *L* on shared-memory links (paper 001 §3.2: "a delay before
-//! delivery, independent of load").
+//! delivery, independent of load"), and the busy loop of the emulated overheads.
 //!
 //! On the network path the INIs hold datagrams for *L* (see `net::core`). Between
 //! clusters on one machine there is no INI, so the receiving endpoint holds each message
@@ -12,6 +12,16 @@
 use crate::message::Message;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+
+/// Busy-waits `d`: the emulated overheads *o_s* and *o_r* are CPU time of the thread
+/// that sends or receives (paper 001 §3.2: "loop for a specific period of time before
+/// actually writing or reading the message").
+pub(crate) fn spin_for(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
 
 /// Messages held until their delivery time, in arrival order (every message waits the
 /// same *L*, so arrival order is delivery order).

@@ -23,7 +23,7 @@ use crate::remote::{Lane, Refused, RemoteKind, RemoteRoute};
 use crate::ring::RawRing;
 use crate::site::{Route, SiteInner, Substrate};
 use crate::stats::{EndpointCounters, KindCounters};
-use crate::sync::{Backoff, spin_hint};
+use crate::sync::{Backoff, Ordering, spin_hint};
 use crate::word::{Express, Handler, SourceId, Word, WordKind};
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -258,6 +258,7 @@ impl Endpoint {
                 let Some(ring) = site.express.get(usize::from(dest.queue.0)) else {
                     return Err(SendError::Unreachable(dest, msg));
                 };
+                self.site.emulate_send_overhead(*substrate);
                 if ring.push(word.0).is_err() {
                     self.counters.full.add(1);
                     return Err(SendError::Full(msg));
@@ -367,6 +368,7 @@ impl Endpoint {
                 };
                 let word = Word::buffer(kind, handler, dest.source, pool, slot);
                 let len = data.len() as u64;
+                self.site.emulate_send_overhead(*substrate);
                 if ring.push(word.0).is_err() {
                     self.counters.full.add(1);
                     return Err(SendError::Full(data));
@@ -420,6 +422,7 @@ impl Endpoint {
                 let Some(ring) = site.basic.get(usize::from(dest.queue.0)) else {
                     return Err(SendError::Unreachable(dest, ()).into());
                 };
+                self.site.emulate_send_overhead(*substrate);
                 if !ring.push(handler, dest.source, data)? {
                     self.counters.full.add(1);
                     return Err(SendError::Full(()).into());
@@ -586,15 +589,19 @@ impl Endpoint {
 
     /// OnePoll over this endpoint's queues: the highest-priority waiting message (queues in
     /// the order given at creation; within a queue, Express before Basic), or `None` at once.
+    ///
+    /// With LogGP emulation (paper 001 §3.2) a message from another cluster costs this
+    /// thread the receive overhead *o_r* (a busy loop before the message is returned), and
+    /// one over shared memory is held *L* from when this poll first sees it.
     #[inline]
     pub fn try_recv(&self) -> Option<Message> {
-        if self.site.delay.is_some() {
-            return self.try_recv_delayed();
+        if self.site.rx_emulated.load(Ordering::Relaxed) != 0 {
+            return self.try_recv_emulated();
         }
         self.try_recv_now()
     }
 
-    /// [`Endpoint::try_recv`] without the emulated shared-memory latency.
+    /// [`Endpoint::try_recv`] without emulation.
     #[inline(always)]
     fn try_recv_now(&self) -> Option<Message> {
         if let Some(m) = self.poll_local() {
@@ -604,14 +611,53 @@ impl Endpoint {
         self.poll_network()
     }
 
-    /// [`Endpoint::try_recv`] with emulated latency *L* on shared-memory links (see
+    /// [`Endpoint::try_recv`] with emulated *L* on shared-memory links and *o_r*.
+    #[inline(never)]
+    fn try_recv_emulated(&self) -> Option<Message> {
+        let m = match &self.site.delay {
+            Some(lines) => self.try_recv_delayed(lines),
+            None => self.try_recv_now(),
+        }?;
+        Some(self.received(m))
+    }
+
+    /// Pays the emulated receive overhead *o_r* of `m` (paper 001 §3.2: the receiving
+    /// processor loops "before actually ... reading the message"): the overhead of the
+    /// link it came over — shared memory (`SiteConfig::shm_recv_overhead`) or the
+    /// network (the INIs' `emulation.recv_overhead_us`); none for a message from this
+    /// site or from a source the table does not name.
+    fn received(&self, m: Message) -> Message {
+        let o = match self.link_of(&m) {
+            Some(Route::Segment {
+                substrate: Substrate::Shm,
+                ..
+            }) => self.site.config.shm_recv_overhead,
+            Some(Route::Network(link)) => link.recv_overhead(),
+            _ => Duration::ZERO,
+        };
+        if !o.is_zero() {
+            crate::delay::spin_for(o);
+        }
+        m
+    }
+
+    /// The route to the site `m` came from: its source, looked up in this endpoint's
+    /// destination table (`None`: a source the table does not name).
+    fn link_of(&self, m: &Message) -> Option<&Route> {
+        self.table
+            .lookup(m.source().into())
+            .and_then(|d| self.site.route(d.site))
+    }
+
+    /// [`Endpoint::try_recv_now`] with emulated latency *L* on shared-memory links (see
     /// [`crate::delay`]): a held message of this endpoint's queues whose time has come
     /// (queues in priority order); else what is waiting now is taken, messages from
     /// shared-memory peers are held in their queue's line until *L* after this poll, and
     /// a message that needs no delay is returned.
-    #[inline(never)]
-    fn try_recv_delayed(&self) -> Option<Message> {
-        let lines = self.site.delay.as_ref()?;
+    fn try_recv_delayed(
+        &self,
+        lines: &[parking_lot::Mutex<crate::delay::DelayLine>],
+    ) -> Option<Message> {
         let now = Instant::now();
         let due = || {
             self.rx
@@ -648,18 +694,13 @@ impl Endpoint {
     /// this endpoint's destination table, is a site reached through a peer's segment. A
     /// source the table does not name is not delayed.
     fn came_over_shm(&self, m: &Message) -> bool {
-        self.table
-            .lookup(m.source().into())
-            .and_then(|d| self.site.route(d.site))
-            .is_some_and(|r| {
-                matches!(
-                    r,
-                    Route::Segment {
-                        substrate: Substrate::Shm,
-                        ..
-                    }
-                )
+        matches!(
+            self.link_of(m),
+            Some(Route::Segment {
+                substrate: Substrate::Shm,
+                ..
             })
+        )
     }
 
     /// When the oldest message held for the emulated latency in this endpoint's queues
@@ -739,15 +780,22 @@ impl Endpoint {
 
     /// OnePoll with a custom priority order (paper 004 §4.3): the message from the first
     /// non-empty source in `set`, or `None`.
+    ///
+    /// It pays the emulated receive overhead *o_r* as [`Endpoint::try_recv`] does, but
+    /// holds nothing for an emulated latency *L* on shared-memory links.
     pub fn one_poll(&self, set: &PollSet) -> Option<Message> {
-        set.0.iter().find_map(|&(i, basic)| {
+        let m = set.0.iter().find_map(|&(i, basic)| {
             let q = &self.rx[i];
             if basic {
                 self.poll_basic(q)
             } else {
                 self.poll_express(q)
             }
-        })
+        })?;
+        if self.site.rx_emulated.load(Ordering::Relaxed) != 0 {
+            return Some(self.received(m));
+        }
+        Some(m)
     }
 
     /// Waits up to `timeout` for a message: spins for the endpoint's spin time, then sleeps
@@ -785,11 +833,19 @@ impl Endpoint {
             }
             // With INIs, wait on the network sockets themselves when they are free, so a
             // datagram wakes this thread directly.
-            if let Some(net) = self.site.net.get()
+            // (Not with L on shared-memory links: the wait's check would take a message
+            // that must be held.)
+            if self.site.delay.is_none()
+                && let Some(net) = self.site.net.get()
                 && let Some(epoll) = self.net.epoll.get_or_init(|| net.waiter_epoll().ok())
                 && let Ok(r) = net.wait(epoll, deadline, &mut || self.poll_local())
             {
-                return r;
+                // The receive overhead is paid after the wait has let go of the INIs.
+                return if self.site.rx_emulated.load(Ordering::Relaxed) != 0 {
+                    r.map(|m| self.received(m))
+                } else {
+                    r
+                };
             }
             match self.doorbell.and_then(|d| self.site.own.doorbell(d)) {
                 Some(bell) => {

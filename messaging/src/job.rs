@@ -110,11 +110,20 @@ impl Job {
         site_config.site = SiteId(me as u16);
         site_config.max_sites = site_config.max_sites.max(n);
         site_config.shared = n > 1 && cfg.ini.substrate != Policy::Udp;
+        // LogGP emulation on shared-memory links (paper 001 §3.2): o_s, o_r and L apply
+        // there too; g and G (they stall an INI) are refused on such links, here on the
+        // links the configuration implies and below on those found at registration.
         site_config.shm_latency = Duration::from_secs_f64(cfg.emulation.latency_us / 1e6);
+        site_config.shm_send_overhead =
+            Duration::from_secs_f64(cfg.emulation.send_overhead_us / 1e6);
+        site_config.shm_recv_overhead =
+            Duration::from_secs_f64(cfg.emulation.recv_overhead_us / 1e6);
         // What can fail before this cluster registers is reported to the coordinator,
         // so that every cluster stops at once rather than at the start-up timeout.
         let early = (|| -> Result<(Site, Option<BoundInis>), JobError> {
             identity.check_host(cfg)?;
+            cfg.check_emulation()
+                .map_err(|e| JobError::Topology(e.to_string()))?;
             let site = Site::new(site_config)?;
             let spec = &cfg.clusters[me];
             let bound = if n > 1 {
@@ -158,6 +167,16 @@ impl Job {
                     )));
                 }
             };
+            if links[p] == Link::Shm {
+                cfg.emulation
+                    .check_link(
+                        multigrain_cluster_config::Link::Shm,
+                        me.min(p),
+                        me.max(p),
+                        cfg.ini.substrate,
+                    )
+                    .map_err(|e| JobError::Topology(e.to_string()))?;
+            }
             match links[p] {
                 Link::Shm => {
                     let seg = theirs.segment.ok_or_else(|| {

@@ -74,6 +74,10 @@ pub(crate) trait RemoteRoute: Send + Sync {
         buffer: Option<(u16, u32)>,
     ) -> Result<(), Refused>;
 
+    /// The emulated receive overhead *o_r* (paper 001 §3.2) a receiving thread pays for
+    /// each message from this route that it takes from its queues (zero: off).
+    fn recv_overhead(&self) -> std::time::Duration;
+
     /// One network poll from a receiving thread (paper 000 §3.4). Returns whether
     /// anything arrived or moved.
     fn poll(&self) -> bool;

@@ -17,7 +17,7 @@ use crate::pool::{DEFAULT_SLOT_SIZE, Pool, PoolExhausted, TagOnBuf};
 use crate::remote::RemoteRoute;
 use crate::segment::{Segment, SegmentError, sweep_stale, unique_name};
 use crate::stats::{EndpointCounters, MessageStats, SiteCounters};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use parking_lot::Mutex;
 use std::sync::{Arc, OnceLock};
 
@@ -47,6 +47,15 @@ pub struct SiteConfig {
     /// `emulation.latency_us`): every message from another site over shared memory is
     /// held this long by the receiving endpoint before delivery. Zero (the default): off.
     pub shm_latency: std::time::Duration,
+    /// Emulated send overhead *o_s* on shared-memory links (paper 001 §3.2; the job's
+    /// `emulation.send_overhead_us`): the sending thread busy-loops this long before it
+    /// deposits each message into another site's segment. Zero (the default): off.
+    pub shm_send_overhead: std::time::Duration,
+    /// Emulated receive overhead *o_r* on shared-memory links (paper 001 §3.2; the job's
+    /// `emulation.recv_overhead_us`): the receiving thread busy-loops this long for each
+    /// message from another site over shared memory that its poll takes. Zero (the
+    /// default): off.
+    pub shm_recv_overhead: std::time::Duration,
 }
 
 impl Default for SiteConfig {
@@ -62,6 +71,8 @@ impl Default for SiteConfig {
             max_reassemblies: 64,
             table_capacity: 1024,
             shm_latency: std::time::Duration::ZERO,
+            shm_send_overhead: std::time::Duration::ZERO,
+            shm_recv_overhead: std::time::Duration::ZERO,
         }
     }
 }
@@ -135,6 +146,10 @@ pub(crate) struct SiteInner {
     /// endpoint polling a queue can deliver what another one took off it, even while
     /// that one blocks elsewhere (e.g. in a barrier among its cluster's threads).
     pub(crate) delay: Option<Box<[Mutex<crate::delay::DelayLine>]>>,
+    /// Whether a receive must look at where each message came from: a latency *L* or a
+    /// receive overhead *o_r* is emulated on some link (shared memory or network). One
+    /// load on the receive path when off. 0 or 1.
+    pub(crate) rx_emulated: AtomicU32,
     pub(crate) config: SiteConfig,
 }
 
@@ -142,6 +157,16 @@ impl SiteInner {
     #[inline]
     pub(crate) fn route(&self, site: SiteId) -> Option<&Route> {
         self.routes.get(usize::from(site.0))?.get()
+    }
+
+    /// Busy-waits the emulated send overhead *o_s* of a message leaving over `substrate`
+    /// (paper 001 §3.2): shared memory here; the network route pays its own (see
+    /// [`RemoteRoute::submit`]); nothing within the site.
+    #[inline]
+    pub(crate) fn emulate_send_overhead(&self, substrate: Substrate) {
+        if substrate == Substrate::Shm && !self.config.shm_send_overhead.is_zero() {
+            crate::delay::spin_for(self.config.shm_send_overhead);
+        }
     }
 
     #[inline]
@@ -255,6 +280,9 @@ impl Site {
                     .map(|_| Mutex::new(crate::delay::DelayLine::new(config.shm_latency)))
                     .collect()
             }),
+            rx_emulated: AtomicU32::new(u32::from(
+                !config.shm_latency.is_zero() || !config.shm_recv_overhead.is_zero(),
+            )),
             config,
         };
         Ok(Site {
@@ -345,6 +373,9 @@ impl Site {
                 self.inner.routes.len()
             ))
         })?;
+        if !link.recv_overhead().is_zero() {
+            self.inner.rx_emulated.store(1, Ordering::Relaxed);
+        }
         slot.set(Route::Network(link))
             .map_err(|_| SiteError::AlreadyAttached(site))
     }

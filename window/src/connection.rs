@@ -206,6 +206,9 @@ pub(crate) struct Connection {
     /// The last datagram [`poll_write`](Self::poll_write) wrote is the first fragment
     /// of a message (its first transmission): the message entered the window.
     pub(crate) started_message: bool,
+    /// The last datagram [`poll_write`](Self::poll_write) wrote is a DATA frame (a first
+    /// transmission or a retransmission), not an ACK or NAK.
+    pub(crate) wrote_data: bool,
     /// Last time the window moved (or became non-empty); liveness is measured from here.
     last_progress: Micros,
     pub(crate) liveness_armed: bool,
@@ -243,6 +246,7 @@ impl Connection {
             snd_base: p.initial_seq,
             retx: VecDeque::new(),
             started_message: false,
+            wrote_data: false,
             last_progress: Micros::ZERO,
             liveness_armed: false,
             unresponsive: false,
@@ -340,6 +344,7 @@ impl Connection {
         send_timers: &mut TimerList<SendTimer>,
     ) -> Option<usize> {
         self.started_message = false;
+        self.wrote_data = false;
         while let Some(seq) = self.naks.pop_front() {
             if self.still_missing(seq, p) {
                 self.stats.naks_sent += 1;
@@ -441,6 +446,7 @@ impl Connection {
         };
         let n = wire::write_frame(&header, &m.data[start..end], &p.key, buf);
         self.ack_sent(false);
+        self.wrote_data = true;
         n
     }
 

@@ -64,6 +64,10 @@ pub struct Transmit {
     /// message has just entered the sliding window (messages of one connection enter it
     /// in the order they were enqueued). Per-message traces use it (paper 002 §4.4.2).
     pub starts_message: bool,
+    /// A DATA frame (first transmission or retransmission, its ACK piggy-backed); `false`
+    /// for an ACK- or NAK-only frame. The emulated gap *g* (paper 001 §3.2) stalls only
+    /// after DATA injections.
+    pub data: bool,
 }
 
 /// [`Ini::enqueue`] refused a message; it is handed back, never dropped (style practice 4).
@@ -342,6 +346,7 @@ impl Ini {
                 peer: c.peer(),
                 len,
                 starts_message: c.started_message,
+                data: c.wrote_data,
             };
             self.schedule(idx);
             self.stats.datagrams_sent += 1;

@@ -61,6 +61,13 @@ fn next(ini: &mut Ini, now: u64) -> Option<(Header, Vec<u8>)> {
         .expect("the INI sends valid datagrams");
     assert_eq!(f.header.conn.src, ini.local());
     assert_eq!(f.header.conn.dst, t.peer);
+    // What the emulated gap keys on (paper 001 §3.2): DATA frames, not ACKs or NAKs.
+    assert_eq!(
+        t.data,
+        f.header.kind == FrameKind::Data,
+        "{:?}",
+        f.header.kind
+    );
     Some((f.header, f.payload.to_vec()))
 }
 

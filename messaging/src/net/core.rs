@@ -11,13 +11,13 @@
 //! whose emulated latency has passed; fire due timers; deliver what the window
 //! reassembled, in each sender's order, into this site's receive queues.
 
+use super::Net;
 use super::faults::{FaultShim, Verdict};
 use super::frame::{Frame, FrameKind, HEADER};
 use super::handoff::{Handoff, NO_SLOT, OutMsg};
 use super::reseq::{Arrival, Delivery, Ready};
 use super::stats::IniReport;
 use super::tracer::IniTracer;
-use super::{Net, spin_for};
 use crate::layout::MappedSite;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::window::{ConnHandle, EnqueueError, Event, Ini, Micros};
@@ -58,10 +58,18 @@ impl IniSlot {
     pub(crate) fn try_pass(&self, net: &Net, poll_socket: bool) -> Option<bool> {
         let mut core = self.core.try_lock()?;
         let work = self.run_pass(&mut core, net, poll_socket);
-        // Wake a sleeping INI thread if this pass created a timer it would sleep through.
-        if let Some(due) = core.ini.poll_timeout() {
-            let until = self.sleep_until_us.load(Ordering::Acquire);
-            if until != 0 && until > due.as_u64() + TIMER_SLACK_US {
+        // Wake a sleeping INI thread if this pass created a timer it would sleep through,
+        // or an emulated gap or latency it would overshoot.
+        let until = self.sleep_until_us.load(Ordering::Acquire);
+        if until != 0 {
+            let timer = core
+                .ini
+                .poll_timeout()
+                .is_some_and(|due| until > due.as_u64() + TIMER_SLACK_US);
+            let emulated = core
+                .next_release()
+                .is_some_and(|r| until > r.saturating_duration_since(net.epoch).as_micros() as u64);
+            if timer || emulated {
                 self.handoff.kick();
             }
         }
@@ -129,12 +137,16 @@ pub(crate) struct IniCore {
     /// Per site, the next of this INI's remote INIs to send to (see `conn_for`).
     pub(crate) next_remote: Vec<u8>,
     pub(crate) faults: FaultShim,
+    /// Emulated gap *g* after each DATA datagram (paper 001 §3.2).
     pub(crate) gap: Duration,
+    /// Emulated per-byte gap *G*, ns per byte of a DATA datagram, added to *g*.
     pub(crate) per_byte_ns: f64,
+    /// Emulated latency *L*: every datagram read is held this long before the window
+    /// sees it.
     pub(crate) latency: Duration,
-    pub(crate) recv_overhead: Duration,
     pub(crate) stalled: Option<(ConnHandle, Vec<u8>)>,
     pub(crate) delayed: VecDeque<(Instant, Option<ConnHandle>, Vec<u8>)>,
+    /// Under the emulated gap, when the transmit side may send again.
     pub(crate) next_inject: Instant,
     pub(crate) buf: Vec<u8>,
     pub(crate) c: Counters,
@@ -170,6 +182,18 @@ impl IniCore {
             self.c.busy_ns += t0.elapsed().as_nanos() as u64;
         }
         work
+    }
+
+    /// When this INI next has something to do that no event announces: the first
+    /// datagram held for the emulated latency *L* is due, or the emulated gap in progress
+    /// ends (its transmit side may then send again). `None`: neither.
+    pub(crate) fn next_release(&self) -> Option<Instant> {
+        let held = self.delayed.front().map(|(t, _, _)| *t);
+        let gap = (self.next_inject > Instant::now()).then_some(self.next_inject);
+        match (held, gap) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Nothing queued, in flight, stalled or delayed.
@@ -275,20 +299,28 @@ impl IniCore {
         );
     }
 
+    /// Sends what the window releases, unless the emulated gap holds the INI's transmit
+    /// side (paper 001 §3.2): after a DATA datagram of *n* bytes it sends nothing for
+    /// *g* + *n*·*G*. Nothing is taken from the window meanwhile, so a frame's SEND timer
+    /// starts when it leaves, and no thread spins: the INI keeps receiving (the paper's
+    /// LANai receives while its transmit context stalls), and the INI thread, or a
+    /// compute thread polling, sends the next datagram once the gap is over. ACK- and
+    /// NAK-only datagrams do not start a gap (they wait out one in progress, being sent
+    /// by the same transmit side).
     fn transmit(&mut self, net: &Net, now: Micros) -> bool {
         let mut work = false;
         let emulate_gap = !self.gap.is_zero() || self.per_byte_ns > 0.0;
-        while let Some(t) = self.ini.poll_transmit(now, &mut self.buf) {
+        loop {
+            if emulate_gap && self.next_inject > Instant::now() {
+                break;
+            }
+            let Some(t) = self.ini.poll_transmit(now, &mut self.buf) else {
+                break;
+            };
             work = true;
             let traced = t.starts_message && self.trace.is_some();
             let windowed_ns = if traced { net.now_ns() } else { 0 };
             let addr = self.peer_addrs[t.conn.index()];
-            if emulate_gap {
-                let wait = self.next_inject.saturating_duration_since(Instant::now());
-                if !wait.is_zero() {
-                    spin_for(wait);
-                }
-            }
             if self.faults.is_active() {
                 let Verdict::Send(ds) = self.faults.apply(&self.buf[..t.len]);
                 for d in ds {
@@ -297,11 +329,8 @@ impl IniCore {
             } else {
                 send(&self.socket, addr, &self.buf[..t.len]);
             }
-            if emulate_gap {
-                let g = self.gap.max(Duration::from_nanos(
-                    (t.len as f64 * self.per_byte_ns) as u64,
-                ));
-                self.next_inject = Instant::now() + g;
+            if emulate_gap && t.data {
+                self.next_inject = Instant::now() + gap_after(self.gap, self.per_byte_ns, t.len);
             }
             if traced && let Some(tr) = self.trace.as_mut() {
                 tr.on_wire(t.conn, windowed_ns, net.now_ns());
@@ -372,12 +401,18 @@ impl IniCore {
                                 peer_ini: self.ini.peer(conn).ini,
                                 arrived_ns: self.rx_ns,
                             };
-                            let (ro, trace) = (self.recv_overhead, &mut self.trace);
+                            let trace = &mut self.trace;
                             let n = net
                                 .reseq
-                                .accept(&f, arrival, |r| deliver_traced(net, ro, trace, r));
+                                .accept(&f, arrival, |r| deliver_traced(net, trace, r));
                             self.c.delivered += n as u64;
                             net.held.store(net.reseq.held() as u64, Ordering::Relaxed);
+                            if n > 0 {
+                                // A thread of this process waiting on the network may
+                                // have checked its queues before this delivery, and this
+                                // pass may have emptied the socket it sleeps on.
+                                net.notify_local();
+                            }
                         }
                         Err(_) => self.c.rejected += 1,
                     }
@@ -397,10 +432,13 @@ impl IniCore {
     }
 
     fn retry_held(&mut self, net: &Net) -> bool {
-        let (ro, trace) = (self.recv_overhead, &mut self.trace);
-        let n = net.reseq.retry(|r| deliver_traced(net, ro, trace, r));
+        let trace = &mut self.trace;
+        let n = net.reseq.retry(|r| deliver_traced(net, trace, r));
         self.c.delivered += n as u64;
         net.held.store(net.reseq.held() as u64, Ordering::Relaxed);
+        if n > 0 {
+            net.notify_local();
+        }
         n > 0
     }
 
@@ -443,6 +481,12 @@ impl IniCore {
         r.window = self.ini.stats();
         r.elapsed_us = elapsed.as_secs_f64() * 1e6;
     }
+}
+
+/// The emulated gap after a DATA datagram of `len` bytes: *g* + `len`·*G* (paper 001
+/// §3.2: *G* is a stall "proportional to the fragment size", added to *g*).
+fn gap_after(gap: Duration, per_byte_ns: f64, len: usize) -> Duration {
+    gap + Duration::from_nanos((len as f64 * per_byte_ns).round() as u64)
 }
 
 fn send(socket: &UdpSocket, addr: SocketAddr, d: &[u8]) {
@@ -490,13 +534,8 @@ fn frame(net: &Net, m: &OutMsg) -> Option<Vec<u8>> {
 }
 
 /// [`deliver`], and the trace record of a delivered message when tracing.
-fn deliver_traced(
-    net: &Net,
-    recv_overhead: Duration,
-    trace: &mut Option<Box<IniTracer>>,
-    r: &Ready<'_>,
-) -> Delivery {
-    let d = deliver(&net.own, recv_overhead, r);
+fn deliver_traced(net: &Net, trace: &mut Option<Box<IniTracer>>, r: &Ready<'_>) -> Delivery {
+    let d = deliver(&net.own, r);
     if d == Delivery::Done
         && let Some(t) = trace.as_mut()
     {
@@ -509,8 +548,10 @@ fn deliver_traced(
 /// directly; Tag-On and bulk data copied into a slot of this site's pool (the header is
 /// re-pointed at it); Basic payloads into the Basic ring. A full queue or empty pool asks
 /// for a retry; an impossible destination or a corrupt word is dropped (counted by the
-/// caller as delivered-and-rejected: it can never be delivered).
-fn deliver(own: &MappedSite, recv_overhead: Duration, r: &Ready<'_>) -> Delivery {
+/// caller as delivered-and-rejected: it can never be delivered). The emulated receive
+/// overhead is not paid here but by the thread that takes the message from the queue
+/// (paper 001 §3.2: the receiving processor's cost).
+fn deliver(own: &MappedSite, r: &Ready<'_>) -> Delivery {
     let Ready {
         kind,
         queue,
@@ -523,9 +564,6 @@ fn deliver(own: &MappedSite, recv_overhead: Duration, r: &Ready<'_>) -> Delivery
     let (Some(ring), Some(basic)) = (own.express.get(q), own.basic.get(q)) else {
         return Delivery::Done;
     };
-    if !recv_overhead.is_zero() {
-        spin_for(recv_overhead);
-    }
     let w = Word(word);
     match kind {
         FrameKind::Express => {

@@ -187,8 +187,13 @@ pub(crate) struct Net {
     pub(crate) pools: Arc<[OnceLock<Arc<Pool>>]>,
     pub(crate) slots: Box<[Arc<IniSlot>]>,
     pub(crate) policy: IniPolicy,
-    /// Emulated send overhead *o* (paper 001 §3.2), busy-waited by the sending thread.
+    /// Emulated send overhead *o_s* (paper 001 §3.2), busy-waited by the sending thread
+    /// per message before it is handed to an INI.
     pub(crate) send_overhead: Duration,
+    /// Emulated receive overhead *o_r* (paper 001 §3.2), busy-waited by the thread that
+    /// takes a message delivered by the INIs from its receive queue (see
+    /// `RemoteRoute::recv_overhead`).
+    pub(crate) recv_overhead: Duration,
     /// Compute threads may run INI passes (see [`NetConfig::inline`]).
     pub(crate) inline: bool,
     /// Per site: non-zero once the site is known dead (its messages are refused).
@@ -256,6 +261,16 @@ impl Net {
             if now >= deadline {
                 return Ok(None);
             }
+            // A datagram held for the emulated latency is due, or an emulated gap ends,
+            // within the sleep's 1 ms grain: stay awake, so that L or g does not grow by
+            // a sleep.
+            if cores
+                .iter()
+                .any(|c| c.next_release().is_some_and(|t| t < now + RELEASE_SPIN))
+            {
+                std::thread::yield_now();
+                continue;
+            }
             // Announce the sleep (hand-offs and local senders then write eventfds), re-check,
             // sleep until the first timer, the deadline, or an event.
             for s in self.slots.iter() {
@@ -269,7 +284,10 @@ impl Net {
                 if let Some(t) = core.ini.poll_timeout() {
                     wait = wait.min(Duration::from_micros(t.saturating_sub(tnow).as_u64()));
                 }
-                if !core.delayed.is_empty() || core.stalled.is_some() {
+                if let Some(t) = core.next_release() {
+                    wait = wait.min(t.saturating_duration_since(now));
+                }
+                if core.stalled.is_some() {
                     wait = wait.min(Duration::from_micros(core::TIMER_SLACK_US));
                 }
             }
@@ -397,13 +415,12 @@ impl Net {
     }
 }
 
-/// Busy-waits `d` (emulated overheads are CPU time, paper 001 §3.2).
-pub(crate) fn spin_for(d: Duration) {
-    let until = Instant::now() + d;
-    while Instant::now() < until {
-        std::hint::spin_loop();
-    }
-}
+pub(crate) use crate::delay::spin_for;
+
+/// A thread that would sleep while a datagram held for the emulated latency *L* is due,
+/// or an emulated gap *g* ends, sooner than this yields instead (`epoll_wait` sleeps in
+/// whole milliseconds).
+pub(crate) const RELEASE_SPIN: Duration = Duration::from_millis(2);
 
 /// UDP sockets bound for a cluster's INIs, before the peers' addresses are known (their
 /// addresses go into the start-up exchange).
@@ -584,7 +601,6 @@ impl BoundInis {
                 gap: Duration::from_secs_f64(cfg.emulation.gap_us / 1e6),
                 per_byte_ns: cfg.emulation.per_byte_gap_ns,
                 latency: Duration::from_secs_f64(cfg.emulation.latency_us / 1e6),
-                recv_overhead: Duration::from_secs_f64(cfg.emulation.recv_overhead_us / 1e6),
                 stalled: None,
                 delayed: VecDeque::new(),
                 next_inject: epoch,
@@ -626,6 +642,7 @@ impl BoundInis {
             slots: slots.into(),
             policy: cfg.policy,
             send_overhead: Duration::from_secs_f64(cfg.emulation.send_overhead_us / 1e6),
+            recv_overhead: Duration::from_secs_f64(cfg.emulation.recv_overhead_us / 1e6),
             inline: cfg.inline,
             dead: (0..max_sites).map(|_| AtomicU32::new(0)).collect(),
             reseq: Resequencer::default(),

@@ -63,6 +63,11 @@ impl RemoteRoute for Net {
         Ok(())
     }
 
+    #[inline]
+    fn recv_overhead(&self) -> std::time::Duration {
+        self.recv_overhead
+    }
+
     fn poll(&self) -> bool {
         Net::poll(self)
     }

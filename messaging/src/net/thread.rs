@@ -2,8 +2,8 @@
 //! work, then sleeps in `epoll_wait` on its UDP socket and hand-off eventfd until the next
 //! timer deadline (paper 002 §3.2.2) or until woken.
 
-use super::Net;
 use super::core::{IniSlot, TIMER_SLACK_US};
+use super::{Net, RELEASE_SPIN};
 use crate::poll::AdaptivePoller;
 use crate::sync::Ordering;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
@@ -31,7 +31,7 @@ pub(crate) fn run(net: Arc<Net>, slot: Arc<IniSlot>, index: usize, spin: Duratio
     let mut last_report = Instant::now();
     loop {
         let stop = net.stop.load(Ordering::Acquire);
-        let (work, idle, next_timer) = {
+        let (work, idle, next_timer, release) = {
             let mut core = slot.core.lock();
             if stop == 2
                 || (stop == 1 && core.idle(&slot.handoff) && net.held.load(Ordering::Relaxed) == 0)
@@ -49,14 +49,22 @@ pub(crate) fn run(net: Arc<Net>, slot: Arc<IniSlot>, index: usize, spin: Duratio
                 core.publish(&slot.handoff, &mut slot.report.lock());
                 last_report = Instant::now();
             }
-            (work, core.idle(&slot.handoff), core.ini.poll_timeout())
+            (
+                work,
+                core.idle(&slot.handoff),
+                core.ini.poll_timeout(),
+                core.next_release(),
+            )
         };
         let t = Instant::now();
         if work {
             last_work = t;
             continue;
         }
-        if t - last_work < spin {
+        // A datagram held for the emulated latency L is due, or the emulated gap g ends,
+        // within a sleep's grain: stay awake, so that neither grows by a sleep (paper 001
+        // §3.2).
+        if t - last_work < spin || release.is_some_and(|r| r < t + RELEASE_SPIN) {
             std::thread::yield_now();
             continue;
         }
@@ -71,6 +79,9 @@ pub(crate) fn run(net: Arc<Net>, slot: Arc<IniSlot>, index: usize, spin: Duratio
         if !idle || net.held.load(Ordering::Relaxed) > 0 {
             // Emulated latency queue or held deliveries: come back soon.
             wait_us = wait_us.min(TIMER_SLACK_US);
+        }
+        if let Some(r) = release {
+            wait_us = wait_us.min(r.saturating_duration_since(t).as_micros() as u64);
         }
         slot.sleep_until_us
             .store(now + wait_us.max(1), Ordering::Release);
