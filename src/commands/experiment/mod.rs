@@ -115,7 +115,7 @@ pub enum Which {
     /// site), beside the network idle, and beside the network in use (the other site
     /// streams ~10,000 Express messages a second into the same site). Network: an
     /// endpoint of each of two sites through INIs over UDP on loopback (the embedded job's
-    /// [ini] settings). The adaptive policy's bounds are `ini.poll_interval_min` and
+    /// `[ini]` settings). The adaptive policy's bounds are `ini.poll_interval_min` and
     /// `ini.poll_interval_max` (default 8 and 32; change them with --set). Checks the
     /// paper's claim that adaptive polling keeps the shared-memory round trip within 30 %
     /// of its alone value while the network is in use. Full size: 2,000 round trips, 100
