@@ -251,3 +251,66 @@ fn mva_has_a_row_per_n_within_the_model_bound() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--set"));
 }
+
+#[test]
+fn polling_has_every_path_condition_and_policy_with_its_logp_parameters() {
+    let dir = TempDir::new("exp-poll");
+    // The adaptive bounds come from the job's configuration keys.
+    let doc = experiment(
+        "polling",
+        dir.path(),
+        &[
+            "--set",
+            "ini.poll_interval_min=16",
+            "--set",
+            "ini.poll_interval_max=128",
+        ],
+    );
+    let rows = table(&doc, dir.path(), "polling");
+    // Shared memory alone, then 3 settings × 4 policies.
+    assert_eq!(rows.len(), 13, "{rows:#?}");
+    assert_eq!(text(&rows[0], "condition"), "alone (no network)");
+    let policies = ["every poll", "1 in 8", "1 in 32", "adaptive"];
+    for (i, r) in rows[1..].iter().enumerate() {
+        assert_eq!(text(r, "policy"), policies[i % 4], "{r}");
+        let network = i >= 8;
+        assert_eq!(text(r, "path").starts_with("network"), network, "{r}");
+        // Only shared-memory rows are compared with shared memory alone.
+        assert_eq!(r["rtt_vs_alone"].is_object(), !network, "{r}");
+        if !network {
+            positive(r, "rtt_vs_alone");
+        }
+    }
+    for r in rows {
+        for k in ["rtt_us", "o_s_us", "o_r_us", "g_us"] {
+            positive(r, k);
+        }
+        // L = RTT/2 − o_s − o_r may be negative (overlapping overheads), but is bounded
+        // by half the round trip.
+        assert!(median(r, "l_us") <= median(r, "rtt_us") / 2.0, "{r}");
+    }
+    let adaptive = &doc["params"]["adaptive"];
+    assert_eq!(adaptive["poll_interval_min"], 16);
+    assert_eq!(adaptive["poll_interval_max"], 128);
+    let txt = std::fs::read_to_string(dir.path().join("polling.txt")).unwrap();
+    assert!(
+        txt.contains("adaptive = 1 in 16–128") && txt.contains("paper 000's claim"),
+        "{txt}"
+    );
+    // Bounds that cross are refused, naming the key.
+    let out = Command::new(bin())
+        .args([
+            "experiment",
+            "polling",
+            "--quick",
+            "--set",
+            "ini.poll_interval_min=64",
+            "--out",
+        ])
+        .arg(dir.path().join("refused"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ini.poll_interval_min"), "{err}");
+}

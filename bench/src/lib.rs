@@ -13,6 +13,7 @@
 #![allow(clippy::disallowed_types)] // baselines use std atomics on purpose
 
 pub mod cross_process;
+pub mod loggp;
 pub mod network;
 
 use crossbeam_utils::CachePadded;
@@ -93,7 +94,7 @@ fn spin_until(deadline: Instant, what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 /// Two endpoints on one site, each receiving on its own queue; name 0 leads to the other.
-fn endpoint_pair(site: &Site) -> (Endpoint, Endpoint) {
+pub(crate) fn endpoint_pair(site: &Site) -> (Endpoint, Endpoint) {
     let (a, wa) = site.create_endpoint(&[QueueId(0)]).expect("queue 0");
     let (b, wb) = site.create_endpoint(&[QueueId(1)]).expect("queue 1");
     let to = |q| Destination {
@@ -106,7 +107,7 @@ fn endpoint_pair(site: &Site) -> (Endpoint, Endpoint) {
     (a, b)
 }
 
-fn two_queue_site() -> Site {
+pub(crate) fn two_queue_site() -> Site {
     Site::new(SiteConfig {
         queues: vec![QueueSpec::default(); 2],
         ..SiteConfig::default()

@@ -48,6 +48,8 @@
 //! | `ini.inline` | `true` | `true` (compute threads run free INIs' passes), `false` (dedicated INI threads) |
 //! | `ini.trace_dir` | `""` (off) | directory for per-message INI traces (`trace-cluster-<id>.mgtrace`) |
 //! | `ini.trace_records` | 262144 | 1 ..= 2^24 records of 64 bytes per INI |
+//! | `ini.poll_interval_min` | 8 | 1 ..= 1024 receive polls per network poll while the network is busy; ≤ `ini.poll_interval_max` |
+//! | `ini.poll_interval_max` | 32 | 1 ..= 1024 receive polls per network poll while it is quiet (equal bounds: a fixed fraction; paper 000 §3.4) |
 //! | `dsm.protocol` | `"hlrc"` | `hlrc`, `sc` |
 //! | `dsm.home` | `"round-robin"` | `round-robin`, `block`, `first-touch` |
 //! | `dsm.region_base` | `0x5000_0000_0000` | page-aligned, 0x10000 ..= 2^47 − 4096 |
@@ -102,7 +104,7 @@ pub use model::{
     BarrierUpdates, ClusterSpec, DEFAULT_JOB_KEY, DEFAULT_PREFETCH, DEFAULT_PROGRESS_TIMEOUT_MS,
     DEFAULT_RELEASE_BATCH, DsmConfig, EmulationConfig, EmulationLinkError, FaultConfig, HomePolicy,
     IniConfig, IniPolicy, JobConfig, JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS,
-    MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH, MAX_REGION_SIZE, MAX_RELEASE_BATCH,
+    MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_REGION_SIZE, MAX_RELEASE_BATCH,
     MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS, MAX_WINDOW, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE,
     ParseChoiceError, Protocol, ProtocolPriority, Substrate, USER_SPACE_END, is_loopback,
     same_host,

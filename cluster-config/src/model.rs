@@ -384,7 +384,23 @@ pub struct IniConfig {
     /// later messages are counted as dropped. 1 to [`MAX_TRACE_RECORDS`].
     /// Default: 262,144 (16 MiB per INI).
     pub trace_records: usize,
+    /// `poll_interval_min`: a receiving thread polls the network (the INIs' sockets) at
+    /// most once in this many of its receive polls — the rest poll only its
+    /// shared-memory queues — when recent network polls found messages; 1 to
+    /// [`MAX_POLL_INTERVAL`], at most `poll_interval_max`. Default: 8. Paper 000 §3.4:
+    /// a network poll costs an order of magnitude more than a shared-memory one.
+    pub poll_interval_min: u32,
+    /// `poll_interval_max`: a receiving thread polls the network at least once in this
+    /// many of its receive polls, when recent network polls found nothing. The interval moves linearly between the two bounds
+    /// with how many of the last 32 network polls found a message (≥ 24: the minimum;
+    /// none: the maximum). Equal bounds poll a fixed fraction (1 and 1: every poll).
+    /// 1 to [`MAX_POLL_INTERVAL`]. Default: 32 (paper 000 §3.4: one in 8 to one in 32).
+    pub poll_interval_max: u32,
 }
+
+/// Largest `ini.poll_interval_min` and `ini.poll_interval_max`: receive polls per
+/// network poll.
+pub const MAX_POLL_INTERVAL: u32 = 1024;
 
 /// Largest `ini.trace_records` (1 GiB of records per INI).
 pub const MAX_TRACE_RECORDS: usize = 1 << 24;
@@ -403,6 +419,8 @@ impl Default for IniConfig {
             inline: true,
             trace_dir: String::new(),
             trace_records: 1 << 18,
+            poll_interval_min: 8,
+            poll_interval_max: 32,
         }
     }
 }

@@ -70,6 +70,8 @@ pub(crate) struct RawIni {
     pub inline: Field<bool>,
     pub trace_dir: Field<Text>,
     pub trace_records: Field<Int>,
+    pub poll_interval_min: Field<Int>,
+    pub poll_interval_max: Field<Int>,
 }
 
 /// `[dsm]`

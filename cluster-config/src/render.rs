@@ -139,8 +139,13 @@ impl JobConfig {
             "ini",
             format!(
                 "window {} frames, SEND timeout {} µs, ACK timeout {} µs, MTU {} bytes, \
-                 queue {} messages",
-                ini.window, ini.send_timeout_us, ini.ack_timeout_us, ini.mtu, ini.queue_capacity
+                 queue {} messages, network polled {}",
+                ini.window,
+                ini.send_timeout_us,
+                ini.ack_timeout_us,
+                ini.mtu,
+                ini.queue_capacity,
+                poll_fraction(ini.poll_interval_min, ini.poll_interval_max)
             ),
         ));
         if !ini.inline || !ini.trace_dir.is_empty() {
@@ -261,7 +266,8 @@ impl JobConfig {
             out,
             "\n[ini]\nper_cluster = {}\npolicy = \"{}\"\nsubstrate = \"{}\"\nwindow = {}\n\
              send_timeout_us = {}\nack_timeout_us = {}\nmtu = {}\nqueue_capacity = {}\n\
-             inline = {}\ntrace_dir = {}\ntrace_records = {}",
+             inline = {}\ntrace_dir = {}\ntrace_records = {}\npoll_interval_min = {}\n\
+             poll_interval_max = {}",
             ini.per_cluster,
             ini.policy,
             ini.substrate,
@@ -272,7 +278,9 @@ impl JobConfig {
             ini.queue_capacity,
             ini.inline,
             toml_str(&ini.trace_dir),
-            ini.trace_records
+            ini.trace_records,
+            ini.poll_interval_min,
+            ini.poll_interval_max
         );
         let dsm = &self.dsm;
         let _ = writeln!(
@@ -325,6 +333,16 @@ fn toml_u64(v: u64, hex: bool) -> String {
         Ok(_) if hex => format!("{v:#x}"),
         Ok(_) => v.to_string(),
         Err(_) => format!("\"{v:#x}\""),
+    }
+}
+
+/// How often a receive loop polls the network, in words: "every poll", "1 in 8 polls",
+/// "1 in 8–32 polls (adaptive)".
+fn poll_fraction(min: u32, max: u32) -> String {
+    match (min, max) {
+        (1, 1) => "every poll".to_owned(),
+        (a, b) if a == b => format!("1 in {a} polls"),
+        (a, b) => format!("1 in {a}–{b} polls (adaptive)"),
     }
 }
 

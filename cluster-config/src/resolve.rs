@@ -83,6 +83,7 @@ pub(crate) fn resolve(raw: RawFile, src: &Source<'_>) -> Result<JobConfig, Confi
         &ini.send_timeout_us,
         &ini.ack_timeout_us,
     )?;
+    r.check_poll_interval(&ini.poll_interval_min, &ini.poll_interval_max)?;
 
     let cfg = JobConfig {
         job: JobSettings {
@@ -105,6 +106,8 @@ pub(crate) fn resolve(raw: RawFile, src: &Source<'_>) -> Result<JobConfig, Confi
             inline: ini.inline,
             trace_dir: ini.trace_dir,
             trace_records: ini.trace_records,
+            poll_interval_min: ini.poll_interval_min.value,
+            poll_interval_max: ini.poll_interval_max.value,
         },
         dsm,
         emulation,
@@ -135,6 +138,8 @@ struct Ini {
     inline: bool,
     trace_dir: String,
     trace_records: usize,
+    poll_interval_min: Val<u32>,
+    poll_interval_max: Val<u32>,
 }
 
 struct Resolver<'a, 'b> {
@@ -408,9 +413,15 @@ impl Resolver<'_, '_> {
             inline: None,
             trace_dir: None,
             trace_records: None,
+            poll_interval_min: None,
+            poll_interval_max: None,
         };
         let raw = raw.unwrap_or(&empty);
         let timeout = || Bounds::between(1, u64::MAX.into()).because(" (microseconds)");
+        let poll = || {
+            Bounds::between(1, crate::MAX_POLL_INTERVAL.into())
+                .because(" (receive polls per network poll)")
+        };
         Ok(Ini {
             per_cluster: self.int(
                 &raw.per_cluster,
@@ -475,6 +486,18 @@ impl Resolver<'_, '_> {
                         .because(" (records of 64 bytes per INI)"),
                 )?
                 .value,
+            poll_interval_min: self.int(
+                &raw.poll_interval_min,
+                "ini.poll_interval_min",
+                d.poll_interval_min,
+                poll(),
+            )?,
+            poll_interval_max: self.int(
+                &raw.poll_interval_max,
+                "ini.poll_interval_max",
+                d.poll_interval_max,
+                poll(),
+            )?,
         })
     }
 
@@ -776,6 +799,34 @@ impl Resolver<'_, '_> {
             span: field.map(|f| f.span()),
         };
         Err(self.invalid(&val, e.key, e.reason()))
+    }
+
+    /// The adaptive network-polling interval's bounds must not cross (paper 000 §3.4).
+    fn check_poll_interval(&self, min: &Val<u32>, max: &Val<u32>) -> Result<(), ConfigError> {
+        if min.value <= max.value {
+            return Ok(());
+        }
+        Err(if min.span.is_some() {
+            self.invalid(
+                min,
+                "ini.poll_interval_min",
+                format!(
+                    "must be at most ini.poll_interval_max ({}); equal bounds poll the \
+                     network a fixed fraction of the time",
+                    max.value
+                ),
+            )
+        } else {
+            self.invalid(
+                max,
+                "ini.poll_interval_max",
+                format!(
+                    "must be at least ini.poll_interval_min ({}); equal bounds poll the \
+                     network a fixed fraction of the time",
+                    min.value
+                ),
+            )
+        })
     }
 
     /// The delayed ACK must leave before the sender retransmits, and a peer

@@ -3,8 +3,9 @@
 
 use multigrain_cluster_config::{
     BarrierUpdates, ClusterSpec, DsmConfig, EMBEDDED_DEFAULT_TOML, EmulationConfig, FaultConfig,
-    HomePolicy, IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig, MAX_PREFETCH,
-    MAX_RELEASE_BATCH, MAX_TRACE_RECORDS, PAGE_SIZE, Protocol, ProtocolPriority, Substrate,
+    HomePolicy, IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig, MAX_POLL_INTERVAL,
+    MAX_PREFETCH, MAX_RELEASE_BATCH, MAX_TRACE_RECORDS, PAGE_SIZE, Protocol, ProtocolPriority,
+    Substrate,
 };
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -49,6 +50,8 @@ prop_compose! {
         inline in any::<bool>(),
         trace_dir in "[a-zA-Z0-9/ ._\"-]{0,12}",
         trace_records in 1usize..=MAX_TRACE_RECORDS,
+        poll_min in 1u32..=MAX_POLL_INTERVAL,
+        poll_extra in 0u32..64,
         protocol in choice(Protocol::ALL),
         home in choice(HomePolicy::ALL),
         prefetch in 0u32..=MAX_PREFETCH,
@@ -90,6 +93,8 @@ prop_compose! {
                 inline,
                 trace_dir,
                 trace_records,
+                poll_interval_min: poll_min,
+                poll_interval_max: (poll_min + poll_extra).min(MAX_POLL_INTERVAL),
             },
             dsm: DsmConfig {
                 protocol,

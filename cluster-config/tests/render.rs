@@ -19,7 +19,7 @@ job     2x2, key 0x6d756c7469000001, start-up timeout 10000 ms, peer timeout 300
 total   2 clusters, 4 compute threads, 2 INIs
 dsm     protocol hlrc, home policy round-robin
 region  1 GiB at 0x500000000000..0x500040000000 (262144 pages of 4096 bytes)
-ini     window 32 frames, SEND timeout 2000 µs, ACK timeout 200 µs, MTU 8972 bytes, queue 4096 messages
+ini     window 32 frames, SEND timeout 2000 µs, ACK timeout 200 µs, MTU 8972 bytes, queue 4096 messages, network polled 1 in 8–32 polls (adaptive)
 "
     );
 }

@@ -53,7 +53,7 @@ fn unknown_keys_are_rejected_with_the_allowed_keys() {
         err(&with_local("[ini]\nwindw = 3")),
         "jobs/t.toml:2:1: ini.windw: unknown key; allowed here: per_cluster, policy, substrate, \
          window, send_timeout_us, ack_timeout_us, mtu, queue_capacity, inline, trace_dir, \
-         trace_records (did you mean `window`?)"
+         trace_records, poll_interval_min, poll_interval_max (did you mean `window`?)"
     );
     assert_eq!(
         err("[[clusters]]\nhost = 'a'\n"),
@@ -139,6 +139,34 @@ fn local_and_explicit_clusters_are_exclusive() {
         "jobs/t.toml:3:1: local: [local] and [[cluster]] cannot both be given ([[cluster]] is at \
          line 1): use [local] for N clusters on 127.0.0.1, or one [[cluster]] per cluster"
     );
+}
+
+#[test]
+fn network_poll_interval_bounds_are_checked_and_must_not_cross() {
+    assert_eq!(
+        err(&with_local("[ini]\npoll_interval_min = 0")),
+        "jobs/t.toml:2:21: ini.poll_interval_min = 0: must be between 1 and 1024 (receive \
+         polls per network poll)"
+    );
+    assert_eq!(
+        err(&with_local("[ini]\npoll_interval_min = 40")),
+        "jobs/t.toml:2:21: ini.poll_interval_min = 40: must be at most ini.poll_interval_max \
+         (32); equal bounds poll the network a fixed fraction of the time"
+    );
+    assert_eq!(
+        err(&with_local("[ini]\npoll_interval_max = 4")),
+        "jobs/t.toml:2:21: ini.poll_interval_max = 4: must be at least ini.poll_interval_min \
+         (8); equal bounds poll the network a fixed fraction of the time"
+    );
+    let every = ok(&with_local(
+        "[ini]\npoll_interval_min = 1\npoll_interval_max = 1",
+    ));
+    assert_eq!(
+        (every.ini.poll_interval_min, every.ini.poll_interval_max),
+        (1, 1)
+    );
+    let d = ok(&with_local(""));
+    assert_eq!((d.ini.poll_interval_min, d.ini.poll_interval_max), (8, 32));
 }
 
 #[test]

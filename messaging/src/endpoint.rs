@@ -727,7 +727,7 @@ impl Endpoint {
     fn poll_network_then<T>(&self, local: impl FnOnce() -> Option<T>) -> Option<T> {
         let net = self.site.net.get()?;
         let mut p = self.net.poller.get();
-        let poll = p.tick();
+        let poll = p.tick(net.poll_bounds());
         if poll {
             let found = net.poll();
             p.record(found);

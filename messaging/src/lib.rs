@@ -39,7 +39,7 @@ mod layout;
 mod message;
 pub mod names;
 pub mod net;
-mod poll;
+pub mod poll;
 mod pool;
 mod remote;
 mod ring;

@@ -82,6 +82,10 @@ pub(crate) trait RemoteRoute: Send + Sync {
     /// anything arrived or moved.
     fn poll(&self) -> bool;
 
+    /// How often a receiving thread makes that poll among its polls of shared memory
+    /// (`ini.poll_interval_min`/`max`).
+    fn poll_bounds(&self) -> crate::poll::PollBounds;
+
     /// After a message was put in one of this site's own queues: wakes a thread that
     /// waits on the network, if any.
     fn notify_local(&self);

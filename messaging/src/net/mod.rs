@@ -31,6 +31,7 @@ pub use stats::IniReport;
 
 use crate::layout::MappedSite;
 use crate::names::SiteId;
+use crate::poll::PollBounds;
 use crate::pool::Pool;
 use crate::site::Site;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -70,6 +71,9 @@ pub struct NetConfig {
     pub faults: FaultConfig,
     /// How long an idle INI keeps polling before it sleeps.
     pub spin: Duration,
+    /// How often receive loops (endpoints and INI threads) poll the network among
+    /// their polls of shared memory (`ini.poll_interval_min`/`max`; paper 000 §3.4).
+    pub poll: PollBounds,
     /// Compute threads run a free INI's pass themselves (`ini.inline`); `false`: only
     /// the INI threads do (dedicated protocol processors, paper 002 chapter 3).
     pub inline: bool,
@@ -123,6 +127,7 @@ impl NetConfig {
             emulation: cfg.emulation,
             faults: cfg.faults,
             spin: Duration::from_micros(50),
+            poll: PollBounds::new(cfg.ini.poll_interval_min, cfg.ini.poll_interval_max),
             inline: cfg.ini.inline,
             trace: (!cfg.ini.trace_dir.is_empty()).then(|| TraceConfig {
                 dir: cfg.ini.trace_dir.clone().into(),
@@ -196,6 +201,8 @@ pub(crate) struct Net {
     pub(crate) recv_overhead: Duration,
     /// Compute threads may run INI passes (see [`NetConfig::inline`]).
     pub(crate) inline: bool,
+    /// When receive loops poll the network ([`NetConfig::poll`]).
+    pub(crate) poll: PollBounds,
     /// Per site: non-zero once the site is known dead (its messages are refused).
     pub(crate) dead: Box<[AtomicU32]>,
     pub(crate) reseq: Resequencer,
@@ -644,6 +651,7 @@ impl BoundInis {
             send_overhead: Duration::from_secs_f64(cfg.emulation.send_overhead_us / 1e6),
             recv_overhead: Duration::from_secs_f64(cfg.emulation.recv_overhead_us / 1e6),
             inline: cfg.inline,
+            poll: cfg.poll,
             dead: (0..max_sites).map(|_| AtomicU32::new(0)).collect(),
             reseq: Resequencer::default(),
             held: AtomicU64::new(0),

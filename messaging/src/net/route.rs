@@ -73,6 +73,11 @@ impl RemoteRoute for Net {
     }
 
     #[inline]
+    fn poll_bounds(&self) -> crate::poll::PollBounds {
+        self.poll
+    }
+
+    #[inline]
     fn notify_local(&self) {
         Net::notify_local(self);
     }

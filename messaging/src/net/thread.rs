@@ -4,7 +4,7 @@
 
 use super::core::{IniSlot, TIMER_SLACK_US};
 use super::{Net, RELEASE_SPIN};
-use crate::poll::AdaptivePoller;
+use crate::poll::{AdaptivePoller, PollBounds};
 use crate::sync::Ordering;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::sync::Arc;
@@ -40,7 +40,7 @@ pub(crate) fn run(net: Arc<Net>, slot: Arc<IniSlot>, index: usize, spin: Duratio
                 core.publish(&slot.handoff, &mut slot.report.lock());
                 return;
             }
-            let poll_socket = poller.tick();
+            let poll_socket = poller.tick(PollBounds::DEFAULT);
             let work = slot.run_pass(&mut core, &net, poll_socket);
             if poll_socket {
                 poller.record(work);
