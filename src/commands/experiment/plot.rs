@@ -301,7 +301,7 @@ pub fn write(fig: &Figure, stem: &Path) -> Result<()> {
     write_styled(fig, stem, Style::default())
 }
 
-/// [`write`] with a y scale and legend place other than the default.
+/// [`write()`] with a y scale and legend place other than the default.
 ///
 /// # Errors
 /// A file that cannot be written, naming it.
