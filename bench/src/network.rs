@@ -320,6 +320,7 @@ pub fn sized_pingpong(
         (warm_up, round_trips),
         (Wait::Park, Placement::Pinned),
     )
+    .0
 }
 
 /// A sized stream from site 0 to one queue of site 1: `senders` threads (thread i uses INI
@@ -342,4 +343,5 @@ pub fn sized_stream(
         (size, per_sender),
         (Wait::Park, Placement::Free),
     )
+    .0
 }

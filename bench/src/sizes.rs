@@ -2,7 +2,7 @@
 //! message of `size` bytes sent as one of the message layer's four kinds, ping-ponged (one-way
 //! latency = round trip ÷ 2) or streamed (bandwidth), between any two endpoints whose name 0
 //! leads to the other side. The same send and receive code runs on every path: two threads
-//! of one site (here), two processes over a shared segment
+//! of one site ([`Threads`]), two processes over a shared segment
 //! ([`crate::cross_process::PingPong::sized_pingpong`]) and two sites through INIs over UDP
 //! loopback ([`crate::network::sized_pingpong`]).
 //!
@@ -288,51 +288,59 @@ impl Placement {
 }
 
 /// A sized ping-pong between two endpoints of this process: the calling thread pings on
-/// `a`, a new thread echoes on `b`.
+/// `a`, a new thread echoes on `b`. Returns the time and `b`, to be used again.
 pub fn pingpong_between(
     (a, b): (&Endpoint, Endpoint),
     kind: Kind,
     size: usize,
     (warm_up, round_trips): (u64, u64),
     (wait, place): (Wait, Placement),
-) -> Duration {
+) -> (Duration, Endpoint) {
     let _pin = place.pin(0);
     std::thread::scope(|s| {
-        s.spawn(move || {
+        let echoer = s.spawn(move || {
             let _pin = place.pin(1);
             echo(&b, kind, size, warm_up + round_trips, wait);
+            b
         });
-        ping(a, kind, size, (warm_up, round_trips), wait)
+        let t = ping(a, kind, size, (warm_up, round_trips), wait);
+        (t, echoer.join().expect("echo thread"))
     })
 }
 
 /// A stream into one receiver in this process: each of `senders` (one thread each) sends
 /// `per_sender` messages of `size` bytes as `kind`; the calling thread receives on `rx`
-/// and checks the checksum. Returns the time from the start until the last byte arrived.
+/// and checks the checksum. Returns the time from the start until the last byte arrived,
+/// and the senders' endpoints, to be used again.
 pub fn stream_between(
     rx: &Endpoint,
     senders: Vec<Endpoint>,
     kind: Kind,
     (size, per_sender): (usize, u64),
     (wait, place): (Wait, Placement),
-) -> Duration {
+) -> (Duration, Vec<Endpoint>) {
     let _pin = place.pin(0);
     let data = pattern(size);
     let n = senders.len();
     let deadline = Instant::now() + DEADLINE;
     let start = std::sync::Barrier::new(n + 1);
     std::thread::scope(|s| {
-        for (t, ep) in senders.into_iter().enumerate() {
-            ep.set_thread_index(t);
-            let (data, start) = (&data, &start);
-            s.spawn(move || {
-                let _pin = place.pin(1);
-                start.wait();
-                for _ in 0..per_sender {
-                    send(&ep, kind, data, deadline);
-                }
-            });
-        }
+        let threads: Vec<_> = senders
+            .into_iter()
+            .enumerate()
+            .map(|(t, ep)| {
+                ep.set_thread_index(t);
+                let (data, start) = (&data, &start);
+                s.spawn(move || {
+                    let _pin = place.pin(1);
+                    start.wait();
+                    for _ in 0..per_sender {
+                        send(&ep, kind, data, deadline);
+                    }
+                    ep
+                })
+            })
+            .collect();
         start.wait();
         let t0 = Instant::now();
         let total = n * per_sender as usize;
@@ -343,49 +351,91 @@ pub fn stream_between(
             sum32(&data).wrapping_mul(total as u64),
             "stream corrupted"
         );
-        elapsed
+        let back = threads
+            .into_iter()
+            .map(|t| t.join().expect("sender"))
+            .collect();
+        (elapsed, back)
     })
 }
 
-/// Threads path: a sized ping-pong between two threads of one site (busy polling, the two
-/// ends pinned to different CPUs).
-pub fn threads_pingpong(kind: Kind, size: usize, (warm_up, round_trips): (u64, u64)) -> Duration {
-    let site = two_queue_site();
-    let (a, b) = endpoint_pair(&site);
-    pingpong_between(
-        (&a, b),
-        kind,
-        size,
-        (warm_up, round_trips),
-        (Wait::Spin, Placement::Pinned),
-    )
+/// The threads path: one site whose endpoints live across samples, so that every sample
+/// finds its pool's pages already touched (a fresh site per sample would time the first
+/// touch of each slot).
+pub struct Threads {
+    /// Keeps the site (and its pool) alive.
+    _site: Site,
+    /// Receives on queue 0; name 0 leads to queue 1. Pings, and drains the streams.
+    a: Endpoint,
+    /// Receives on queue 1; name 0 leads to queue 0. Echoes.
+    b: Option<Endpoint>,
+    /// Stream senders (receive on queue 1, unused); name 0 leads to queue 0.
+    tx: Vec<Endpoint>,
 }
 
-/// Threads path: `senders` threads of one site stream `per_sender` messages each of `size`
-/// bytes as `kind` into one queue that the calling thread drains (receiver on the first
-/// CPU, every sender on the second).
-pub fn threads_stream(kind: Kind, size: usize, senders: usize, per_sender: u64) -> Duration {
-    let site = two_queue_site();
-    let (rx, _w) = site.create_endpoint(&[QueueId(0)]).expect("queue 0");
-    let to0 = Destination {
-        site: site.id(),
-        queue: QueueId(0),
-        source: SourceId::default(),
-    };
-    let tx: Vec<Endpoint> = (0..senders)
-        .map(|_| {
-            let (ep, w) = site.create_endpoint(&[QueueId(1)]).expect("queue 1");
-            w.map(VirtualName(0), to0).expect("name 0");
-            ep
-        })
-        .collect();
-    stream_between(
-        &rx,
-        tx,
-        kind,
-        (size, per_sender),
-        (Wait::Spin, Placement::Pinned),
-    )
+impl Threads {
+    /// The site, with `senders` stream senders.
+    pub fn new(senders: usize) -> Threads {
+        let site = two_queue_site();
+        let (a, b) = endpoint_pair(&site);
+        let to0 = Destination {
+            site: site.id(),
+            queue: QueueId(0),
+            source: SourceId::default(),
+        };
+        let tx = (0..senders)
+            .map(|_| {
+                let (ep, w) = site.create_endpoint(&[QueueId(1)]).expect("queue 1");
+                w.map(VirtualName(0), to0).expect("name 0");
+                ep
+            })
+            .collect();
+        Threads {
+            _site: site,
+            a,
+            b: Some(b),
+            tx,
+        }
+    }
+
+    /// A sized ping-pong between two threads (busy polling, the two ends pinned to
+    /// different CPUs).
+    pub fn pingpong(&mut self, kind: Kind, size: usize, rounds: (u64, u64)) -> Duration {
+        let b = self.b.take().expect("echo endpoint");
+        let (t, b) = pingpong_between(
+            (&self.a, b),
+            kind,
+            size,
+            rounds,
+            (Wait::Spin, Placement::Pinned),
+        );
+        self.b = Some(b);
+        t
+    }
+
+    /// `senders` threads (at most [`Threads::new`]'s) stream `per_sender` messages each of
+    /// `size` bytes as `kind` into one queue that the calling thread drains (receiver on
+    /// the first CPU, every sender on the second).
+    ///
+    /// # Panics
+    /// If `senders` is more than the site was made with.
+    pub fn stream(&mut self, kind: Kind, size: usize, senders: usize, per_sender: u64) -> Duration {
+        assert!(
+            senders <= self.tx.len(),
+            "{senders} senders > {}",
+            self.tx.len()
+        );
+        let tx: Vec<Endpoint> = self.tx.drain(..senders).collect();
+        let (t, back) = stream_between(
+            &self.a,
+            tx,
+            kind,
+            (size, per_sender),
+            (Wait::Spin, Placement::Pinned),
+        );
+        self.tx.splice(0..0, back);
+        t
+    }
 }
 
 /// Encodes a sized-kernel request for a peer process: `(payload of the first word, the
@@ -438,8 +488,11 @@ mod tests {
                 if kind.messages(size).is_none() {
                     continue;
                 }
-                threads_pingpong(kind, size, (1, 2));
-                threads_stream(kind, size, 2, 3);
+                let mut t = Threads::new(2);
+                t.pingpong(kind, size, (1, 2));
+                t.stream(kind, size, 2, 3);
+                t.pingpong(kind, size, (1, 2));
+                t.stream(kind, size, 1, 3);
             }
         }
     }

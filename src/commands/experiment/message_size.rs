@@ -6,7 +6,8 @@
 //!
 //! Like `mva`, the runs are in this process (the kernels of [`multigrain_bench::sizes`]),
 //! not `multigrain run` jobs. Every (path, kind, size, measurement) point is sampled once
-//! per round, all points in turn, so every point sees the machine's speed regimes alike;
+//! per round, the three paths of a (kind, size, measurement) one after the other, and the
+//! rounds in different orders, so every point sees the machine's speed regimes alike;
 //! the tables show median (min–max) over the rounds.
 
 use super::plot::{Figure, Kind as Draw, Legend, Series, Style};
@@ -16,7 +17,7 @@ use crate::measure::Summary;
 use anyhow::{Context as _, Result, bail};
 use multigrain_bench::cross_process::PingPong;
 use multigrain_bench::network::{Pair, sized_pingpong, sized_stream};
-use multigrain_bench::sizes::{EXPRESS_MAX, Kind, threads_pingpong, threads_stream};
+use multigrain_bench::sizes::{EXPRESS_MAX, Kind, Threads};
 use multigrain_cluster_config::IniPolicy;
 use serde_json::json;
 use std::collections::HashMap;
@@ -193,12 +194,16 @@ fn size_label(s: usize) -> String {
 
 /// The harnesses of the paths, started once and kept across rounds.
 struct Harness {
+    threads: Option<Threads>,
     peer: Option<PingPong>,
     pair: Option<Pair>,
 }
 
 impl Harness {
-    fn start(paths: &[Path]) -> Result<Harness> {
+    fn start(paths: &[Path], senders: usize) -> Result<Harness> {
+        let threads = paths
+            .contains(&Path::Threads)
+            .then(|| Threads::new(senders));
         let peer = if paths.contains(&Path::Shm) {
             let exe = std::env::current_exe()
                 .context("locating the multigrain binary to start the peer process")?;
@@ -209,17 +214,21 @@ impl Harness {
         let pair = paths
             .contains(&Path::Inis)
             .then(|| Pair::new(1, IniPolicy::Static));
-        Ok(Harness { peer, pair })
+        Ok(Harness {
+            threads,
+            peer,
+            pair,
+        })
     }
 
     /// One sample of `p`: one-way latency in µs, or bandwidth in MB/s (10⁶ bytes/s).
-    fn sample(&self, p: Point, budget: Budget) -> f64 {
+    fn sample(&mut self, p: Point, budget: Budget) -> f64 {
         let (kind, size) = (p.kind, p.size);
         match p.measure {
             Measure::Latency => {
                 let rt = budget.round_trips(kind, size);
                 let t = match p.path {
-                    Path::Threads => threads_pingpong(kind, size, rt),
+                    Path::Threads => self.threads().pingpong(kind, size, rt),
                     Path::Shm => self.peer().sized_pingpong(kind, size, rt),
                     Path::Inis => sized_pingpong(self.pair(), kind, size, rt),
                 };
@@ -228,13 +237,17 @@ impl Harness {
             Measure::Stream(senders) => {
                 let per = budget.per_sender(kind, size, senders);
                 let t = match p.path {
-                    Path::Threads => threads_stream(kind, size, senders, per),
+                    Path::Threads => self.threads().stream(kind, size, senders, per),
                     Path::Shm => self.peer().sized_stream(kind, size, senders, per),
                     Path::Inis => sized_stream(self.pair(), kind, size, senders, per),
                 };
                 (size as u64 * per * senders as u64) as f64 / t.as_secs_f64() / 1e6
             }
         }
+    }
+
+    fn threads(&mut self) -> &mut Threads {
+        self.threads.as_mut().expect("threads path started")
     }
 
     fn peer(&self) -> &PingPong {
@@ -600,6 +613,21 @@ impl Results<'_> {
     }
 }
 
+/// A permutation of `0..n`, the same for the same `seed` (Fisher–Yates driven by a
+/// 64-bit linear congruential generator: no randomness is needed, only an order
+/// unrelated to size).
+fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..n).collect();
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for i in (1..n).rev() {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        v.swap(i, ((x >> 33) as usize) % (i + 1));
+    }
+    v
+}
+
 /// Runs the experiment.
 ///
 /// # Errors
@@ -634,38 +662,43 @@ pub fn run(ctx: &Context, a: &MessageSizeArgs) -> Result<Outcome> {
             .collect()
     };
     let budget = if ctx.quick { QUICK } else { FULL };
+    // Paths innermost: the three are sampled moments apart, and none idles for long (the
+    // shm peer process gives up after a minute without a message).
+    let measures: Vec<Measure> = std::iter::once(Measure::Latency)
+        .chain(senders.iter().map(|&n| Measure::Stream(n)))
+        .collect();
     let mut points = Vec::new();
-    for &path in &paths {
-        for &size in &sizes {
-            for kind in Kind::ALL {
-                if kind.messages(size).is_none() {
-                    continue;
-                }
-                points.push(Point {
-                    path,
-                    kind,
-                    size,
-                    measure: Measure::Latency,
-                });
-                for &n in &senders {
+    for &size in &sizes {
+        for kind in Kind::ALL {
+            if kind.messages(size).is_none() {
+                continue;
+            }
+            for &measure in &measures {
+                for &path in &paths {
                     points.push(Point {
                         path,
                         kind,
                         size,
-                        measure: Measure::Stream(n),
+                        measure,
                     });
                 }
             }
         }
     }
-    let harness = Harness::start(&paths)?;
+    let mut harness = Harness::start(&paths, senders.last().copied().unwrap_or(1))?;
     let total = (ctx.repeat * points.len()) as u64;
     let progress = crate::progress::bar(total, &format!("experiment {}", ctx.name));
     let lines = !std::io::stderr().is_terminal();
     let started = Instant::now();
     let mut samples: Samples = HashMap::new();
     for round in 0..ctx.repeat {
-        for p in &points {
+        // Each round in its own order (paths kept together), so that a change of the
+        // machine's speed regime during a round is not read as an effect of size or kind.
+        let order = shuffled(points.len() / paths.len(), round as u64);
+        for p in order
+            .iter()
+            .flat_map(|&g| &points[g * paths.len()..(g + 1) * paths.len()])
+        {
             let x = harness.sample(*p, budget);
             samples.entry(*p).or_default().push(x);
             progress.inc(1);
@@ -749,6 +782,15 @@ mod tests {
         let flat = half_power(&[(8, 6.0), (16, 10.0)]).unwrap();
         assert_eq!((flat.first, flat.interpolated), (8, None));
         assert!(half_power(&[]).is_none());
+    }
+
+    #[test]
+    fn rounds_are_permutations() {
+        let mut a = shuffled(100, 1);
+        assert_ne!(a, shuffled(100, 2));
+        assert_ne!(a, (0..100).collect::<Vec<_>>());
+        a.sort_unstable();
+        assert_eq!(a, (0..100).collect::<Vec<_>>());
     }
 
     #[test]
