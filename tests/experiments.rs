@@ -253,6 +253,89 @@ fn mva_has_a_row_per_n_within_the_model_bound() {
 }
 
 #[test]
+fn message_size_has_every_path_kind_size_and_sender_count() {
+    let dir = TempDir::new("exp-msz");
+    let doc = experiment("message-size", dir.path(), &[]);
+    // --quick: sizes 8, 64, 512, 4096, 32768; 1 and 2 senders; three paths.
+    let sizes = [8u64, 64, 512, 4096, 32768];
+    let paths = ["threads", "shm (2 processes)", "INIs (UDP loopback)"];
+    let kinds = [
+        ("express", "Express"),
+        ("basic", "Basic"),
+        ("tag_on", "Tag-On"),
+        ("bulk", "bulk"),
+    ];
+    // Express carries at most 256 bytes (64 words); every other kind every size.
+    let carries = |kind: &str, size: u64| kind != "express" || size <= 256;
+    let lat = table(&doc, dir.path(), "message-size-latency");
+    assert_eq!(lat.len(), paths.len() * sizes.len(), "{lat:#?}");
+    let bw = table(&doc, dir.path(), "message-size-bandwidth");
+    assert_eq!(bw.len(), paths.len() * sizes.len(), "{bw:#?}");
+    for (i, path) in paths.iter().enumerate() {
+        for (j, &size) in sizes.iter().enumerate() {
+            let (l, b) = (&lat[i * sizes.len() + j], &bw[i * sizes.len() + j]);
+            for r in [l, b] {
+                assert_eq!(text(r, "path"), *path, "{r}");
+                assert_eq!(r["size"].as_u64(), Some(size), "{r}");
+            }
+            assert_eq!(text(l, "messages").split('/').count(), 4, "{l}");
+            for (id, _) in kinds {
+                let keys = [
+                    (l, format!("{id}_us")),
+                    (b, format!("{id}_x1_mbs")),
+                    (b, format!("{id}_x2_mbs")),
+                ];
+                for (r, key) in keys {
+                    if carries(id, size) {
+                        positive(r, &key);
+                    } else {
+                        assert!(r[&key].is_null(), "{key} measured in {r}");
+                    }
+                }
+            }
+        }
+    }
+    let half = table(&doc, dir.path(), "message-size-half-power");
+    assert_eq!(half.len(), paths.len() * kinds.len() * 2, "{half:#?}");
+    for r in half {
+        positive(r, "peak_mbs");
+        let n = r["n_half"].as_u64().expect("n½ is a size");
+        let peak_at = r["peak_at"].as_u64().expect("peak size");
+        assert!(sizes.contains(&n) && sizes.contains(&peak_at), "{r}");
+        assert!(n <= peak_at, "n½ above the peak's size: {r}");
+        if !r["n_half_interp"].is_null() {
+            let x = positive(r, "n_half_interp");
+            assert!(x <= n as f64 + 1e-6, "{r}");
+        }
+        let one_sender = r["senders"].as_u64() == Some(1);
+        assert_eq!(!r["n_half_pingpong"].is_null(), one_sender, "{r}");
+    }
+    for what in ["latency", "bandwidth"] {
+        for ext in ["png", "svg"] {
+            let f = dir.path().join(format!("message-size-{what}.{ext}"));
+            let len = std::fs::metadata(&f).map_or(0, |m| m.len());
+            assert!(len > 1000, "{}: {len} bytes", f.display());
+        }
+    }
+    assert_eq!(doc["params"]["sizes"].as_array().map(Vec::len), Some(5));
+    // The runs are microbenchmarks, not `multigrain run` jobs: --set is refused.
+    let out = Command::new(bin())
+        .args([
+            "experiment",
+            "message-size",
+            "--quick",
+            "--set",
+            "ini.window=64",
+            "--out",
+        ])
+        .arg(dir.path().join("refused"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--set"));
+}
+
+#[test]
 fn polling_has_every_path_condition_and_policy_with_its_logp_parameters() {
     let dir = TempDir::new("exp-poll");
     // The adaptive bounds come from the job's configuration keys.

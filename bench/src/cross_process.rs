@@ -12,6 +12,9 @@ const ACK: u64 = u64::MAX;
 const ECHO: Handler = Handler(1);
 const ATOMIC_MODE: Handler = Handler(2);
 const EXIT: Handler = Handler(3);
+/// A sized-message request ([`crate::sizes`]): this word names the operation, kind and
+/// size, the next Express word the count.
+const SIZES: Handler = Handler(4);
 
 fn flag(seg: &Segment) -> &AtomicU64 {
     // SAFETY: the segment is at least 4096 bytes, page aligned and alive as long as the
@@ -74,8 +77,34 @@ pub fn run_peer_if_requested() -> bool {
                     }
                 }
             }
+            SIZES => {
+                let Message::Express(req) = m else {
+                    return true;
+                };
+                let Some(Message::Express(count)) = ep.recv_timeout(DEADLINE) else {
+                    return true;
+                };
+                serve_sized(&ep, req.payload, count.payload);
+            }
             _ => return true,
         }
+    }
+}
+
+/// The peer's side of a sized request: echo `count` round trips, or drain a stream of
+/// `count` messages and acknowledge it with the checksum (an Express word).
+fn serve_sized(ep: &Endpoint, request: u64, count: u64) {
+    use crate::sizes::{Wait, decode_request, echo, recv};
+    let (stream, kind, size) = decode_request(request);
+    if stream {
+        let deadline = Instant::now() + DEADLINE;
+        let sum = recv(ep, kind, size * count as usize, Wait::Spin, deadline);
+        spin_send(
+            ep,
+            Express::new(ECHO, sum & multigrain_messaging::word::MAX_PAYLOAD).expect("payload"),
+        );
+    } else {
+        echo(ep, kind, size, count, Wait::Spin);
     }
 }
 
@@ -189,6 +218,96 @@ impl PingPong {
             f.load(Ordering::Acquire) == ACK
         });
         elapsed
+    }
+
+    /// Tells the peer what comes next: a sized ping-pong or stream of `count`.
+    fn request(&self, stream: bool, kind: crate::sizes::Kind, size: usize, count: u64) {
+        let word = crate::sizes::encode_request(stream, kind, size);
+        spin_send(&self.ep, Express::new(SIZES, word).expect("payload"));
+        spin_send(&self.ep, Express::new(ECHO, count).expect("payload"));
+    }
+
+    /// A sized ping-pong with the peer process ([`crate::sizes`]): `warm_up + round_trips`
+    /// round trips of `size` bytes as `kind`, both ends busy-polling; returns the time of
+    /// the last `round_trips`.
+    pub fn sized_pingpong(
+        &self,
+        kind: crate::sizes::Kind,
+        size: usize,
+        (warm_up, round_trips): (u64, u64),
+    ) -> Duration {
+        let _pin = pin_to_cpu(0);
+        self.request(false, kind, size, warm_up + round_trips);
+        crate::sizes::ping(
+            &self.ep,
+            kind,
+            size,
+            (warm_up, round_trips),
+            crate::sizes::Wait::Spin,
+        )
+    }
+
+    /// A sized stream into the peer process: `senders` threads of this process (all on
+    /// this process's CPU; the calling thread is the first) each send `per_sender`
+    /// messages of `size` bytes as `kind` to one queue of the peer, which drains it and
+    /// acknowledges with one Express word. Returns the time from the start until the
+    /// acknowledgement arrived (one Express one-way latency more than the stream).
+    pub fn sized_stream(
+        &self,
+        kind: crate::sizes::Kind,
+        size: usize,
+        senders: usize,
+        per_sender: u64,
+    ) -> Duration {
+        use crate::sizes::{pattern, send, sum32};
+        let _pin = pin_to_cpu(0);
+        let data = pattern(size);
+        let total = senders as u64 * per_sender;
+        self.request(true, kind, size, total);
+        let others: Vec<Endpoint> = (1..senders)
+            .map(|_| {
+                let (ep, w) = self.site.create_endpoint(&[QueueId(0)]).expect("endpoint");
+                w.map(
+                    VirtualName(0),
+                    Destination {
+                        site: SiteId(1),
+                        queue: QueueId(0),
+                        source: SourceId::default(),
+                    },
+                )
+                .expect("map");
+                ep
+            })
+            .collect();
+        let deadline = Instant::now() + DEADLINE;
+        let start = std::sync::Barrier::new(senders);
+        std::thread::scope(|s| {
+            for ep in others {
+                let (data, start) = (&data, &start);
+                s.spawn(move || {
+                    let _pin = pin_to_cpu(0);
+                    start.wait();
+                    for _ in 0..per_sender {
+                        send(&ep, kind, data, deadline);
+                    }
+                });
+            }
+            start.wait();
+            let t0 = Instant::now();
+            for _ in 0..per_sender {
+                send(&self.ep, kind, &data, deadline);
+            }
+            let Message::Express(ack) = spin_recv(&self.ep, deadline) else {
+                panic!("the peer's acknowledgement is not Express")
+            };
+            let elapsed = t0.elapsed();
+            assert_eq!(
+                ack.payload,
+                sum32(&data).wrapping_mul(total) & multigrain_messaging::word::MAX_PAYLOAD,
+                "stream corrupted"
+            );
+            elapsed
+        })
     }
 
     /// The parent's site (statistics).

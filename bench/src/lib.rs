@@ -2,7 +2,8 @@
 //! shared by the criterion benchmarks (`bench/benches/`) and the `multigrain bench
 //! messaging|net|dsm` commands, so both measure exactly the same code, each beside its
 //! baseline in the same run. In-process kernels here; [`cross_process`] (two processes
-//! over a shared segment) and [`network`] (two sites through INIs over UDP loopback).
+//! over a shared segment) and [`network`] (two sites through INIs over UDP loopback);
+//! [`sizes`]: every message kind against message size, on all three paths.
 //!
 //! Each kernel runs a fixed amount of work and returns the elapsed wall time; the caller
 //! divides. Ping-pong kernels return the time for `round_trips` round trips (one-way
@@ -15,6 +16,7 @@
 pub mod cross_process;
 pub mod loggp;
 pub mod network;
+pub mod sizes;
 
 use crossbeam_utils::CachePadded;
 use multigrain_messaging::{

@@ -302,3 +302,46 @@ pub fn tag_on_stream(pair: &Pair, senders: usize, pages: u64) -> Duration {
         t0.elapsed()
     })
 }
+
+/// A sized ping-pong ([`crate::sizes`]) between the two sites of `pair`: `warm_up +
+/// round_trips` round trips of `size` bytes as `kind`, each end waiting with
+/// `recv_timeout`, pinned to different CPUs; returns the time of the last `round_trips`.
+pub fn sized_pingpong(
+    pair: &Pair,
+    kind: crate::sizes::Kind,
+    size: usize,
+    (warm_up, round_trips): (u64, u64),
+) -> Duration {
+    use crate::sizes::{Placement, Wait, pingpong_between};
+    pingpong_between(
+        (&pair.endpoint(0, 0, 0), pair.endpoint(1, 0, 0)),
+        kind,
+        size,
+        (warm_up, round_trips),
+        (Wait::Park, Placement::Pinned),
+    )
+    .0
+}
+
+/// A sized stream from site 0 to one queue of site 1: `senders` threads (thread i uses INI
+/// i mod K under the static policy) each send `per_sender` messages of `size` bytes as
+/// `kind`; returns the time until the last byte is received. No thread is pinned (the INI
+/// threads share the CPUs).
+pub fn sized_stream(
+    pair: &Pair,
+    kind: crate::sizes::Kind,
+    size: usize,
+    senders: usize,
+    per_sender: u64,
+) -> Duration {
+    use crate::sizes::{Placement, Wait, stream_between};
+    let tx = (0..senders).map(|_| pair.endpoint(0, 0, 1)).collect();
+    stream_between(
+        &pair.endpoint(1, 1, 0),
+        tx,
+        kind,
+        (size, per_sender),
+        (Wait::Park, Placement::Free),
+    )
+    .0
+}

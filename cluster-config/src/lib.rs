@@ -104,10 +104,10 @@ pub use model::{
     BarrierUpdates, ClusterSpec, DEFAULT_JOB_KEY, DEFAULT_PREFETCH, DEFAULT_PROGRESS_TIMEOUT_MS,
     DEFAULT_RELEASE_BATCH, DsmConfig, EmulationConfig, EmulationLinkError, FaultConfig, HomePolicy,
     IniConfig, IniPolicy, JobConfig, JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS,
-    MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_REGION_SIZE, MAX_RELEASE_BATCH,
-    MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS, MAX_WINDOW, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE,
-    ParseChoiceError, Protocol, ProtocolPriority, Substrate, USER_SPACE_END, is_loopback,
-    same_host,
+    MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_REGION_SIZE,
+    MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS, MAX_WINDOW, MIN_MTU,
+    MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol, ProtocolPriority, Substrate,
+    USER_SPACE_END, is_loopback, same_host,
 };
 pub use overrides::{BadOverride, Override};
 pub use size::{ParseSizeError, format_bytes, parse_byte_size};

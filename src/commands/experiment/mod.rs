@@ -1,5 +1,6 @@
 //! `multigrain experiment NAME`: the experiments of paper 002 (Jiang's INI thesis),
-//! chapters 5 and 6, as sweeps of real runs.
+//! chapters 5 and 6, as sweeps of real runs, and the message layer's cost against message
+//! size (paper 004 §6, paper 003 §4) as in-process microbenchmarks.
 //!
 //! The framework: an experiment lays out its points (one `multigrain run` command line
 //! each, [`sweep::Point`]), runs them `--repeat` times interleaved round by round
@@ -10,6 +11,7 @@
 
 pub mod cluster_size;
 pub mod ini_scheduling;
+pub mod message_size;
 pub mod mis_scheduling;
 pub mod mva;
 pub mod plot;
@@ -37,7 +39,7 @@ use table::{Cell, Table};
 /// cluster on this machine) than cores are marked "oversubscribed".
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  multigrain experiment ini-scheduling --quick\n  multigrain experiment ini-scheduling --molecules 512 --steps 3 --repeat 5 --out results/ini\n  multigrain experiment mis-scheduling --set ini.window=64\n  multigrain experiment cluster-size --threads 8 --json > cluster-size.json\n  multigrain experiment mva --threads-max 8 --repeat 5 --out results/mva\n  multigrain experiment polling --repeat 5 --set ini.poll_interval_max=64"
+    after_help = "Examples:\n  multigrain experiment ini-scheduling --quick\n  multigrain experiment ini-scheduling --molecules 512 --steps 3 --repeat 5 --out results/ini\n  multigrain experiment mis-scheduling --set ini.window=64\n  multigrain experiment cluster-size --threads 8 --json > cluster-size.json\n  multigrain experiment mva --threads-max 8 --repeat 5 --out results/mva\n  multigrain experiment polling --repeat 5 --set ini.poll_interval_max=64\n  multigrain experiment message-size --quick\n  multigrain experiment message-size --max-size 65536 --senders 1,4 --paths threads,shm"
 )]
 pub struct ExperimentArgs {
     /// The experiment.
@@ -121,6 +123,25 @@ pub enum Which {
     /// of its alone value while the network is in use. Full size: 2,000 round trips, 100
     /// bursts of 16, a 20,000-message stream per row and round; --quick: 100, 8, 500.
     Polling(polling::PollingArgs),
+    /// Paper 004 §6 (Figures 4–7) and paper 003 §4: one-way latency and streaming
+    /// bandwidth against message size for Express, Basic, Tag-On and bulk, over threads,
+    /// shared memory between two processes and INIs; the half-power point n½.
+    ///
+    /// Sizes 8 B … 1 MiB (powers of two; --max-size). Per path (threads of one site;
+    /// this process and a peer process over a shared segment; two sites through one
+    /// dedicated INI each over UDP loopback), kind and size: the one-way latency
+    /// (ping-pong ÷ 2, µs) and the streaming bandwidth (MB/s) with 1, 2 and 4 sender
+    /// threads into one receiver (--senders); from the bandwidth curves, the peak and
+    /// n½, the smallest size reaching half of it. A kind that cannot carry a size in one
+    /// message sends its natural sequence (Express: a word per 4 bytes, up to 256 B;
+    /// Basic: 256-byte messages; Tag-On: a 4 KiB slot per message); bulk fragments and
+    /// reassembles. --repeat rounds sample every point once each [default: 3; with
+    /// --quick 1]; --quick: sizes 8, 64, 512, 4096, 32768, 1 and 2 senders, smaller
+    /// samples (a few seconds). Besides NAME.png (bandwidth ÷ peak: n½ where a line
+    /// crosses 0.5), it draws NAME-latency and NAME-bandwidth (log scale). The runs are
+    /// in this process and one peer process, not `multigrain run` jobs: --set is refused
+    /// and --timeout-s does not apply.
+    MessageSize(message_size::MessageSizeArgs),
 }
 
 /// Flags every experiment takes.
@@ -512,6 +533,7 @@ pub fn run(args: &ExperimentArgs) -> Result<()> {
         Which::ClusterSize(a) => ("cluster-size", &a.common),
         Which::Mva(a) => ("mva", &a.common),
         Which::Polling(a) => ("polling", &a.common),
+        Which::MessageSize(a) => ("message-size", &a.common),
     };
     let ctx = Context::new(name, common)?;
     std::fs::create_dir_all(&ctx.out)
@@ -522,6 +544,7 @@ pub fn run(args: &ExperimentArgs) -> Result<()> {
         Which::ClusterSize(a) => cluster_size::run(&ctx, a)?,
         Which::Mva(a) => mva::run(&ctx, a)?,
         Which::Polling(a) => polling::run(&ctx, a)?,
+        Which::MessageSize(a) => message_size::run(&ctx, a)?,
     };
     deliver(&ctx, &outcome, common.json)?;
     if outcome.failed > 0 {

@@ -46,6 +46,26 @@ pub struct Figure {
     pub series: Vec<Series>,
 }
 
+/// Where the legend sits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Legend {
+    /// Upper left (the default: rising curves and bars leave it free).
+    #[default]
+    UpperLeft,
+    /// Lower right (curves that saturate at the top, e.g. a fraction of a peak).
+    LowerRight,
+}
+
+/// How a figure is drawn beyond its data: the y axis' scale and the legend's place.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Style {
+    /// A logarithmic y axis (decades; for values spanning several orders of magnitude,
+    /// e.g. latency or bandwidth against message size). Values ≤ 0 are left out.
+    pub log_y: bool,
+    /// The legend's place.
+    pub legend: Legend,
+}
+
 /// Picture size, pixels.
 const SIZE: (u32, u32) = (1100, 620);
 
@@ -64,7 +84,7 @@ fn register_font() {
 
 /// A series' colour.
 fn colour(i: usize) -> RGBColor {
-    const C: [RGBColor; 8] = [
+    const C: [RGBColor; 12] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
@@ -73,26 +93,74 @@ fn colour(i: usize) -> RGBColor {
         RGBColor(140, 86, 75),
         RGBColor(227, 119, 194),
         RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+        RGBColor(0, 0, 0),
+        RGBColor(255, 187, 120),
     ];
     C[i % C.len()]
 }
 
-fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, fig: &Figure) -> Result<()>
+/// `fig` with every value replaced by its log10 (values ≤ 0 dropped), and the y range
+/// to draw it in (whole decades around the data).
+fn log_figure(fig: &Figure) -> (Figure, f64, f64) {
+    let log = |v: &Summary| -> Option<Summary> {
+        (v.min > 0.0 && v.median > 0.0).then(|| Summary {
+            median: v.median.log10(),
+            p25: v.p25.max(v.min).log10(),
+            p75: v.p75.max(v.min).log10(),
+            min: v.min.log10(),
+            max: v.max.log10(),
+            samples: v.samples,
+        })
+    };
+    let mut out = fig.clone();
+    for s in &mut out.series {
+        s.values = s.values.iter().map(|v| v.as_ref().and_then(log)).collect();
+    }
+    let all = || out.series.iter().flat_map(|s| s.values.iter().flatten());
+    let lo = all().map(|v| v.min).fold(f64::INFINITY, f64::min);
+    let hi = all().map(|v| v.max).fold(f64::NEG_INFINITY, f64::max);
+    if lo.is_finite() && hi.is_finite() {
+        let (lo, hi) = (lo.floor(), hi.ceil().max(lo.floor() + 1.0));
+        // Room for the legend over the data.
+        (out, lo, hi + 0.25 * (hi - lo))
+    } else {
+        (out, 0.0, 1.0)
+    }
+}
+
+fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, fig: &Figure, style: Style) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing the figure: {e}");
     root.fill(&WHITE).map_err(err)?;
-    let top = fig
-        .series
-        .iter()
-        .flat_map(|s| s.values.iter().flatten())
-        .map(|s| s.max.max(s.median))
-        .fold(0.0f64, f64::max);
-    let top = if top > 0.0 && top.is_finite() {
-        top * 1.12
+    let logged;
+    let (fig, bottom, top) = if style.log_y {
+        let (f, lo, hi) = log_figure(fig);
+        logged = f;
+        (&logged, lo, hi)
     } else {
-        1.0
+        let top = fig
+            .series
+            .iter()
+            .flat_map(|s| s.values.iter().flatten())
+            .map(|s| s.max.max(s.median))
+            .fold(0.0f64, f64::max);
+        let top = if top > 0.0 && top.is_finite() {
+            top * 1.12
+        } else {
+            1.0
+        };
+        (fig, 0.0, top)
+    };
+    let y_tick = |y: &f64| {
+        if style.log_y {
+            crate::measure::num(10f64.powf(*y))
+        } else {
+            format!("{y}")
+        }
     };
     let n = fig.groups.len().max(1) as f64;
     let mut chart = ChartBuilder::on(root)
@@ -100,12 +168,18 @@ where
         .margin(12)
         .x_label_area_size(70)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.0..n, 0.0..top)
+        .build_cartesian_2d(0.0..n, bottom..top)
         .map_err(err)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
         .disable_x_axis()
+        .y_labels(if style.log_y {
+            (top - bottom).ceil() as usize + 1
+        } else {
+            10
+        })
+        .y_label_formatter(&y_tick)
         .y_desc(fig.y_label.as_str())
         .label_style(("sans-serif", 15))
         .axis_desc_style(("sans-serif", 16))
@@ -133,7 +207,7 @@ where
                     .collect();
                 chart
                     .draw_series(bars.iter().map(|&(x0, v)| {
-                        Rectangle::new([(x0, 0.0), (x0 + width * 0.9, v.median)], c.filled())
+                        Rectangle::new([(x0, bottom), (x0 + width * 0.9, v.median)], c.filled())
                     }))
                     .map_err(err)?
                     .label(s.name.as_str())
@@ -195,7 +269,10 @@ where
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(("sans-serif", 15))
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(match style.legend {
+            Legend::UpperLeft => SeriesLabelPosition::UpperLeft,
+            Legend::LowerRight => SeriesLabelPosition::LowerRight,
+        })
         .draw()
         .map_err(err)?;
     // Group names under the bars (the x axis has no numeric meaning).
@@ -206,7 +283,7 @@ where
         ),
     );
     for (g, name) in fig.groups.iter().enumerate() {
-        let (px, py) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
+        let (px, py) = chart.backend_coord(&(g as f64 + 0.5, bottom));
         for (line, text) in name.split('\n').enumerate() {
             root.draw_text(text, &style, (px, py + 8 + 17 * line as i32))
                 .map_err(err)?;
@@ -221,16 +298,24 @@ where
 /// # Errors
 /// A file that cannot be written, naming it.
 pub fn write(fig: &Figure, stem: &Path) -> Result<()> {
+    write_styled(fig, stem, Style::default())
+}
+
+/// [`write()`] with a y scale and legend place other than the default.
+///
+/// # Errors
+/// A file that cannot be written, naming it.
+pub fn write_styled(fig: &Figure, stem: &Path, style: Style) -> Result<()> {
     register_font();
     let png = stem.with_extension("png");
     {
         let root = BitMapBackend::new(&png, SIZE).into_drawing_area();
-        draw(&root, fig).map_err(|e| anyhow!("{}: {e}", png.display()))?;
+        draw(&root, fig, style).map_err(|e| anyhow!("{}: {e}", png.display()))?;
     }
     let svg = stem.with_extension("svg");
     {
         let root = SVGBackend::new(&svg, SIZE).into_drawing_area();
-        draw(&root, fig).map_err(|e| anyhow!("{}: {e}", svg.display()))?;
+        draw(&root, fig, style).map_err(|e| anyhow!("{}: {e}", svg.display()))?;
     }
     Ok(())
 }
@@ -268,6 +353,17 @@ mod tests {
             svg.contains("round-robin") && svg.contains("A figure"),
             "{svg}"
         );
+        let log = Style {
+            log_y: true,
+            legend: Legend::LowerRight,
+        };
+        write_styled(&fig, &dir.join("log"), log).unwrap();
+        let svg = std::fs::read_to_string(dir.join("log.svg")).unwrap();
+        assert!(svg.contains("static"), "{svg}");
+        let (logged, lo, hi) = log_figure(&fig);
+        assert!(lo <= 0.5f64.log10() && hi >= 1.2f64.log10(), "{lo}..{hi}");
+        let v = logged.series[0].values[0].expect("value");
+        assert!((v.median - 1.1f64.log10()).abs() < 1e-12, "{v:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
