@@ -10,7 +10,9 @@
 //!   polling the protocol queue itself — yielding between polls for
 //!   [`crate::DsmOptions::wait_spin`], then sleeping in the message layer's blocking
 //!   receive on the protocol queue and its own wake-up queue — handling
-//!   every protocol message that arrives meanwhile, whoever it is for. The reply that
+//!   every protocol message that arrives meanwhile, whoever it is for (at most one
+//!   such sleeper per CPU: the others park until their own completion, see
+//!   [`Core::wait`]). The reply that
 //!   completes its fault is usually handled by the thread itself:
 //!   no other thread's wake-up is on the critical path;
 //! * a thread in an acquire, release or barrier waits the same way;
