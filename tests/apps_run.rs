@@ -523,6 +523,50 @@ fn set_values_change_the_job_every_cluster_runs() {
     assert!(e.contains("is not KEY=VALUE"), "{e}");
 }
 
+/// 2 clusters × 256 compute threads on this machine (hundreds of threads per core), over
+/// UDP through the INIs and over shared memory: the job completes, with every cluster
+/// alive throughout (no peer is declared dead because its INI or heartbeat got too
+/// little CPU), and the energies agree with the sequential reference (issue 13).
+#[test]
+fn water_on_2x256_threads_completes_and_agrees_with_the_sequential_reference() {
+    let _one = one_job_at_a_time();
+    let size = ["--molecules", "64", "--steps", "2"];
+    let (seq, _) = run_ok(
+        "water 64x2 sequential",
+        &[&["water", "--sequential"][..], &size].concat(),
+        None,
+    );
+    for substrate in ["udp", "shm"] {
+        let name = format!("water 2x256 over {substrate}");
+        let substrate = format!("ini.substrate={substrate}");
+        let (report, _p) = run_ok(
+            &name,
+            &[
+                &["water"][..],
+                &size,
+                &[
+                    "--set",
+                    "local.clusters=2",
+                    "--set",
+                    "local.threads=256",
+                    "--set",
+                    &substrate,
+                ],
+            ]
+            .concat(),
+            Some(2),
+        );
+        assert_eq!(
+            report["backend"]["threads"],
+            serde_json::json!([256, 256]),
+            "{name}: {}",
+            report["backend"]
+        );
+        assert_eq!(report["outcome"]["result"]["threads"].as_u64(), Some(512));
+        assert_energies_agree(&report, &seq, &name);
+    }
+}
+
 /// A traced job over UDP with dedicated INI threads (paper 002 chapter 3): every cluster
 /// writes its trace file, every message is found at both ends, the run report carries the
 /// summary `multigrain trace summarize` prints from the same files, and the energies

@@ -44,7 +44,11 @@
 //! the CPU between polls, for [`DsmOptions::wait_spin`] (1 ms), then sleeps in the message
 //! layer's blocking receive (on the sockets with INIs, else on the doorbell) in slices of
 //! 2 ms. A thread that completes another thread's wait while that one sleeps sends a
-//! no-op to the sleeper's own wake-up queue ([`WAKE_QUEUES`]). Every wait asks the
+//! no-op to the sleeper's own wake-up queue ([`WAKE_QUEUES`]). At most one waiting
+//! thread per CPU sleeps that way (every message wakes all of them); the others park
+//! until their own wait completes (the completer unparks exactly that thread), and when
+//! more threads wait than there are CPUs none yield-polls: hundreds of compute threads
+//! per core would otherwise keep every CPU busy with wake-ups. Every wait asks the
 //! [`Liveness`] oracle every few milliseconds and fails — naming the failed cluster —
 //! when a cluster died, aborted or fell silent.
 //!

@@ -10,7 +10,9 @@
 //!   polling the protocol queue itself — yielding between polls for
 //!   [`crate::DsmOptions::wait_spin`], then sleeping in the message layer's blocking
 //!   receive on the protocol queue and its own wake-up queue — handling
-//!   every protocol message that arrives meanwhile, whoever it is for. The reply that
+//!   every protocol message that arrives meanwhile, whoever it is for (at most one
+//!   such sleeper per CPU: the others park until their own completion, see
+//!   [`Core::wait`]). The reply that
 //!   completes its fault is usually handled by the thread itself:
 //!   no other thread's wake-up is on the critical path;
 //! * a thread in an acquire, release or barrier waits the same way;
@@ -64,7 +66,7 @@ use multigrain_messaging::{
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Exit status of a process whose page fault could not be served because of this
@@ -186,6 +188,13 @@ pub(crate) struct Core {
     pub(crate) realtime: AtomicBool,
     /// What this cluster's threads wait for (the progress watchdog's evidence).
     pub(crate) waits: Waits,
+    /// Threads in [`Core::wait`] now.
+    waiting: CachePadded<AtomicUsize>,
+    /// Threads of [`Core::wait`] asleep on the protocol queue's doorbell now.
+    doorbell_sleepers: CachePadded<AtomicUsize>,
+    /// CPUs this process may run on: the most threads that sleep on the doorbell, and
+    /// the most waiting threads that still yield-poll (see [`Core::wait`]).
+    cpus: usize,
 }
 
 fn next_runtime_id() -> u64 {
@@ -235,6 +244,9 @@ impl Core {
             polled: CachePadded::new(AtomicBool::new(false)),
             realtime: AtomicBool::new(false),
             waits: Waits::new(),
+            waiting: CachePadded::new(AtomicUsize::new(0)),
+            doorbell_sleepers: CachePadded::new(AtomicUsize::new(0)),
+            cpus: std::thread::available_parallelism().map_or(1, usize::from),
         }
     }
 
@@ -1254,6 +1266,7 @@ impl Core {
             return Ok(());
         }
         let _waiting = self.waits.enter(context());
+        let _counted = Counted::enter(&self.waiting);
         let start = Instant::now();
         let spin_until = start + self.tuning.spin;
         let mut next_check = start + self.tuning.liveness_period;
@@ -1279,7 +1292,11 @@ impl Core {
                 return Err(self.failure_error(Some(context())));
             }
             let now = Instant::now();
-            if now < spin_until {
+            // More waiting threads than CPUs (hundreds of compute threads per core):
+            // yielding ones would keep every core busy and starve the threads that
+            // produce what they wait for, so they sleep at once.
+            let crowded = self.waiting.load(Ordering::Relaxed) > self.cpus;
+            if now < spin_until && !crowded {
                 // Then yield rather than burn the core: with more runnable threads than
                 // cores (compute threads of several clusters on one machine) the thread
                 // that will produce our message may be waiting for this very core.
@@ -1290,11 +1307,29 @@ impl Core {
                 self.check_liveness(ops, ep, context)?;
                 next_check = now + self.tuning.liveness_period;
             }
+            let slept = Instant::now();
+            // At most one thread per CPU sleeps on the doorbell, serving the protocol
+            // queue when it rings; the others park until their own completion. Every
+            // message rings the doorbell, which wakes all its sleepers: with 256
+            // sleepers per cluster each message cost 256 wake-ups and the cores did
+            // little else (Water 8 × 1 on 2 × 256 threads took minutes).
+            if self.doorbell_sleepers.fetch_add(1, Ordering::SeqCst) >= self.cpus {
+                self.doorbell_sleepers.fetch_sub(1, Ordering::SeqCst);
+                if s.prepare_park(seq) {
+                    return Ok(());
+                }
+                std::thread::park_timeout(self.tuning.liveness_period.max(self.tuning.slice));
+                s.awake();
+                bump(&self.counters.sleeps, 1);
+                bump(&self.counters.sleep_ns, slept.elapsed().as_nanos() as u64);
+                continue;
+            }
             if s.prepare_sleep(seq) {
+                self.doorbell_sleepers.fetch_sub(1, Ordering::SeqCst);
                 return Ok(());
             }
-            let slept = Instant::now();
             let m = ep.recv_timeout(self.tuning.slice);
+            self.doorbell_sleepers.fetch_sub(1, Ordering::SeqCst);
             s.awake();
             bump(&self.counters.sleeps, 1);
             bump(&self.counters.sleep_ns, slept.elapsed().as_nanos() as u64);
@@ -1483,4 +1518,20 @@ fn fatal_fault(cluster: usize, page: usize, e: &DsmError) -> ! {
     unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
     // SAFETY: _exit(2) ends the process at once without running any handler.
     unsafe { libc::_exit(code) }
+}
+
+/// Counts a thread in a counter for as long as the guard lives.
+struct Counted<'a>(&'a AtomicUsize);
+
+impl<'a> Counted<'a> {
+    fn enter(counter: &'a AtomicUsize) -> Counted<'a> {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Counted(counter)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }

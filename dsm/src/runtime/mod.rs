@@ -73,7 +73,8 @@ pub struct DsmOptions {
     pub region_base: Option<usize>,
     /// How long a thread waiting for a page, a lock or a barrier polls the protocol
     /// queue (yielding between polls) before it sleeps in the message layer's blocking
-    /// receive. Default 1 ms.
+    /// receive. Default 1 ms. Not applied while more threads of the cluster wait than
+    /// the process has CPUs: they sleep at once.
     pub wait_spin: Duration,
     /// How long the protocol thread polls after a message before it sleeps. `None`
     /// (the default): 1 ms where this cluster reaches another one through INIs over

@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
+use std::thread::Thread;
 
 /// Threads of one process that may use one runtime at the same time.
 pub(crate) const MAX_THREADS: usize = 1024;
@@ -29,6 +30,11 @@ pub(crate) struct Slot {
     sleeping: AtomicBool,
     /// The owner's last sequence number.
     seq: AtomicU32,
+    /// The owner sleeps parked (see [`Slot::prepare_park`]) rather than on the doorbell:
+    /// a completer unparks `thread` instead of sending a wake-up message.
+    parked: AtomicBool,
+    /// The thread that parks; set before `parked`.
+    thread: Mutex<Option<Thread>>,
 }
 
 impl Slot {
@@ -38,6 +44,8 @@ impl Slot {
             done: AtomicU32::new(0),
             sleeping: AtomicBool::new(false),
             seq: AtomicU32::new(0),
+            parked: AtomicBool::new(false),
+            thread: Mutex::new(None),
         }
     }
 
@@ -64,9 +72,33 @@ impl Slot {
         false
     }
 
+    /// Marks the owner as about to park (`std::thread::park_timeout`) until its wait
+    /// completes; returns `true` if it completed meanwhile (then it must not park). Like
+    /// [`Slot::prepare_sleep`], but the completer unparks the calling thread instead of
+    /// sending a message to the slot's wake-up queue: only this thread wakes, where a
+    /// message rings the doorbell that every thread sleeping on the protocol queue
+    /// shares (see `Core::wait`).
+    pub(crate) fn prepare_park(&self, seq: u32) -> bool {
+        {
+            let mut t = self.thread.lock();
+            if t.as_ref()
+                .is_none_or(|t| t.id() != std::thread::current().id())
+            {
+                *t = Some(std::thread::current());
+            }
+        }
+        self.parked.store(true, Ordering::SeqCst);
+        if self.prepare_sleep(seq) {
+            self.parked.store(false, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
     /// The owner woke up.
     pub(crate) fn awake(&self) {
         self.sleeping.store(false, Ordering::Relaxed);
+        self.parked.store(false, Ordering::Relaxed);
     }
 }
 
@@ -101,8 +133,9 @@ impl Slots {
         self.free.lock().push(i);
     }
 
-    /// Completes the wait named by `token`. Returns the slot when its owner sleeps and
-    /// must be woken (by a message to the slot's wake-up queue).
+    /// Completes the wait named by `token`. A parked owner is unparked here; returns
+    /// the slot when its owner sleeps on the doorbell and must be woken (by a message to
+    /// the slot's wake-up queue).
     pub(crate) fn complete(&self, token: u64) -> Option<u32> {
         let index = (token >> 32) as u32;
         let Some(slot) = self.slots.get(index as usize) else {
@@ -110,7 +143,18 @@ impl Slots {
             return None;
         };
         slot.done.store(token as u32, Ordering::SeqCst);
-        slot.sleeping.load(Ordering::SeqCst).then_some(index)
+        if !slot.sleeping.load(Ordering::SeqCst) {
+            return None;
+        }
+        // `parked` is stored before `sleeping` (both SeqCst), so a sleeper seen here
+        // shows whether it parks.
+        if slot.parked.load(Ordering::SeqCst) {
+            if let Some(t) = slot.thread.lock().as_ref() {
+                t.unpark();
+            }
+            return None;
+        }
+        Some(index)
     }
 }
 
