@@ -397,3 +397,39 @@ fn polling_has_every_path_condition_and_policy_with_its_logp_parameters() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("ini.poll_interval_min"), "{err}");
 }
+
+#[test]
+fn loggp_calibrate_has_a_baseline_and_a_setting_per_parameter_and_the_signature() {
+    let dir = TempDir::new("exp-cal");
+    let doc = experiment("loggp-calibrate", dir.path(), &[]);
+    let rows = table(&doc, dir.path(), "loggp-calibrate");
+    // --quick: 0 and one value for each of o, g, L, G.
+    assert_eq!(rows.len(), 8, "{rows:#?}");
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(text(r, "param"), ["o", "g", "L", "G"][i / 2], "{r}");
+        let desired = median(r, "desired");
+        assert_eq!(desired == 0.0, i % 2 == 0, "{r}");
+        for k in ["o_us", "g_us", "big_g_ns"] {
+            positive(r, k);
+        }
+        let verdict = text(r, "within");
+        assert!(
+            ["baseline", "yes", "NO", "below the baseline"].contains(&verdict.as_str()),
+            "{r}"
+        );
+    }
+    // o is a busy loop of the sender and of the receiver: it shows up whatever the load.
+    assert!(
+        median(&rows[1], "o_us") >= 0.9 * median(&rows[1], "desired"),
+        "{:?}",
+        rows[1]
+    );
+    let sig = &doc["params"]["signature"];
+    let rounds = sig["rounds"].as_array().expect("signature rounds");
+    assert_eq!(rounds.len(), 1);
+    for d in rounds[0].as_array().unwrap() {
+        let v = d["interval_us"].as_array().unwrap();
+        assert_eq!(v.len(), sig["burst_lengths"].as_array().unwrap().len());
+        assert!(v.iter().all(|x| x.as_f64().is_some_and(|x| x > 0.0)), "{d}");
+    }
+}

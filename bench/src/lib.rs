@@ -506,6 +506,18 @@ pub fn basic_stream(pages: u64) -> Duration {
     t0.elapsed()
 }
 
+/// Busy-waits `d` (the computational delay Δ of a LogP signature); returns at once for
+/// zero.
+pub fn busy_wait(d: Duration) {
+    if d.is_zero() {
+        return;
+    }
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        std::hint::spin_loop();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::pin_to_cpu;

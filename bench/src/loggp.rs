@@ -10,7 +10,7 @@
 //!   gap), the receiver having drained the previous burst.
 //! * **o_r** (receive overhead): the receiver's time per receive of a burst that is
 //!   already there: the sender sends [`BURST`] messages and says so; the receiver waits
-//!   [`SETTLE`] (the messages reach its queues or socket) and then times receiving them.
+//!   [`Options::settle`] (the messages reach its queues or socket) and then times receiving them.
 //!   Over INIs that time includes pulling datagrams off the socket when the receiving
 //!   thread's own poll does it, but not when an INI thread already has.
 //! * **g** (gap): a long stream ([`Options::stream`] messages sent back to back; a full
@@ -43,6 +43,9 @@ pub struct Options {
     pub bursts: u64,
     /// Messages of the g stream.
     pub stream: u64,
+    /// How long the o_r receiver waits after a burst before timing it ([`SETTLE`];
+    /// longer when an emulated g or L delays the burst's arrival).
+    pub settle: Duration,
 }
 
 impl Options {
@@ -51,12 +54,14 @@ impl Options {
         round_trips: 2_000,
         bursts: 100,
         stream: 20_000,
+        settle: SETTLE,
     };
     /// A quick sample (shape only): 100 round trips, 8 bursts, 500 messages.
     pub const QUICK: Options = Options {
         round_trips: 100,
         bursts: 8,
         stream: 500,
+        settle: SETTLE,
     };
 }
 
@@ -84,7 +89,7 @@ pub fn measure(a: Endpoint, b: Endpoint, opts: Options) -> (LogP, Endpoint, Endp
     let (rtt, b) = round_trips(&a, b, opts.round_trips);
     let rtt_us = per_us(rtt, opts.round_trips);
     let (o_s_us, b) = send_overhead(&a, b, opts.bursts);
-    let (o_r_us, b) = receive_overhead(&a, b, opts.bursts);
+    let (o_r_us, b) = receive_overhead(&a, b, opts.bursts, opts.settle);
     let (g_us, b) = gap(&a, b, opts.stream);
     let logp = LogP {
         rtt_us,
@@ -190,7 +195,7 @@ fn send_overhead(a: &Endpoint, b: Endpoint, bursts: u64) -> (f64, Endpoint) {
 
 /// o_r: median over `bursts` of the receiver's time per receive of a burst of [`BURST`]
 /// that is already there.
-fn receive_overhead(a: &Endpoint, b: Endpoint, bursts: u64) -> (f64, Endpoint) {
+fn receive_overhead(a: &Endpoint, b: Endpoint, bursts: u64, settle: Duration) -> (f64, Endpoint) {
     let deadline = Instant::now() + DEADLINE;
     let (sent, done) = (&AtomicU64::new(0), &AtomicU64::new(0));
     two_threads(
@@ -200,7 +205,7 @@ fn receive_overhead(a: &Endpoint, b: Endpoint, bursts: u64) -> (f64, Endpoint) {
                 spin_until(deadline, "LogP o_r: burst sent", || {
                     sent.load(Ordering::Acquire) == i
                 });
-                std::thread::sleep(SETTLE);
+                std::thread::sleep(settle);
                 let t0 = Instant::now();
                 for _ in 0..BURST {
                     recv(a, deadline, "LogP o_r: burst");
@@ -322,4 +327,52 @@ pub fn network(cfg: &multigrain_messaging::net::NetConfig, opts: Options) -> Log
     let a = pair.endpoint(0, 0, 0);
     let b = pair.endpoint(1, 0, 0);
     measure(a, b, opts).0
+}
+
+/// One point of a LogP signature (paper 001 §3.3, Figure 3; Culler et al.): the
+/// sender's average initiation interval, µs per message, for bursts of `m` Express
+/// messages with `delta` of busy computation after each send; the clock stops when the
+/// last message of a burst is issued. The receiver drains each burst and answers once,
+/// so every burst starts with empty queues; the median of `reps` bursts. For short
+/// bursts the interval is o_s + Δ; long ones approach the steady-state interval, the
+/// larger of g and the processor's own o_s + o_r + Δ once the path's buffering (the INI's
+/// hand-off queue and window) is full.
+///
+/// `b` works on the second thread and comes back.
+pub fn signature_point(
+    a: &Endpoint,
+    b: Endpoint,
+    m: u64,
+    delta: Duration,
+    reps: u64,
+) -> (f64, Endpoint) {
+    let deadline = Instant::now() + DEADLINE;
+    let m = m.max(1);
+    two_threads(
+        || {
+            let mut per = Vec::with_capacity(reps as usize);
+            for r in 0..1 + reps {
+                let t0 = Instant::now();
+                for k in 0..m {
+                    spin_send(a, express(k));
+                    crate::busy_wait(delta);
+                }
+                let t = t0.elapsed();
+                if r > 0 {
+                    per.push(per_us(t, m));
+                }
+                recv(a, deadline, "LogP signature: drained");
+            }
+            median(&mut per)
+        },
+        move || {
+            for _ in 0..1 + reps {
+                for _ in 0..m {
+                    recv(&b, deadline, "LogP signature: burst");
+                }
+                spin_send(&b, express(0));
+            }
+            b
+        },
+    )
 }

@@ -300,8 +300,8 @@ impl IniCore {
     }
 
     /// Sends what the window releases, unless the emulated gap holds the INI's transmit
-    /// side (paper 001 §3.2): after a DATA datagram of *n* bytes it sends nothing for
-    /// *g* + *n*·*G*. Nothing is taken from the window meanwhile, so a frame's SEND timer
+    /// side (paper 001 §3.2): after a DATA datagram of *n* bytes it sends nothing until
+    /// *g* + *n*·*G* after that datagram's injection began. Nothing is taken from the window meanwhile, so a frame's SEND timer
     /// starts when it leaves, and no thread spins: the INI keeps receiving (the paper's
     /// LANai receives while its transmit context stalls), and the INI thread, or a
     /// compute thread polling, sends the next datagram once the gap is over. ACK- and
@@ -321,6 +321,9 @@ impl IniCore {
             let traced = t.starts_message && self.trace.is_some();
             let windowed_ns = if traced { net.now_ns() } else { 0 };
             let addr = self.peer_addrs[t.conn.index()];
+            // The gap runs from the start of this injection: LogP's g is the least
+            // interval between the starts of two injections.
+            let injected = Instant::now();
             if self.faults.is_active() {
                 let Verdict::Send(ds) = self.faults.apply(&self.buf[..t.len]);
                 for d in ds {
@@ -330,7 +333,7 @@ impl IniCore {
                 send(&self.socket, addr, &self.buf[..t.len]);
             }
             if emulate_gap && t.data {
-                self.next_inject = Instant::now() + gap_after(self.gap, self.per_byte_ns, t.len);
+                self.next_inject = injected + gap_after(self.gap, self.per_byte_ns, t.len);
             }
             if traced && let Some(tr) = self.trace.as_mut() {
                 tr.on_wire(t.conn, windowed_ns, net.now_ns());

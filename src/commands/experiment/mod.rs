@@ -11,6 +11,7 @@
 
 pub mod cluster_size;
 pub mod ini_scheduling;
+pub mod loggp_calibrate;
 pub mod message_size;
 pub mod mis_scheduling;
 pub mod mva;
@@ -39,7 +40,7 @@ use table::{Cell, Table};
 /// cluster on this machine) than cores are marked "oversubscribed".
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  multigrain experiment ini-scheduling --quick\n  multigrain experiment ini-scheduling --molecules 512 --steps 3 --repeat 5 --out results/ini\n  multigrain experiment mis-scheduling --set ini.window=64\n  multigrain experiment cluster-size --threads 8 --json > cluster-size.json\n  multigrain experiment mva --threads-max 8 --repeat 5 --out results/mva\n  multigrain experiment polling --repeat 5 --set ini.poll_interval_max=64\n  multigrain experiment message-size --quick\n  multigrain experiment message-size --max-size 65536 --senders 1,4 --paths threads,shm"
+    after_help = "Examples:\n  multigrain experiment ini-scheduling --quick\n  multigrain experiment ini-scheduling --molecules 512 --steps 3 --repeat 5 --out results/ini\n  multigrain experiment mis-scheduling --set ini.window=64\n  multigrain experiment cluster-size --threads 8 --json > cluster-size.json\n  multigrain experiment mva --threads-max 8 --repeat 5 --out results/mva\n  multigrain experiment polling --repeat 5 --set ini.poll_interval_max=64\n  multigrain experiment loggp-calibrate --repeat 3\n  multigrain experiment message-size --quick\n  multigrain experiment message-size --max-size 65536 --senders 1,4 --paths threads,shm"
 )]
 pub struct ExperimentArgs {
     /// The experiment.
@@ -123,6 +124,19 @@ pub enum Which {
     /// of its alone value while the network is in use. Full size: 2,000 round trips, 100
     /// bursts of 16, a 20,000-message stream per row and round; --quick: 100, 8, 500.
     Polling(polling::PollingArgs),
+    /// Paper 001 §3.3, Table 2 and Figure 3: does `[emulation]` add the L, o, g and G it
+    /// is asked for, each independently?
+    ///
+    /// Two sites in this process joined by one INI each over UDP on loopback (the
+    /// embedded job's `[ini]` and --set), Express messages between them. o (o_s and o_r
+    /// together: 0, 2.5, 5, 10, 20, 40 µs), g (0, 5, 10, 20, 40 µs), L (0, 5, 10, 20, 40
+    /// µs) and G (0, 2, 5, 10, 20 ns/byte) each varied alone; per setting the observed o
+    /// = (o_s + o_r)/2, g, L = RTT/2 − o_s − o_r, and G from a stream of 4 KiB Tag-On
+    /// messages, and whether the varied parameter's observed value above its baseline is
+    /// within 10 % of what was asked. The figure is the LogP signature at g = 14 µs: the
+    /// sender's average initiation interval against the burst length m = 1 … 128, for
+    /// computational delays Δ = 0, 5, 10, 20 µs. --quick: 0 and one value per parameter.
+    LoggpCalibrate(loggp_calibrate::LoggpCalibrateArgs),
     /// Paper 004 §6 (Figures 4–7) and paper 003 §4: one-way latency and streaming
     /// bandwidth against message size for Express, Basic, Tag-On and bulk, over threads,
     /// shared memory between two processes and INIs; the half-power point n½.
@@ -533,6 +547,7 @@ pub fn run(args: &ExperimentArgs) -> Result<()> {
         Which::ClusterSize(a) => ("cluster-size", &a.common),
         Which::Mva(a) => ("mva", &a.common),
         Which::Polling(a) => ("polling", &a.common),
+        Which::LoggpCalibrate(a) => ("loggp-calibrate", &a.common),
         Which::MessageSize(a) => ("message-size", &a.common),
     };
     let ctx = Context::new(name, common)?;
@@ -544,6 +559,7 @@ pub fn run(args: &ExperimentArgs) -> Result<()> {
         Which::ClusterSize(a) => cluster_size::run(&ctx, a)?,
         Which::Mva(a) => mva::run(&ctx, a)?,
         Which::Polling(a) => polling::run(&ctx, a)?,
+        Which::LoggpCalibrate(a) => loggp_calibrate::run(&ctx, a)?,
         Which::MessageSize(a) => message_size::run(&ctx, a)?,
     };
     deliver(&ctx, &outcome, common.json)?;
