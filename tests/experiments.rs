@@ -80,6 +80,20 @@ fn median(row: &Value, key: &str) -> f64 {
     m
 }
 
+/// Runs `multigrain experiment NAME --quick EXTRA… --out DIR/refused`, which must fail;
+/// its standard error.
+fn refused(name: &str, dir: &Path, extra: &[&str]) -> String {
+    let out = Command::new(bin())
+        .args(["experiment", name, "--quick"])
+        .args(extra)
+        .arg("--out")
+        .arg(dir.join("refused"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{name} {extra:?} was accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn positive(row: &Value, key: &str) -> f64 {
     let m = median(row, key);
     assert!(m > 0.0, "{key} = {m} in {row}");
@@ -236,20 +250,8 @@ fn mva_has_a_row_per_n_within_the_model_bound() {
     );
     // The runs are not `multigrain run` jobs: a --set would change nothing, so it is
     // refused rather than ignored.
-    let out = Command::new(bin())
-        .args([
-            "experiment",
-            "mva",
-            "--quick",
-            "--set",
-            "ini.window=64",
-            "--out",
-        ])
-        .arg(dir.path().join("refused"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--set"));
+    let err = refused("mva", dir.path(), &["--set", "ini.window=64"]);
+    assert!(err.contains("--set"), "{err}");
 }
 
 #[test]
@@ -319,20 +321,8 @@ fn message_size_has_every_path_kind_size_and_sender_count() {
     }
     assert_eq!(doc["params"]["sizes"].as_array().map(Vec::len), Some(5));
     // The runs are microbenchmarks, not `multigrain run` jobs: --set is refused.
-    let out = Command::new(bin())
-        .args([
-            "experiment",
-            "message-size",
-            "--quick",
-            "--set",
-            "ini.window=64",
-            "--out",
-        ])
-        .arg(dir.path().join("refused"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--set"));
+    let err = refused("message-size", dir.path(), &["--set", "ini.window=64"]);
+    assert!(err.contains("--set"), "{err}");
 }
 
 #[test]
@@ -381,20 +371,11 @@ fn polling_has_every_path_condition_and_policy_with_its_logp_parameters() {
         "{txt}"
     );
     // Bounds that cross are refused, naming the key.
-    let out = Command::new(bin())
-        .args([
-            "experiment",
-            "polling",
-            "--quick",
-            "--set",
-            "ini.poll_interval_min=64",
-            "--out",
-        ])
-        .arg(dir.path().join("refused"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(
+        "polling",
+        dir.path(),
+        &["--set", "ini.poll_interval_min=64"],
+    );
     assert!(err.contains("ini.poll_interval_min"), "{err}");
 }
 
