@@ -334,9 +334,12 @@ pub fn network(cfg: &multigrain_messaging::net::NetConfig, opts: Options) -> Log
 /// messages with `delta` of busy computation after each send; the clock stops when the
 /// last message of a burst is issued. The receiver drains each burst and answers once,
 /// so every burst starts with empty queues; the median of `reps` bursts. For short
-/// bursts the interval is o_s + Δ; long ones approach the steady-state interval, the
-/// larger of g and the processor's own o_s + o_r + Δ once the path's buffering (the INI's
-/// hand-off queue and window) is full.
+/// bursts the interval is o_s + Δ; in paper 001's layer, whose senders may have only so
+/// many messages outstanding, long ones approach the steady-state interval, the larger
+/// of g and o_s + o_r + Δ. (Through INIs a sender waits for g only once thousands of
+/// messages are buffered — the INI's hand-off queue and its window's send queue — so
+/// in bursts of up to a few thousand its interval stays o_s + Δ and g shows in the
+/// receiver's inter-arrival times.)
 ///
 /// `b` works on the second thread and comes back.
 pub fn signature_point(

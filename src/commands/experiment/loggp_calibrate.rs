@@ -265,9 +265,6 @@ const SIGNATURE_G_US: f64 = 14.0;
 fn signature(base: &NetConfig, reps: u64) -> Vec<(u64, Vec<f64>)> {
     let mut cfg = base.clone();
     cfg.emulation.gap_us = SIGNATURE_G_US;
-    // A small hand-off queue, like the fixed number of outstanding messages of paper
-    // 001's layer: a long burst then feels g at the sender.
-    cfg.queue_capacity = 8;
     let pair = Pair::with_config(&cfg, 2);
     let a = pair.endpoint(0, 0, 0);
     let mut b = Some(pair.endpoint(1, 0, 0));
@@ -307,11 +304,8 @@ fn figure(sig: &[Vec<(u64, Vec<f64>)>]) -> Figure {
         })
         .collect();
     Figure {
-        title: format!(
-            "LogP signature of the network path at g = {SIGNATURE_G_US} µs (paper 001 Figure 3): \
-             sender's average initiation interval vs burst length"
-        ),
-        y_label: "µs per message issued".into(),
+        title: format!("LogP signature, network path, g = {SIGNATURE_G_US} µs (paper 001 Fig. 3)"),
+        y_label: "sender's average initiation interval, µs per message".into(),
         groups: SIGNATURE_M.iter().map(|m| format!("m = {m}")).collect(),
         series,
     }
@@ -406,7 +400,6 @@ pub fn run(ctx: &Context, _a: &LoggpCalibrateArgs) -> Result<Outcome> {
             "signature": {
                 "g_us": SIGNATURE_G_US, "burst_lengths": SIGNATURE_M,
                 "delta_us": SIGNATURE_DELTA_US, "bursts_per_point": reps,
-                "queue_capacity": 8,
                 "rounds": sig.iter().map(|round| round.iter().map(|(d, v)| json!({
                     "delta_us": d, "interval_us": v,
                 })).collect::<Vec<_>>()).collect::<Vec<_>>(),
