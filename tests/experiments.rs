@@ -414,3 +414,56 @@ fn loggp_calibrate_has_a_baseline_and_a_setting_per_parameter_and_the_signature(
         assert!(v.iter().all(|x| x.as_f64().is_some_and(|x| x > 0.0)), "{d}");
     }
 }
+
+#[test]
+fn loggp_sensitivity_has_every_app_shape_and_parameter_with_the_overhead_model() {
+    let dir = TempDir::new("exp-loggp");
+    let doc = experiment("loggp-sensitivity", dir.path(), &[]);
+    let rows = table(&doc, dir.path(), "loggp-sensitivity");
+    // 3 apps × 2 shapes × (baseline + o, g, L, G with one value each under --quick).
+    assert_eq!(rows.len(), 3 * 2 * 5, "{rows:#?}");
+    for app in ["Water", "EM3D(read)", "EM3D(write)"] {
+        for shape in ["2×1", "2×2"] {
+            for param in ["—", "o", "g", "L", "G"] {
+                let r = rows
+                    .iter()
+                    .find(|r| {
+                        text(r, "app") == app
+                            && text(r, "shape") == shape
+                            && text(r, "param") == param
+                    })
+                    .unwrap_or_else(|| panic!("no row {app} {shape} {param}"));
+                positive(r, "run_s");
+                positive(r, "slowdown");
+                if param == "o" {
+                    positive(r, "predicted_s");
+                    median(r, "model_error");
+                } else {
+                    assert!(r["predicted_s"].is_null(), "{r}");
+                }
+            }
+        }
+    }
+    let comm = table(&doc, dir.path(), "loggp-communication");
+    assert_eq!(comm.len(), 3 * 2, "{comm:#?}");
+    for r in comm {
+        positive(r, "msgs_per_thread");
+        let m = positive(r, "max_msgs_per_thread");
+        assert!(m >= median(r, "msgs_per_thread"), "{r}");
+        positive(r, "barriers");
+        positive(r, "bytes_per_thread");
+        fraction(r, "read_share");
+    }
+    let balance = table(&doc, dir.path(), "loggp-balance");
+    // One row per sending cluster of each app and shape.
+    assert_eq!(balance.len(), 3 * 2 * 2, "{balance:#?}");
+    for r in balance {
+        let to_self = if text(r, "from") == "cluster 0" {
+            "to_0"
+        } else {
+            "to_1"
+        };
+        assert_eq!(median(r, to_self), 0.0, "{r}");
+        fraction(r, "share");
+    }
+}

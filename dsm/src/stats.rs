@@ -32,6 +32,10 @@ pub struct LayerStats {
     pub substrate_local: u64,
     /// Messages sent through a same-machine peer's shared segment.
     pub substrate_shm: u64,
+    /// Messages handed to an INI for the network (between clusters over UDP; each pays
+    /// the emulated *o_s*, paper 001 §3.2). Absent from older reports (read as 0).
+    #[serde(default)]
+    pub substrate_network: u64,
     /// Sends that found the receive queue full.
     pub queue_full: u64,
     /// Buffer allocations that found the pool empty.
@@ -50,6 +54,7 @@ impl From<multigrain_messaging::MessageStats> for LayerStats {
             bulk_received: s.received.bulk,
             substrate_local: s.substrate.local,
             substrate_shm: s.substrate.shm,
+            substrate_network: s.substrate.network,
             queue_full: s.full,
             pool_exhausted: s.pool_exhausted,
         }
@@ -67,6 +72,7 @@ impl AddAssign<&LayerStats> for LayerStats {
         self.bulk_received += o.bulk_received;
         self.substrate_local += o.substrate_local;
         self.substrate_shm += o.substrate_shm;
+        self.substrate_network += o.substrate_network;
         self.queue_full += o.queue_full;
         self.pool_exhausted += o.pool_exhausted;
     }

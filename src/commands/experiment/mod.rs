@@ -12,6 +12,7 @@
 pub mod cluster_size;
 pub mod ini_scheduling;
 pub mod loggp_calibrate;
+pub mod loggp_sensitivity;
 pub mod message_size;
 pub mod mis_scheduling;
 pub mod mva;
@@ -40,7 +41,7 @@ use table::{Cell, Table};
 /// cluster on this machine) than cores are marked "oversubscribed".
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  multigrain experiment ini-scheduling --quick\n  multigrain experiment ini-scheduling --molecules 512 --steps 3 --repeat 5 --out results/ini\n  multigrain experiment mis-scheduling --set ini.window=64\n  multigrain experiment cluster-size --threads 8 --json > cluster-size.json\n  multigrain experiment mva --threads-max 8 --repeat 5 --out results/mva\n  multigrain experiment polling --repeat 5 --set ini.poll_interval_max=64\n  multigrain experiment loggp-calibrate --repeat 3\n  multigrain experiment message-size --quick\n  multigrain experiment message-size --max-size 65536 --senders 1,4 --paths threads,shm"
+    after_help = "Examples:\n  multigrain experiment ini-scheduling --quick\n  multigrain experiment ini-scheduling --molecules 512 --steps 3 --repeat 5 --out results/ini\n  multigrain experiment mis-scheduling --set ini.window=64\n  multigrain experiment cluster-size --threads 8 --json > cluster-size.json\n  multigrain experiment mva --threads-max 8 --repeat 5 --out results/mva\n  multigrain experiment polling --repeat 5 --set ini.poll_interval_max=64\n  multigrain experiment loggp-calibrate --repeat 3\n  multigrain experiment message-size --quick\n  multigrain experiment message-size --max-size 65536 --senders 1,4 --paths threads,shm\n  multigrain experiment loggp-sensitivity --quick"
 )]
 pub struct ExperimentArgs {
     /// The experiment.
@@ -156,6 +157,23 @@ pub enum Which {
     /// in this process and one peer process, not `multigrain run` jobs: --set is refused
     /// and --timeout-s does not apply.
     MessageSize(message_size::MessageSizeArgs),
+    /// Paper 001 §5 (Figures 5–8, Table 5) and §4 (Table 4, Figure 4): slowdown of
+    /// Water and EM3D (read and write variants) as each LogGP parameter o, g, L, G grows
+    /// alone; the overhead model beside the o sweep; communication summary and balance.
+    ///
+    /// Topologies 2×1 and 2×2 (the embedded default), one dedicated INI per cluster over
+    /// UDP (so that g and G apply). Per app and topology: an all-zero run, then o (both
+    /// emulation.send_overhead_us and recv_overhead_us) 5, 10, 20 µs, g (gap_us) 5, 10,
+    /// 20 µs, L (latency_us) 10, 25, 50 µs, G (per_byte_gap_ns) 10, 50 ns/byte, each alone;
+    /// slowdown = run time / the all-zero run's, per round. Beside the o rows: paper 001's
+    /// r_pred = r_orig + 2·m·Δo, m the most network messages per compute thread of one
+    /// cluster (messages are counted per cluster), and its relative error. A second table
+    /// summarizes the all-zero runs like paper 001 Table 4 (messages per thread, per ms,
+    /// per barrier interval, % reads, bytes); a third gives the cluster-to-cluster message
+    /// matrix (Figure 4 at cluster granularity). Full size: Water 343 × 3, EM3D 2500
+    /// nodes/thread × 50 iterations; --quick: Water 64 × 1, EM3D 500 × 5, one value per
+    /// parameter (o 10, g 10, L 25 µs, G 50 ns/byte).
+    LoggpSensitivity(loggp_sensitivity::LoggpSensitivityArgs),
 }
 
 /// Flags every experiment takes.
@@ -549,6 +567,7 @@ pub fn run(args: &ExperimentArgs) -> Result<()> {
         Which::Polling(a) => ("polling", &a.common),
         Which::LoggpCalibrate(a) => ("loggp-calibrate", &a.common),
         Which::MessageSize(a) => ("message-size", &a.common),
+        Which::LoggpSensitivity(a) => ("loggp-sensitivity", &a.common),
     };
     let ctx = Context::new(name, common)?;
     std::fs::create_dir_all(&ctx.out)
@@ -561,6 +580,7 @@ pub fn run(args: &ExperimentArgs) -> Result<()> {
         Which::Polling(a) => polling::run(&ctx, a)?,
         Which::LoggpCalibrate(a) => loggp_calibrate::run(&ctx, a)?,
         Which::MessageSize(a) => message_size::run(&ctx, a)?,
+        Which::LoggpSensitivity(a) => loggp_sensitivity::run(&ctx, a)?,
     };
     deliver(&ctx, &outcome, common.json)?;
     if outcome.failed > 0 {
