@@ -528,7 +528,7 @@ impl DsmConfig {
 /// |---|---|---|
 /// | `send_overhead_us` (*o_s*) | busy loop by the sending thread per message sent | the same |
 /// | `recv_overhead_us` (*o_r*) | busy loop by the thread that takes the message from its receive queue (a compute thread's poll, the protocol thread) | the same |
-/// | `gap_us` (*g*) | the sending INI injects no DATA datagram sooner than *g* + *n*·*G* after its previous one of *n* bytes; ACK/NAK-only datagrams neither wait nor count | rejected ([`EmulationConfig::check_link`]) |
+/// | `gap_us` (*g*) | the sending INI starts no DATA injection sooner than *g* + *n*·*G* after the start of its previous one, of *n* bytes; ACK/NAK-only datagrams neither wait nor count | rejected ([`EmulationConfig::check_link`]) |
 /// | `per_byte_gap_ns` (*G*) | the per-byte term of that gap | rejected |
 /// | `latency_us` (*L*) | every datagram is held *L* after it is read, before the window sees it | every message is held *L* after the receiving thread first sees it |
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -541,8 +541,9 @@ pub struct EmulationConfig {
     /// (the compute or protocol thread whose poll takes the message from its
     /// receive queue), per message from another cluster delivered to it.
     pub recv_overhead_us: f64,
-    /// `gap_us`: *g*, µs the sending INI waits after each DATA datagram
-    /// before it injects the next one (network path only).
+    /// `gap_us`: *g*, µs from the start of one DATA injection of the sending
+    /// INI to the earliest start of its next (network path only; LogP's *g*,
+    /// the least interval between injections).
     pub gap_us: f64,
     /// `latency_us`: *L*, µs a message waits before delivery, independent of
     /// load (each message its own *L*, none behind another): in the
@@ -553,8 +554,8 @@ pub struct EmulationConfig {
     /// Table 5.3).
     pub latency_us: f64,
     /// `per_byte_gap_ns`: *G*, ns of gap per byte of an injected DATA
-    /// datagram (network path only): after a datagram of *n* bytes the INI
-    /// waits *g* + *n*·*G* before its next injection.
+    /// datagram (network path only): the next injection starts no sooner than
+    /// *g* + *n*·*G* after a datagram of *n* bytes began to leave.
     pub per_byte_gap_ns: f64,
 }
 

@@ -10,6 +10,11 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// An emulated gap *g* or latency *L* that ends within this long is waited for in a
+/// spin loop rather than by yielding between passes (each of which would add its own
+/// microseconds to *g* and *L*).
+const PRECISE_SPIN: Duration = Duration::from_micros(20);
+
 /// Longest sleep of an idle INI with no timer pending, µs (also bounds shutdown latency).
 const IDLE_SLEEP_US: u64 = 100_000;
 
@@ -64,6 +69,14 @@ pub(crate) fn run(net: Arc<Net>, slot: Arc<IniSlot>, index: usize, spin: Duratio
         // A datagram held for the emulated latency L is due, or the emulated gap g ends,
         // within a sleep's grain: stay awake, so that neither grows by a sleep (paper 001
         // §3.2).
+        if let Some(r) = release.filter(|&r| r < t + PRECISE_SPIN) {
+            // Due within a few µs: wait for it exactly, without a yield's reschedule or a
+            // pass's work in between, so that g and L are not stretched.
+            while Instant::now() < r {
+                std::hint::spin_loop();
+            }
+            continue;
+        }
         if t - last_work < spin || release.is_some_and(|r| r < t + RELEASE_SPIN) {
             std::thread::yield_now();
             continue;
