@@ -13,6 +13,7 @@
 //! signature at one emulated g: the sender's average initiation interval against the
 //! burst length, for several computational delays Δ.
 
+use super::loggp_param::Param;
 use super::plot::{Figure, Kind, Series};
 use super::table::{Cell, Column, Fmt, Table};
 use super::{CommonArgs, Context, Outcome};
@@ -37,63 +38,26 @@ pub struct LoggpCalibrateArgs {
     pub(super) common: CommonArgs,
 }
 
-/// An emulated LogGP parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Param {
-    /// o: `send_overhead_us` and `recv_overhead_us` together, µs.
-    O,
-    /// g: `gap_us`, µs.
-    G,
-    /// L: `latency_us`, µs.
-    L,
-    /// G: `per_byte_gap_ns`, ns per byte.
-    BigG,
+/// What the calibration knows about each parameter beyond its name and keys.
+trait Calibrated {
+    /// The values swept (the first is 0: the baseline).
+    fn values(self, quick: bool) -> &'static [f64];
+    /// Whether it adds to the path's own cost (compared above the baseline).
+    fn additive(self) -> bool;
+    /// Its observed value in `obs`.
+    fn observed(self, obs: &Observed) -> f64;
 }
 
-impl Param {
-    /// Every parameter, in table order.
-    pub const ALL: [Param; 4] = [Param::O, Param::G, Param::L, Param::BigG];
-
-    fn name(self) -> &'static str {
-        match self {
-            Param::O => "o",
-            Param::G => "g",
-            Param::L => "L",
-            Param::BigG => "G",
-        }
-    }
-
-    fn unit(self) -> &'static str {
-        match self {
-            Param::BigG => "ns/byte",
-            _ => "µs",
-        }
-    }
-
-    /// The values swept (the first is 0: the baseline).
+impl Calibrated for Param {
     fn values(self, quick: bool) -> &'static [f64] {
         match (self, quick) {
             (Param::O, false) => &[0.0, 2.5, 5.0, 10.0, 20.0, 40.0],
-            (Param::G, false) => &[0.0, 5.0, 10.0, 20.0, 40.0],
+            (Param::Gap, false) => &[0.0, 5.0, 10.0, 20.0, 40.0],
             (Param::L, false) => &[0.0, 5.0, 10.0, 20.0, 40.0],
-            (Param::BigG, false) => &[0.0, 2.0, 5.0, 10.0, 20.0],
-            (Param::BigG, true) => &[0.0, 10.0],
+            (Param::PerByte, false) => &[0.0, 2.0, 5.0, 10.0, 20.0],
+            (Param::PerByte, true) => &[0.0, 10.0],
             (_, true) => &[0.0, 20.0],
         }
-    }
-
-    fn emulation(self, v: f64) -> EmulationConfig {
-        let mut e = EmulationConfig::default();
-        match self {
-            Param::O => {
-                e.send_overhead_us = v;
-                e.recv_overhead_us = v;
-            }
-            Param::G => e.gap_us = v,
-            Param::L => e.latency_us = v,
-            Param::BigG => e.per_byte_gap_ns = v,
-        }
-        e
     }
 
     /// Whether the emulation adds this parameter to the path's own cost (o, L: the
@@ -109,9 +73,9 @@ impl Param {
     fn observed(self, obs: &Observed) -> f64 {
         match self {
             Param::O => obs.o_us(),
-            Param::G => obs.logp.g_us,
+            Param::Gap => obs.logp.g_us,
             Param::L => obs.logp.l_us,
-            Param::BigG => obs.big_g_ns,
+            Param::PerByte => obs.big_g_ns,
         }
     }
 }

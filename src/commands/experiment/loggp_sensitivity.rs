@@ -9,6 +9,7 @@
 //! sending INI and are refused on shared memory).
 
 use super::ini_scheduling::{run_s, slowdown};
+use super::loggp_param::Param;
 use super::plot::{Figure, Kind, Series};
 use super::sweep::{Point, Runs, Sweep};
 use super::table::{Cell, Column, Fmt, Table};
@@ -37,62 +38,17 @@ pub struct LoggpSensitivityArgs {
     pub iterations: Option<u64>,
 }
 
-/// A LogGP parameter the experiment turns up alone (paper 001 §3.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Param {
-    /// Overhead o: `send_overhead_us` and `recv_overhead_us` together, µs.
-    O,
-    /// Gap g: `gap_us`, µs.
-    Gap,
-    /// Latency L: `latency_us`, µs.
-    L,
-    /// Gap per byte G: `per_byte_gap_ns`, ns per byte.
-    PerByte,
-}
-
-impl Param {
-    const ALL: [Param; 4] = [Param::O, Param::Gap, Param::L, Param::PerByte];
-
-    fn name(self) -> &'static str {
-        match self {
-            Param::O => "o",
-            Param::Gap => "g",
-            Param::L => "L",
-            Param::PerByte => "G",
-        }
-    }
-
-    fn unit(self) -> &'static str {
-        match self {
-            Param::PerByte => "ns/B",
-            _ => "µs",
-        }
-    }
-
-    /// The added values swept (the baseline, all zero, is shared).
-    fn values(self, quick: bool) -> &'static [u64] {
-        match (self, quick) {
-            (Param::O, false) => &[5, 10, 20],
-            (Param::Gap, false) => &[5, 10, 20],
-            (Param::L, false) => &[10, 25, 50],
-            (Param::PerByte, false) => &[10, 50],
-            (Param::O, true) => &[10],
-            (Param::Gap, true) => &[10],
-            (Param::L, true) => &[25],
-            (Param::PerByte, true) => &[50],
-        }
-    }
-
-    fn sets(self, v: u64) -> Vec<String> {
-        match self {
-            Param::O => vec![
-                format!("emulation.send_overhead_us={v}"),
-                format!("emulation.recv_overhead_us={v}"),
-            ],
-            Param::Gap => vec![format!("emulation.gap_us={v}")],
-            Param::L => vec![format!("emulation.latency_us={v}")],
-            Param::PerByte => vec![format!("emulation.per_byte_gap_ns={v}")],
-        }
+/// The values each parameter is raised to (the baseline, all zero, is shared).
+fn values(p: Param, quick: bool) -> &'static [u64] {
+    match (p, quick) {
+        (Param::O, false) => &[5, 10, 20],
+        (Param::Gap, false) => &[5, 10, 20],
+        (Param::L, false) => &[10, 25, 50],
+        (Param::PerByte, false) => &[10, 50],
+        (Param::O, true) => &[10],
+        (Param::Gap, true) => &[10],
+        (Param::L, true) => &[25],
+        (Param::PerByte, true) => &[50],
     }
 }
 
@@ -215,7 +171,7 @@ pub fn run(ctx: &Context, a: &LoggpSensitivityArgs) -> Result<Outcome> {
         for &shape in &shapes {
             let mut variants: Vec<Option<(Param, u64)>> = vec![None];
             for p in Param::ALL {
-                variants.extend(p.values(q).iter().map(|&v| Some((p, v))));
+                variants.extend(values(p, q).iter().map(|&v| Some((p, v))));
             }
             for v in variants {
                 let (id, label, extra) = match v {
@@ -428,7 +384,7 @@ pub fn run(ctx: &Context, a: &LoggpSensitivityArgs) -> Result<Outcome> {
     let mut groups = Vec::new();
     let mut wanted: Vec<(Param, u64)> = Vec::new();
     for p in Param::ALL {
-        for &v in p.values(q) {
+        for &v in values(p, q) {
             groups.push(format!("{} = {v} {}", p.name(), p.unit()));
             wanted.push((p, v));
         }
@@ -472,7 +428,7 @@ pub fn run(ctx: &Context, a: &LoggpSensitivityArgs) -> Result<Outcome> {
                      "variants": ["read", "write"]},
             "shapes": shapes.iter().map(|s| s.label()).collect::<Vec<_>>(),
             "values": Param::ALL.iter().map(|p| json!({
-                "param": p.name(), "unit": p.unit(), "values": p.values(q)
+                "param": p.name(), "unit": p.unit(), "values": values(*p, q)
             })).collect::<Vec<_>>(),
         }),
         points,
@@ -488,7 +444,7 @@ mod tests {
     fn each_parameter_sets_its_keys_and_the_job_accepts_them_over_udp() {
         use multigrain_cluster_config::{EMBEDDED_DEFAULT_TOML, JobConfig};
         for p in Param::ALL {
-            for &v in p.values(false) {
+            for &v in values(p, false) {
                 let sets: Vec<_> = [link_sets(), p.sets(v)]
                     .concat()
                     .iter()

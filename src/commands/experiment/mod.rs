@@ -12,6 +12,7 @@
 pub mod cluster_size;
 pub mod ini_scheduling;
 pub mod loggp_calibrate;
+pub mod loggp_param;
 pub mod loggp_sensitivity;
 pub mod message_size;
 pub mod mis_scheduling;
