@@ -159,18 +159,7 @@ impl PingPong {
             .map_err(|e| e.to_string())?;
         site.unlink_segment();
         flag_seg.unlink();
-        let (ep, w) = site
-            .create_endpoint(&[QueueId(0)])
-            .map_err(|e| e.to_string())?;
-        w.map(
-            VirtualName(0),
-            Destination {
-                site: SiteId(1),
-                queue: QueueId(0),
-                source: SourceId::default(),
-            },
-        )
-        .map_err(|e| e.to_string())?;
+        let ep = peer_endpoint(&site)?;
         Ok(PingPong {
             site,
             ep,
@@ -265,19 +254,7 @@ impl PingPong {
         let total = senders as u64 * per_sender;
         self.request(true, kind, size, total);
         let others: Vec<Endpoint> = (1..senders)
-            .map(|_| {
-                let (ep, w) = self.site.create_endpoint(&[QueueId(0)]).expect("endpoint");
-                w.map(
-                    VirtualName(0),
-                    Destination {
-                        site: SiteId(1),
-                        queue: QueueId(0),
-                        source: SourceId::default(),
-                    },
-                )
-                .expect("map");
-                ep
-            })
+            .map(|_| peer_endpoint(&self.site).expect("endpoint"))
             .collect();
         let deadline = Instant::now() + DEADLINE;
         let start = std::sync::Barrier::new(senders);
@@ -331,4 +308,22 @@ impl Drop for PingPong {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// An endpoint of `site` on its queue 0 whose name 0 leads to queue 0 of the peer
+/// process's site (site 1).
+fn peer_endpoint(site: &Site) -> Result<Endpoint, String> {
+    let (ep, w) = site
+        .create_endpoint(&[QueueId(0)])
+        .map_err(|e| e.to_string())?;
+    w.map(
+        VirtualName(0),
+        Destination {
+            site: SiteId(1),
+            queue: QueueId(0),
+            source: SourceId::default(),
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(ep)
 }

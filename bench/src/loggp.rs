@@ -65,8 +65,8 @@ impl Options {
     };
 }
 
-/// One sample of a path's LogP parameters, µs.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+/// One sample of a path's LogP parameters, µs (serialized with these field names).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct LogP {
     /// Round-trip time, µs.
     pub rtt_us: f64,

@@ -806,27 +806,32 @@ impl Resolver<'_, '_> {
         if min.value <= max.value {
             return Ok(());
         }
-        Err(if min.span.is_some() {
-            self.invalid(
+        // Blame the key the file set (the min when both are set).
+        let (val, key, bound, other, other_value) = if min.span.is_some() {
+            (
                 min,
                 "ini.poll_interval_min",
-                format!(
-                    "must be at most ini.poll_interval_max ({}); equal bounds poll the \
-                     network a fixed fraction of the time",
-                    max.value
-                ),
+                "at most",
+                "ini.poll_interval_max",
+                max.value,
             )
         } else {
-            self.invalid(
+            (
                 max,
                 "ini.poll_interval_max",
-                format!(
-                    "must be at least ini.poll_interval_min ({}); equal bounds poll the \
-                     network a fixed fraction of the time",
-                    min.value
-                ),
+                "at least",
+                "ini.poll_interval_min",
+                min.value,
             )
-        })
+        };
+        Err(self.invalid(
+            val,
+            key,
+            format!(
+                "must be {bound} {other} ({other_value}); equal bounds poll the network a \
+                 fixed fraction of the time"
+            ),
+        ))
     }
 
     /// The delayed ACK must leave before the sender retransmits, and a peer

@@ -93,21 +93,7 @@ pub fn run(ctx: &Context, a: &ClusterSizeArgs) -> Result<Outcome> {
     if shapes.len() < 2 {
         bail!("--threads {total_threads}: needs at least two shapes");
     }
-    let em3d = |layout: &str| {
-        [
-            "em3d",
-            "--nodes-per-thread",
-            &nodes.to_string(),
-            "--iterations",
-            &iterations.to_string(),
-            "--layout",
-            layout,
-            "--variant",
-            "read",
-        ]
-        .map(str::to_owned)
-        .to_vec()
-    };
+    let em3d = |layout| super::em3d_app(nodes, iterations, Some(layout), "read");
     let apps = [
         App {
             id: "water",

@@ -349,9 +349,7 @@ pub fn run(ctx: &Context, _a: &LoggpCalibrateArgs) -> Result<Outcome> {
             json!({
                 "param": r.param.name(), "unit": r.param.unit(), "desired": r.desired,
                 "samples": r.samples.iter().map(|o| json!({
-                    "o_s_us": o.logp.o_s_us, "o_r_us": o.logp.o_r_us, "o_us": o.o_us(),
-                    "g_us": o.logp.g_us, "l_us": o.logp.l_us, "rtt_us": o.logp.rtt_us,
-                    "big_g_ns": o.big_g_ns,
+                    "logp": o.logp, "o_us": o.o_us(), "big_g_ns": o.big_g_ns,
                 })).collect::<Vec<_>>(),
             })
         })

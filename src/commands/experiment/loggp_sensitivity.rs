@@ -124,19 +124,7 @@ pub fn run(ctx: &Context, a: &LoggpSensitivityArgs) -> Result<Outcome> {
     super::check_water(molecules, steps)?;
     let nodes = a.nodes_per_thread.unwrap_or(if q { 500 } else { 2500 });
     let iterations = a.iterations.unwrap_or(if q { 5 } else { 50 });
-    let em3d = |variant: &str| {
-        [
-            "em3d",
-            "--nodes-per-thread",
-            &nodes.to_string(),
-            "--iterations",
-            &iterations.to_string(),
-            "--variant",
-            variant,
-        ]
-        .map(str::to_owned)
-        .to_vec()
-    };
+    let em3d = |variant| super::em3d_app(nodes, iterations, None, variant);
     let apps = [
         App {
             id: "water",

@@ -427,6 +427,23 @@ pub fn water_app(molecules: u64, steps: u64) -> Vec<String> {
     ]
 }
 
+/// The application arguments of EM3D with `nodes` per thread × `iterations`, the
+/// `variant` (`read`, `write`) and, if given, the `layout` (else EM3D's default).
+pub fn em3d_app(nodes: u64, iterations: u64, layout: Option<&str>, variant: &str) -> Vec<String> {
+    let mut args = vec![
+        "em3d".to_owned(),
+        "--nodes-per-thread".to_owned(),
+        nodes.to_string(),
+        "--iterations".to_owned(),
+        iterations.to_string(),
+    ];
+    if let Some(l) = layout {
+        args.extend(["--layout".to_owned(), l.to_owned()]);
+    }
+    args.extend(["--variant".to_owned(), variant.to_owned()]);
+    args
+}
+
 /// Checks a Water problem before any run: molecules a positive perfect cube, steps ≥ 1.
 ///
 /// # Errors

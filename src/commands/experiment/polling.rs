@@ -322,10 +322,7 @@ pub fn run(ctx: &Context, _a: &PollingArgs) -> Result<Outcome> {
                     "label": p.label, "poll_interval_min": p.bounds.min,
                     "poll_interval_max": p.bounds.max,
                 })),
-                "samples": r.samples.iter().map(|l| json!({
-                    "rtt_us": l.rtt_us, "o_s_us": l.o_s_us, "o_r_us": l.o_r_us,
-                    "g_us": l.g_us, "l_us": l.l_us,
-                })).collect::<Vec<_>>(),
+                "samples": r.samples,
             })
         })
         .collect();
