@@ -55,6 +55,10 @@ macro_rules! atomic_newtype {
                 self.0.fetch_sub(v, o)
             }
             #[inline(always)]
+            pub(crate) fn fetch_or(&self, v: $int, o: Ordering) -> $int {
+                self.0.fetch_or(v, o)
+            }
+            #[inline(always)]
             pub(crate) fn compare_exchange(
                 &self,
                 current: $int,

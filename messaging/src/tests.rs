@@ -371,6 +371,50 @@ fn blocking_receive_sleeps_and_wakes() {
     assert_eq!(bell.waiters(), 0);
 }
 
+/// Two senders send bursts of 1–4 messages to one receiver that sleeps on its doorbell
+/// whenever its queue is empty (no spinning), and each waits for the receiver's answer
+/// to its burst: a wake-up lost by the armed-doorbell protocol (only the first ring after
+/// a receiver armed it makes the `FUTEX_WAKE`) would leave the receiver asleep with a
+/// message queued and both senders waiting, and the receive would time out.
+#[test]
+fn bursts_from_two_senders_always_wake_the_sleeping_receiver() {
+    const ROUNDS: u64 = 1500;
+    let site = site_with(3, |_| {});
+    let (mut rx, _w) = endpoint(&site, 0, 3);
+    rx.set_spin(Duration::ZERO);
+    let senders: Vec<_> = (1..3u16)
+        .map(|me| {
+            let (mut tx, w) = endpoint(&site, me, 3);
+            tx.set_spin(Duration::ZERO);
+            std::thread::spawn(move || {
+                let _w = w;
+                for round in 0..ROUNDS {
+                    let burst = 1 + round % 4;
+                    for i in (0..burst).rev() {
+                        tx.send_express(VirtualName(0), express(1, i)).unwrap();
+                    }
+                    let answer = tx.recv_timeout(Duration::from_secs(10));
+                    assert!(answer.is_some(), "sender {me}: no answer to round {round}");
+                }
+            })
+        })
+        .collect();
+    let mut done = 0;
+    while done < 2 * ROUNDS {
+        let m = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the receiver slept through a message (lost wake-up)");
+        if matches!(&m, Message::Express(e) if e.payload == 0) {
+            let to = VirtualName(m.source().get());
+            rx.send_express(to, express(2, 0)).unwrap();
+            done += 1;
+        }
+    }
+    for s in senders {
+        s.join().unwrap();
+    }
+}
+
 #[test]
 fn blocking_sends_between_two_full_queues_do_not_deadlock() {
     let site = site_with(2, |c| {
