@@ -162,14 +162,16 @@ pub struct IntervalRecord {
 ///
 /// Source: diffs of the multiple-writer protocol (Munin SOSP 1991 §3).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DiffBytes(Arc<[u8]>);
+pub struct DiffBytes(Arc<Vec<u8>>);
 
 impl DiffBytes {
-    /// Wraps encoded diff bytes.
+    /// Wraps encoded diff bytes: a `Vec<u8>` is taken over without copying (a flush
+    /// encodes each diff once, and every message and store shares those bytes); a
+    /// slice is copied.
     ///
     /// Source: see [`DiffBytes`].
-    pub fn new(bytes: impl Into<Arc<[u8]>>) -> Self {
-        Self(bytes.into())
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
+        Self(Arc::new(bytes.into()))
     }
 
     /// The encoded runs.

@@ -966,7 +966,9 @@ impl Core {
                 .map_err(|e| self.internal(format!("diff of {:?}: {e}", fp.page)))?;
             if fp.keep_open {
                 if !out.is_empty() {
-                    twin.copy_from_slice(&st.scratch[..]);
+                    // The contents just diffed become the twin; the old twin, the next
+                    // scratch buffer (no copy).
+                    std::mem::swap(twin, &mut st.scratch);
                 }
             } else if let Some(t) = st.twins.remove(&key) {
                 st.spare.push(t);
