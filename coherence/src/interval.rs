@@ -311,6 +311,25 @@ impl IntervalLog {
         Ok(true)
     }
 
+    /// Appends `owner`'s records after this log's top up to `upto` from `other` (which
+    /// must hold them). Fails, changing nothing more, at the first one `other` lacks.
+    pub(crate) fn fill_from(
+        &mut self,
+        other: &IntervalLog,
+        owner: ClusterId,
+        upto: u32,
+    ) -> Result<(), GapError> {
+        for k in self.top(owner) + 1..=upto {
+            let r = other.get(owner, k).ok_or(GapError {
+                owner,
+                index: k,
+                known: self.top(owner).max(other.top(owner)),
+            })?;
+            self.insert(r.clone())?;
+        }
+        Ok(())
+    }
+
     /// Every record `(j, k)` with `after[j] < k <= upto[j]`, by owner then index.
     /// Fails when one of them was discarded or never received.
     pub(crate) fn between(

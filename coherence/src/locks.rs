@@ -227,8 +227,11 @@ impl Machine {
             }
             self.hlrc_apply_plan(plan, out)?;
         }
+        self.stats.records_received += g.records.len() as u64;
         for r in g.records {
-            self.log.insert(r)?;
+            if !self.log.insert(r)? {
+                self.stats.records_known += 1;
+            }
         }
         self.time.merge(&g.time);
         self.check_log_covers_time()?;
@@ -416,11 +419,18 @@ impl Machine {
         for lock in std::mem::take(&mut self.leaving) {
             self.give_back(lock, out)?;
         }
-        self.batch_carried.clear();
+        self.prune_carried();
         // Diffs for a manager none of the leaving locks went to cannot remain: the
         // carriers were exactly those managers.
         debug_assert!(self.for_release.is_empty());
         Ok(())
+    }
+
+    /// Forgets the carried marks of diffs no longer in [`Machine::recent`].
+    pub(crate) fn prune_carried(&mut self) {
+        let recent = &self.recent;
+        self.carried
+            .retain(|&(_, page, index)| recent.iter().any(|d| d.page == page && d.index == index));
     }
 
     /// The manager wants `lock` back for `tenure`: give it back now if this cluster
@@ -538,8 +548,15 @@ impl Machine {
         // records it takes from its cluster's log.
         if mgr == self.me {
             after.merge(&self.locks.store_top());
-        } else if let Some(t) = self.manager_seen.get(&mgr) {
-            after.merge(t);
+        } else {
+            if let Some(t) = self.manager_seen.get(&mgr) {
+                after.merge(t);
+            }
+            // And what the manager's cluster log holds: its grants take records from
+            // there too.
+            if let Some(t) = self.locks.seen(mgr) {
+                after.merge(t);
+            }
         }
         after.set(mgr, after.get(mgr).max(self.time.get(mgr)));
         let time = self.time.clone();
@@ -559,10 +576,12 @@ impl Machine {
                 .partition(|d| self.homes.get(d.page) == Some(mgr));
         self.for_release = rest;
         let homed = diffs.len() as u32;
-        // A diff goes once per batch to each manager: the releases of one batch
-        // leave together, and the manager hands their grants out in that order, so
-        // the first one's grant brings the diff wherever the others' go next.
-        let carried = &self.batch_carried;
+        // A diff goes once to each manager: the releases of one batch leave together,
+        // and the manager hands their grants out in that order, so the first one's
+        // grant brings the diff wherever the others' go next; a later batch's release
+        // need not carry it again (a cluster its grant reaches without the diff has
+        // the interval's write notice and fetches the page from its home instead).
+        let carried = &self.carried;
         let older: Vec<IntervalDiff> = self
             .recent
             .iter()
@@ -577,7 +596,7 @@ impl Machine {
             .cloned()
             .collect();
         diffs.extend(older);
-        self.batch_carried
+        self.carried
             .extend(diffs.iter().map(|d| (mgr, d.page, d.index)));
         self.stats.carried_diffs_sent += diffs.len() as u64;
         self.send(

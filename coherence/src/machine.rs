@@ -242,9 +242,10 @@ pub struct Machine {
     /// The locks given back by the flush in progress (or just done): their
     /// `LockRelease`s go out when it completes.
     pub(crate) leaving: Vec<LockId>,
-    /// While the releases of [`Machine::leaving`] are built: `(manager, page, interval)`
-    /// of the diffs already carried to each manager (each goes once per batch).
-    pub(crate) batch_carried: Vec<(ClusterId, PageId, u32)>,
+    /// `(manager, page, interval)` of the [`Machine::recent`] diffs already carried to
+    /// each manager by a `LockRelease`: each goes once to each manager, not again with
+    /// every later release whose tenure it falls in (entries leave with their diffs).
+    pub(crate) carried: Vec<(ClusterId, PageId, u32)>,
     /// hlrc: updates received for the next barrier departure (see
     /// [`Config::barrier_updates`]), at most [`MAX_HELD_UPDATES`].
     pub(crate) updates: Vec<IntervalDiff>,
@@ -310,7 +311,7 @@ impl Machine {
             for_release: Vec::new(),
             deferred_releases: Vec::new(),
             leaving: Vec::new(),
-            batch_carried: Vec::new(),
+            carried: Vec::new(),
             updates: Vec::new(),
             flushing: None,
             copysets: BTreeMap::new(),
@@ -858,6 +859,7 @@ impl Machine {
                 if self.cfg.lock_manager(lock) != self.me {
                     return wrong("lock request to a cluster that does not manage the lock");
                 }
+                self.locks.note_own_time(self.me, &self.time);
                 match self.locks.acquire(lock, from, time, seen, &self.log)? {
                     Request::Send(msgs) => self.send_manager_messages(msgs, out),
                     Request::Stale => self.stats.lock_stale_requests += 1,
@@ -889,6 +891,12 @@ impl Machine {
                 } else {
                     Vec::new()
                 };
+                self.stats.records_received += records.len() as u64;
+                self.stats.records_known += records
+                    .iter()
+                    .filter(|r| r.index <= self.locks.stored(r.owner))
+                    .count() as u64;
+                self.locks.note_own_time(self.me, &self.time);
                 let msgs = self.locks.release(
                     lock, from, tenure, &time, &gc, records, diffs, unused, &self.log,
                 )?;
@@ -1014,6 +1022,7 @@ impl Machine {
         self.log.collect_garbage(&time);
         self.locks.collect_garbage(&time);
         self.recent.retain(|d| d.index > time.get(d.owner));
+        self.prune_carried();
         self.barrier.episode = self.barrier.episode.wrapping_add(1);
         self.stats.barriers += 1;
         if let Some(token) = self.barrier.waiting.take() {

@@ -118,6 +118,13 @@ counters! {
     barriers_held,
     /// Intervals with writes closed by this cluster (interval records created).
     intervals,
+    /// hlrc and sc: interval records received with lock grants (into this cluster's
+    /// log, local grants included) and with lock releases (into this cluster's lock
+    /// manager's store).
+    records_received,
+    /// Of `records_received`, those already held: sent again because the sender could
+    /// not know the receiver had them.
+    records_known,
     /// Lock acquires by this cluster's threads (`Event::Acquire`).
     lock_acquires,
     /// Of `lock_acquires`, those served inside the cluster without a message: the

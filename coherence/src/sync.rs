@@ -339,6 +339,10 @@ impl LockManager {
         // records up to it, so they will never be granted again.
         self.store.collect_garbage(gc);
         for r in records {
+            // A release leaves out the records the manager's cluster log held when
+            // the manager last reported its time (see `seen`): the store takes those
+            // from the log, so that it stays contiguous.
+            self.store.fill_from(own, r.owner, r.index - 1)?;
             self.store.insert(r)?;
         }
         if !unused {
@@ -393,6 +397,20 @@ impl LockManager {
     /// from its own cluster need not carry records up to it.
     pub(crate) fn store_top(&self) -> VectorTime {
         self.store.tops()
+    }
+
+    /// The latest vector time `c` reported to this manager (in a request or a used
+    /// release): `c`'s own log holds every record up to it (a cluster's log covers its
+    /// time), so neither grants to `c` nor releases to `c`'s manager need carry those.
+    pub(crate) fn seen(&self, c: ClusterId) -> Option<&VectorTime> {
+        self.seen.get(&c)
+    }
+
+    /// This manager's own cluster is at `time`: its grants to that cluster (local
+    /// grants and pushes) need not carry the records up to it, which the cluster's log
+    /// holds.
+    pub(crate) fn note_own_time(&mut self, me: ClusterId, time: &VectorTime) {
+        self.seen.entry(me).or_default().merge(time);
     }
 
     /// The newest of `c`'s records this manager holds (or discarded).
@@ -565,6 +583,35 @@ mod tests {
             ] => (*to, *tenure, *contended, records.len()),
             other => panic!("no grant: {other:?}"),
         }
+    }
+
+    /// A release leaves out the records its manager's cluster log held (as the
+    /// manager last reported its time); the store takes them from that log, so later
+    /// records still insert without a gap and grants to others carry all of them.
+    #[test]
+    fn a_release_may_leave_out_the_records_the_managers_log_holds() {
+        let mut m = LockManager::default();
+        let z = VectorTime::new();
+        let mut log = own();
+        log.insert(rec(1, 1, &[1])).unwrap();
+        log.insert(rec(1, 2, &[2])).unwrap();
+        let (_, tenure, _, _) = grant_of(&sent(m.acquire(l(), c(1), z.clone(), 0, &log).unwrap()));
+        let time = VectorTime::from_entries(vec![0, 3]);
+        m.release(
+            l(),
+            c(1),
+            tenure,
+            &time,
+            &z,
+            vec![rec(1, 3, &[3])],
+            Vec::new(),
+            false,
+            &log,
+        )
+        .expect("records 1 and 2 come from the manager's log");
+        assert_eq!(m.stored(c(1)), 3);
+        let g = sent(m.acquire(l(), c(2), z.clone(), 0, &own()).unwrap());
+        assert_eq!(grant_of(&g).3, 3);
     }
 
     #[test]

@@ -791,17 +791,17 @@ fn sc_threads_and_locks() {
 // transitive 160,197 → 428,288 and first touch 63,350 → 254,652 (prefetches in
 // flight interleave with every other step, replies are installed or dropped as
 // stale); hlrc_prefetch is new.
-const EXPECTED_HLRC_TRANSITIVE: usize = 380_211;
+const EXPECTED_HLRC_TRANSITIVE: usize = 474_666;
 const EXPECTED_HLRC_BARRIER: usize = 147_377;
-const EXPECTED_HLRC_THREADS: usize = 18_952;
+const EXPECTED_HLRC_THREADS: usize = 18_960;
 const EXPECTED_HLRC_FIRST_TOUCH: usize = 474_742;
-const EXPECTED_HLRC_ACROSS_BARRIER: usize = 4_549;
-const EXPECTED_HLRC_PUSHES: usize = 294_070;
-const EXPECTED_HLRC_PUSHES_UNBATCHED: usize = 6_965;
-const EXPECTED_HLRC_TRANSITIVE_BATCH_2: usize = 383_483;
-const EXPECTED_HLRC_CARRIED: usize = 923;
-const EXPECTED_HLRC_OPEN_INVALIDATED: usize = 1_244;
-const EXPECTED_HLRC_HOME_WAITS: usize = 5_870;
-const EXPECTED_HLRC_PREFETCH: usize = 79_813;
+const EXPECTED_HLRC_ACROSS_BARRIER: usize = 5_101;
+const EXPECTED_HLRC_PUSHES: usize = 302_364;
+const EXPECTED_HLRC_PUSHES_UNBATCHED: usize = 7_385;
+const EXPECTED_HLRC_TRANSITIVE_BATCH_2: usize = 478_294;
+const EXPECTED_HLRC_CARRIED: usize = 934;
+const EXPECTED_HLRC_OPEN_INVALIDATED: usize = 1_276;
+const EXPECTED_HLRC_HOME_WAITS: usize = 7_054;
+const EXPECTED_HLRC_PREFETCH: usize = 85_197;
 const EXPECTED_SC_RACING: usize = 125_660;
 const EXPECTED_SC_THREADS: usize = 5_517;
