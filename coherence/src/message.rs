@@ -465,24 +465,49 @@ impl Message {
     ///
     /// Source: see the module documentation.
     pub fn to_parts(&self) -> Parts {
+        let mut v = Vec::new();
+        let (opcode, payload, kind) = self.encode(&mut v);
+        let body = match kind {
+            Kind::Express => Body::None,
+            Kind::Attached(a) => Body::Attached(a),
+            Kind::Bulk => Body::Bulk(v),
+        };
+        Parts {
+            opcode,
+            payload,
+            body,
+        }
+    }
+
+    /// For a bulk message, appends its body to `out` (whatever `out` already holds
+    /// stays in front: the runtime encodes a message straight into the bundle it
+    /// joins) and returns its opcode and payload; `None` (and `out` unchanged) for an
+    /// Express or Tag-On message. The body is the one [`Message::to_parts`] gives.
+    ///
+    /// Source: see the module documentation.
+    pub fn encode_bulk_into(&self, out: &mut Vec<u8>) -> Option<(u8, u64)> {
+        let len = out.len();
+        match self.encode(out) {
+            (opcode, payload, Kind::Bulk) => Some((opcode, payload)),
+            _ => {
+                out.truncate(len);
+                None
+            }
+        }
+    }
+
+    /// Opcode, payload and body kind; a bulk body is appended to `out`.
+    fn encode(&self, out: &mut Vec<u8>) -> (u8, u64, Kind) {
         use Message::*;
-        let express = |opcode, payload| Parts {
-            opcode,
-            payload,
-            body: Body::None,
-        };
-        let bulk = |opcode, payload, w: Writer| Parts {
-            opcode,
-            payload,
-            body: Body::Bulk(w.0),
-        };
+        let express = |opcode, payload| (opcode, payload, Kind::Express);
+        let bulk = |opcode, payload, _: Writer| (opcode, payload, Kind::Bulk);
         match self {
             &HomeQuery { page } => express(op::HOME_QUERY, page_payload(page, 0)),
             &HomeIs { page, home } => {
                 express(op::HOME_IS, page_payload(page, u64::from(home.get())))
             }
             GetPage { page, need } => {
-                let mut w = Writer::default();
+                let mut w = Writer(&mut *out);
                 w.time(need);
                 bulk(op::GET_PAGE, page_payload(*page, 0), w)
             }
@@ -492,14 +517,11 @@ impl Message {
                 zero,
             } => {
                 let payload = page_payload(page, u64::from(writable) | (u64::from(zero) << 1));
-                Parts {
-                    opcode: op::PAGE_DATA,
-                    payload,
-                    body: match self.attachment() {
-                        Some(a) => Body::Attached(a),
-                        None => Body::None,
-                    },
-                }
+                let kind = match self.attachment() {
+                    Some(a) => Kind::Attached(a),
+                    None => Kind::Express,
+                };
+                (op::PAGE_DATA, payload, kind)
             }
             Diff { diff } | Update { diff } => {
                 let opcode = if matches!(self, Diff { .. }) {
@@ -507,7 +529,7 @@ impl Message {
                 } else {
                     op::UPDATE
                 };
-                let mut w = Writer::default();
+                let mut w = Writer(&mut *out);
                 w.diff_body(diff);
                 bulk(opcode, page_payload(diff.page, 0), w)
             }
@@ -519,13 +541,13 @@ impl Message {
             &ScRecall { page, invalidate } => {
                 express(op::SC_RECALL, page_payload(page, u64::from(invalidate)))
             }
-            &ScWriteBack { page } => Parts {
-                opcode: op::SC_WRITE_BACK,
-                payload: page_payload(page, 0),
-                body: Body::Attached(Attachment::Page(page)),
-            },
+            &ScWriteBack { page } => (
+                op::SC_WRITE_BACK,
+                page_payload(page, 0),
+                Kind::Attached(Attachment::Page(page)),
+            ),
             LockAcquire { lock, time, seen } => {
-                let mut w = Writer::default();
+                let mut w = Writer(&mut *out);
                 w.time(time);
                 bulk(op::LOCK_ACQUIRE, lock_payload(*lock, *seen), w)
             }
@@ -538,7 +560,7 @@ impl Message {
                 tenure,
                 contended,
             } => {
-                let mut w = Writer::default();
+                let mut w = Writer(&mut *out);
                 w.time(time);
                 w.records(records);
                 w.diffs(diffs);
@@ -557,7 +579,7 @@ impl Message {
                 stored,
                 unused,
             } => {
-                let mut w = Writer::default();
+                let mut w = Writer(&mut *out);
                 w.time(time);
                 w.time(gc);
                 w.records(records);
@@ -574,7 +596,7 @@ impl Message {
                 records,
                 migratable,
             } => {
-                let mut w = Writer::default();
+                let mut w = Writer(&mut *out);
                 w.time(time);
                 w.records(records);
                 w.pages(migratable);
@@ -586,7 +608,7 @@ impl Message {
                 records,
                 migrations,
             } => {
-                let mut w = Writer::default();
+                let mut w = Writer(&mut *out);
                 w.time(time);
                 w.records(records);
                 w.u32(migrations.len() as u32);
@@ -782,10 +804,16 @@ impl Message {
     }
 }
 
-#[derive(Default)]
-struct Writer(Vec<u8>);
+/// How a message travels (see [`Body`]); a bulk body is written by [`Writer`].
+enum Kind {
+    Express,
+    Attached(Attachment),
+    Bulk,
+}
 
-impl Writer {
+struct Writer<'a>(&'a mut Vec<u8>);
+
+impl Writer<'_> {
     fn u16(&mut self, v: u16) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }

@@ -651,6 +651,24 @@ impl Core {
         pending: &mut Pending,
         outbox: &mut [wire::Bundle],
     ) -> Result<(), DsmError> {
+        let bundle = outbox.get_mut(to).ok_or_else(|| {
+            self.internal(format!(
+                "a message to cluster {to} of a job of {}",
+                self.clusters
+            ))
+        })?;
+        match bundle.push_message(msg) {
+            wire::Push::Added => return Ok(()),
+            wire::Push::Full(part) => {
+                self.send_bundle(ep, to, bundle, pending)?;
+                return if bundle.try_push(part.handler, part.bulk_body()) {
+                    Ok(())
+                } else {
+                    self.send_bulk(ep, to, part.handler, part.bulk_body(), pending)
+                };
+            }
+            wire::Push::NotBulk => {}
+        }
         match wire::outgoing(msg) {
             Outgoing::Express { handler, payload } => {
                 self.send_held(ep, to, outbox, pending)?;
@@ -673,23 +691,12 @@ impl Core {
                 buf.set_tag(tag);
                 self.send_tag_on(ep, to, handler, buf, pending)
             }
-            Outgoing::Bulk { handler, data } => {
-                let bundle = outbox.get_mut(to).ok_or_else(|| {
-                    self.internal(format!(
-                        "a message to cluster {to} of a job of {}",
-                        self.clusters
-                    ))
-                })?;
-                if bundle.try_push(handler, &data) {
-                    return Ok(());
-                }
-                self.send_bundle(ep, to, bundle, pending)?;
-                if bundle.try_push(handler, &data) {
-                    Ok(())
-                } else {
-                    self.send_bulk(ep, to, handler, &data, pending)
-                }
-            }
+            // `push_message` above took every bulk message.
+            Outgoing::Bulk { handler, data } => Err(self.internal(format!(
+                "a bulk {} message ({} bytes) the bundle did not take",
+                wire::op_name(handler.0),
+                data.len()
+            ))),
         }
     }
 
