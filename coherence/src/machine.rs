@@ -201,7 +201,12 @@ pub(crate) const MAX_HELD_UPDATES: usize = 1 << 16;
 ///    with the sender's id, keeping a Tag-On buffer alive during the call; actions
 ///    emitted during that call may read it ([`crate::Source::Attached`]). The machine
 ///    never refers to it later. The network may reorder messages but must not lose
-///    or duplicate them (the message layer's reliable protocol).
+///    or duplicate them (the message layer's reliable protocol), with one exception:
+///    the `Send`s of one [`Machine::handle`] call to one cluster must arrive in the
+///    order emitted (the runtime sends them through one endpoint, in one bundle or
+///    one after the other, and the message layer keeps each sender's order): a later
+///    grant or release of the call leaves out the interval records an earlier one
+///    to the same cluster carried.
 /// 6. **Actions.** See each [`Action`] variant. Memory actions only target pages in
 ///    the state the machine believes (e.g. `Install` only on missing pages), so a
 ///    runtime error from `UFFDIO_*` indicates a bug.
@@ -246,6 +251,10 @@ pub struct Machine {
     /// each manager by a `LockRelease`: each goes once to each manager, not again with
     /// every later release whose tenure it falls in (entries leave with their diffs).
     pub(crate) carried: Vec<(ClusterId, PageId, u32)>,
+    /// During one [`Machine::handle`] call: per destination and message kind
+    /// (grant: `false`, release: `true`), the highest interval record index per owner
+    /// that a message of the call already carries there.
+    pub(crate) event_sent: Vec<(ClusterId, bool, VectorTime)>,
     /// hlrc: updates received for the next barrier departure (see
     /// [`Config::barrier_updates`]), at most [`MAX_HELD_UPDATES`].
     pub(crate) updates: Vec<IntervalDiff>,
@@ -312,6 +321,7 @@ impl Machine {
             deferred_releases: Vec::new(),
             leaving: Vec::new(),
             carried: Vec::new(),
+            event_sent: Vec::new(),
             updates: Vec::new(),
             flushing: None,
             copysets: BTreeMap::new(),
@@ -464,6 +474,7 @@ impl Machine {
     /// Source: see [`Machine`].
     pub fn handle(&mut self, event: Event, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
         let r = self.dispatch(event, out).and_then(|()| self.drain(out));
+        self.event_sent.clear();
         if r.is_err() {
             self.inbox.clear();
             self.flushing = None;
@@ -525,15 +536,50 @@ impl Machine {
         &mut self.pages[page.index()]
     }
 
-    pub(crate) fn send(&mut self, to: ClusterId, msg: Message, out: &mut Vec<Action>) {
+    pub(crate) fn send(&mut self, to: ClusterId, mut msg: Message, out: &mut Vec<Action>) {
         if to == self.me {
             self.inbox.push_back((to, msg));
         } else {
+            self.skip_records_sent(to, &mut msg);
             self.stats.messages_sent += 1;
             if msg.is_sync() {
                 self.stats.sync_messages_sent += 1;
             }
             out.push(Action::Send { to, msg });
+        }
+    }
+
+    /// Leaves out of a grant or release to `to` the records an earlier grant
+    /// (release) to `to` in this [`Machine::handle`] call carried (they arrive
+    /// first: calling contract, point 5), and notes what this one carries. Grants
+    /// feed the receiver's log and releases its lock manager's store, so each kind
+    /// counts apart. The records of one message are, per owner, consecutive from what
+    /// the sender believed the receiver held, so the receiver then holds every record
+    /// up to the highest sent.
+    fn skip_records_sent(&mut self, to: ClusterId, msg: &mut Message) {
+        let (records, release) = match msg {
+            Message::LockGrant { records, .. } => (records, false),
+            Message::LockRelease { records, .. } => (records, true),
+            _ => return,
+        };
+        let sent = match self
+            .event_sent
+            .iter_mut()
+            .find(|(c, r, _)| *c == to && *r == release)
+        {
+            Some((_, _, t)) => t,
+            None => {
+                self.event_sent.push((to, release, VectorTime::new()));
+                &mut self.event_sent.last_mut().expect("just pushed").2
+            }
+        };
+        let before = records.len();
+        records.retain(|r| r.index > sent.get(r.owner));
+        self.stats.records_skipped += (before - records.len()) as u64;
+        for r in records.iter() {
+            if sent.get(r.owner) < r.index {
+                sent.set(r.owner, r.index);
+            }
         }
     }
 

@@ -125,6 +125,9 @@ counters! {
     /// Of `records_received`, those already held: sent again because the sender could
     /// not know the receiver had them.
     records_known,
+    /// Interval records left out of a grant or release because an earlier message of
+    /// the same event to the same cluster carried them.
+    records_skipped,
     /// Lock acquires by this cluster's threads (`Event::Acquire`).
     lock_acquires,
     /// Of `lock_acquires`, those served inside the cluster without a message: the

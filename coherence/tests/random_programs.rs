@@ -1,5 +1,6 @@
 //! Random data-race-free programs on several clusters, run on the coherence machines
-//! over an unordered in-memory network with random delivery order, executing every
+//! over an unordered in-memory network with random delivery order (only the messages
+//! one `Machine::handle` call sends to one cluster stay in order), executing every
 //! action on simulated page memories. Checks: every race-free read returns the last
 //! write that happens-before it, no other cluster holds a copy of a private writable
 //! home page, no deadlock, and the final memory equals a sequential run's.

@@ -78,15 +78,23 @@ pub struct SimCluster {
     pub arrived: usize,
 }
 
-/// A message in flight, in wire form.
+/// One message in wire form.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Packet {
-    pub from: u16,
-    pub to: u16,
+pub struct Wire {
     pub opcode: u8,
     pub payload: u64,
     pub bulk: Option<Vec<u8>>,
     pub attach: Option<Vec<u8>>,
+}
+
+/// Messages in flight from one cluster to another, emitted by one `Machine::handle`
+/// call: delivered one at a time, in the order emitted (the calling contract's
+/// exception, point 5), and in any order against every other packet.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Packet {
+    pub from: u16,
+    pub to: u16,
+    pub msgs: Vec<Wire>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -178,8 +186,12 @@ pub struct Seen {
 pub struct World {
     pub clusters: Vec<SimCluster>,
     pub threads: Vec<Thread>,
-    /// Unordered network: a sorted multiset of packets.
+    /// Unordered network: a sorted multiset of packets (each keeps the order of the
+    /// messages one `Machine::handle` call sent to one cluster).
     pub net: Vec<Packet>,
+    /// The packets of the `Machine::handle` call being executed (empty between
+    /// steps).
+    pub sending: Vec<Packet>,
     pub ghost: Ghost,
     pub seen: Seen,
     /// Race-free reads checked so far.
@@ -251,6 +263,7 @@ impl World {
             clusters,
             threads,
             net: Vec::new(),
+            sending: Vec::new(),
             ghost: Ghost::default(),
             seen: Seen::default(),
             checked_reads: 0,
@@ -441,7 +454,13 @@ impl World {
 
     /// Delivers packet `i`.
     pub fn deliver(&mut self, spec: &Spec, i: usize) {
-        let pk = self.net.remove(i);
+        let mut packet = self.net.remove(i);
+        let pk = packet.msgs.remove(0);
+        let (from, to) = (packet.from, packet.to);
+        if !packet.msgs.is_empty() {
+            let pos = self.net.partition_point(|x| x < &packet);
+            self.net.insert(pos, packet);
+        }
         let msg = match Message::from_parts(pk.opcode, pk.payload, pk.bulk.as_deref()) {
             Ok(m) => m,
             Err(e) => return self.fail(format!("decode error {e} for {pk:?}")),
@@ -452,9 +471,9 @@ impl World {
         let attached_len = pk.attach.as_ref().map_or(0, Vec::len);
         self.handle(
             spec,
-            usize::from(pk.to),
+            usize::from(to),
             Event::Message {
-                from: cluster(pk.from),
+                from: cluster(from),
                 msg,
                 attached_len,
             },
@@ -488,6 +507,10 @@ impl World {
                         }
                     }
                 }
+            }
+            for packet in std::mem::take(&mut self.sending) {
+                let pos = self.net.partition_point(|x| x < &packet);
+                self.net.insert(pos, packet);
             }
             if flush.is_none() {
                 break;
@@ -572,16 +595,25 @@ impl World {
             Body::Bulk(b) => Some(b),
             Body::None | Body::Attached(_) => None,
         };
-        let pk = Packet {
-            from: c as u16,
-            to: to.get(),
+        let wire = Wire {
             opcode: parts.opcode,
             payload: parts.payload,
             bulk,
             attach,
         };
-        let pos = self.net.partition_point(|x| x < &pk);
-        self.net.insert(pos, pk);
+        let (from, to) = (c as u16, to.get());
+        match self
+            .sending
+            .iter_mut()
+            .find(|p| p.from == from && p.to == to)
+        {
+            Some(p) => p.msgs.push(wire),
+            None => self.sending.push(Packet {
+                from,
+                to,
+                msgs: vec![wire],
+            }),
+        }
     }
 
     /// Executes one action as the runtime must, checking that it is legal.
