@@ -104,9 +104,12 @@ fn rejections(p: &Proc) -> Vec<(String, [u64; 4])> {
         .filter_map(|l| {
             let (head, tail) = l.split_once("rejected:")?;
             let name = head.split_whitespace().next()?.to_owned();
+            // The INIs' four reasons; INI 0's line then goes on with the liveness
+            // thread's counters.
             let nums: Vec<u64> = tail
                 .split_whitespace()
                 .filter_map(|w| w.parse().ok())
+                .take(4)
                 .collect();
             Some((name, nums.try_into().ok()?))
         })

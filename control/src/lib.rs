@@ -23,7 +23,10 @@
 //!   the coordinator dies, every member reports "cluster 0 (the coordinator)
 //!   died". A process that dies closes its sockets at once, so a death is
 //!   usually known everywhere within milliseconds, and always within
-//!   `peer_timeout`. [`Control::failure`] and [`Control::on_failure`] tell
+//!   `peer_timeout`. A silent connection whose cluster the caller's liveness
+//!   oracle ([`Control::consult_liveness`]) proved alive more recently is given
+//!   `peer_timeout` from that evidence instead (its heartbeat thread may be
+//!   starved by compute threads). [`Control::failure`] and [`Control::on_failure`] tell
 //!   the caller; [`Control::abort`] reports this cluster's own failure;
 //! * [`Control::finish`] returns when every cluster has finished, so no
 //!   cluster tears down its network while another still needs it.
@@ -269,7 +272,13 @@ struct Shared {
     state: Mutex<State>,
     changed: Condvar,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Evidence that a cluster's process is alive although its connection is silent
+    /// ([`Control::consult_liveness`]).
+    liveness: OnceLock<LivenessOracle>,
 }
+
+/// When a cluster's process was last proven alive, by cluster id.
+type LivenessOracle = Box<dyn Fn(usize) -> Option<Instant> + Send + Sync>;
 
 impl Shared {
     fn links(&self) -> Vec<Arc<Conn>> {
@@ -550,6 +559,10 @@ impl Shared {
         }
         let mut required = self.preshared;
         loop {
+            if let Err(lost) = self.await_frame(conn.cluster, &stream) {
+                self.connection_lost(conn.cluster, conn.peer, lost);
+                return;
+            }
             let auth = Auth {
                 key: self.secret.get(),
                 required,
@@ -565,6 +578,50 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Waits until `stream` (from `cluster`) has a byte to read, consuming nothing. A
+    /// silence of `peer_timeout` is the connection's loss ([`Lost::Silent`]) unless the
+    /// liveness oracle ([`Control::consult_liveness`]) proved the cluster alive within the
+    /// last `peer_timeout`: its heartbeat thread may be starved by compute threads, so
+    /// the wait goes on until `peer_timeout` after that evidence. Other errors are left to
+    /// the read that follows.
+    fn await_frame(&self, cluster: usize, stream: &TcpStream) -> Result<(), Lost> {
+        let Some(oracle) = self.liveness.get() else {
+            return Ok(());
+        };
+        let mut byte = [0u8; 1];
+        let result = loop {
+            match stream.peek(&mut byte) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    let left = oracle(cluster).and_then(|t| {
+                        (t + self.peer_timeout).checked_duration_since(Instant::now())
+                    });
+                    match left {
+                        Some(left) => {
+                            let wait = left.max(Duration::from_millis(1));
+                            if let Err(e) = stream.set_read_timeout(Some(wait)) {
+                                break Err(Lost::Read(e));
+                            }
+                        }
+                        None => break Err(Lost::Silent),
+                    }
+                }
+                _ => break Ok(()),
+            }
+        };
+        if result.is_ok()
+            && let Err(e) = stream.set_read_timeout(Some(self.peer_timeout))
+        {
+            return Err(Lost::Read(e));
+        }
+        result
     }
 
     /// Sends a heartbeat (during the coordinator's start-up: the start-up
@@ -711,6 +768,7 @@ impl Control {
                 state: Mutex::new(State::default()),
                 changed: Condvar::new(),
                 threads: Mutex::new(Vec::new()),
+                liveness: OnceLock::new(),
             }),
         }
     }
@@ -1344,6 +1402,19 @@ impl Control {
             }
             shared.changed.wait_until(&mut st, deadline);
         }
+    }
+
+    /// Lets `heard(c)` — when cluster `c`'s process was last proven alive, for example by
+    /// the liveness thread's authenticated answers — keep a silent connection alive: a
+    /// cluster whose control connection is silent for `job.peer_timeout_ms` is declared
+    /// dead only once `peer_timeout` has also passed since that evidence (its heartbeat
+    /// thread may be starved by compute threads). A stopped or dead process gives no
+    /// evidence and is reported as before. Set once; later calls are ignored.
+    pub fn consult_liveness(
+        &self,
+        heard: impl Fn(usize) -> Option<Instant> + Send + Sync + 'static,
+    ) {
+        let _ = self.shared.liveness.set(Box::new(heard));
     }
 
     /// The first cluster that failed or died, if any (non-blocking).

@@ -17,6 +17,7 @@
 //! [`Job::failure`] within the configured peer timeout.
 
 use crate::control::{Control, ControlError, Failure, Identity, Registration};
+use crate::liveness::{Liveness, LivenessConfig, LivenessSocket, LivenessStats, Peer};
 use crate::names::SiteId;
 use crate::net::{BoundInis, IniGroup, IniReport, NetConfig, NetError};
 use crate::site::{Site, SiteConfig, SiteError, Substrate};
@@ -37,6 +38,9 @@ const PHASE_DRAINED: u32 = 0x103;
 struct NetAddress {
     inis: Vec<SocketAddr>,
     segment: Option<String>,
+    /// The cluster's liveness socket ([`crate::liveness`]).
+    #[serde(default)]
+    liveness: Option<SocketAddr>,
 }
 
 /// Why joining or finishing a job failed.
@@ -75,6 +79,8 @@ pub struct Job {
     inis: Option<IniGroup>,
     registrations: Vec<Registration>,
     links: Vec<Link>,
+    /// The liveness thread (with more than one cluster).
+    liveness: Option<Liveness>,
 }
 
 impl std::fmt::Debug for Job {
@@ -120,7 +126,7 @@ impl Job {
             Duration::from_secs_f64(cfg.emulation.recv_overhead_us / 1e6);
         // What can fail before this cluster registers is reported to the coordinator,
         // so that every cluster stops at once rather than at the start-up timeout.
-        let early = (|| -> Result<(Site, Option<BoundInis>), JobError> {
+        let early = (|| -> Result<(Site, Option<BoundInis>, Option<LivenessSocket>), JobError> {
             identity.check_host(cfg)?;
             cfg.check_emulation()
                 .map_err(|e| JobError::Topology(e.to_string()))?;
@@ -136,13 +142,19 @@ impl Job {
             } else {
                 None
             };
-            Ok((site, bound))
+            // The liveness socket sits next to INI 0 (same address, any port).
+            let liveness = match &bound {
+                Some(b) => Some(LivenessSocket::bind(b.addrs()[0].ip()).map_err(NetError::Io)?),
+                None => None,
+            };
+            Ok((site, bound, liveness))
         })();
-        let (site, bound) =
+        let (site, bound, liveness_socket) =
             early.inspect_err(|e| Control::cannot_start(&identity, &cfg.job, &e.to_string()))?;
         let address = NetAddress {
             inis: bound.as_ref().map_or_else(Vec::new, |b| b.addrs().to_vec()),
             segment: site.segment_name().map(str::to_owned),
+            liveness: liveness_socket.as_ref().map(LivenessSocket::addr),
         };
         let payload =
             serde_json::to_vec(&address).map_err(|e| JobError::Topology(e.to_string()))?;
@@ -152,10 +164,20 @@ impl Job {
         let mut links = vec![Link::Local; n];
         let mut remote: Vec<Option<Vec<SocketAddr>>> = vec![None; n];
         let mut any_ip_peers = Vec::new();
+        let mut liveness_peers: Vec<Option<Peer>> = vec![None; n];
         for (p, reg) in registrations.iter().enumerate().filter(|(p, _)| *p != me) {
             let theirs: NetAddress = serde_json::from_slice(&reg.payload).map_err(|e| {
                 JobError::Topology(format!("cluster {p} sent an unreadable registration: {e}"))
             })?;
+            liveness_peers[p] = theirs.liveness.map(|mut addr| {
+                // Bound to every address (cluster 0 placed by a launcher): reached where
+                // the coordinator was reached, heard from any of its host's addresses.
+                let any_ip = addr.ip().is_unspecified();
+                if any_ip {
+                    addr.set_ip(identity.coordinator.ip());
+                }
+                Peer { addr, any_ip }
+            });
             let same_machine = reg.same_machine(&registrations[me]);
             links[p] = match (cfg.ini.substrate, same_machine) {
                 (Policy::Udp, _) | (Policy::Auto, false) => Link::Network,
@@ -211,15 +233,36 @@ impl Job {
                 Link::Local => {}
             }
         }
+        let session = control.session();
+        let liveness = match liveness_socket {
+            Some(socket) => {
+                let l = socket
+                    .start(
+                        LivenessConfig {
+                            me: me as u16,
+                            key: crate::window::wire::MacKey::new(*session.secret.as_bytes()),
+                            epoch: session.epoch,
+                            period: crate::liveness::period_for(cfg.job.peer_timeout()),
+                            realtime: true,
+                        },
+                        liveness_peers,
+                    )
+                    .map_err(NetError::Io)?;
+                let evidence = l.evidence();
+                control.consult_liveness(move |c| evidence.heard(c));
+                Some(l)
+            }
+            None => None,
+        };
         let inis = match bound {
             Some(b) if remote.iter().any(Option::is_some) => {
                 // Datagrams are authenticated under the job's secret and carry the run's
                 // epoch, both agreed at registration (issue 13).
                 let mut net = NetConfig::from_job(cfg);
-                let session = control.session();
                 net.window.mac_key = crate::window::wire::MacKey::new(*session.secret.as_bytes());
                 net.window.epoch = session.epoch;
                 net.any_ip_peers = any_ip_peers;
+                net.liveness = liveness.as_ref().map(Liveness::evidence);
                 Some(b.start(&site, &net, &remote)?)
             }
             _ => None,
@@ -235,6 +278,7 @@ impl Job {
             inis,
             registrations,
             links,
+            liveness,
         })
     }
 
@@ -305,9 +349,23 @@ impl Job {
         }
     }
 
-    /// This cluster's INI statistics (empty without INIs).
+    /// This cluster's INI statistics (empty without INIs); INI 0's carries the liveness
+    /// thread's counters ([`IniReport::liveness`]).
     pub fn ini_reports(&self) -> Vec<IniReport> {
-        self.inis.as_ref().map_or_else(Vec::new, IniGroup::reports)
+        let mut reports = self.inis.as_ref().map_or_else(Vec::new, IniGroup::reports);
+        self.attach_liveness(&mut reports);
+        reports
+    }
+
+    /// The liveness thread's counters (`None` with one cluster).
+    pub fn liveness_stats(&self) -> Option<LivenessStats> {
+        self.liveness.as_ref().map(Liveness::stats)
+    }
+
+    fn attach_liveness(&self, reports: &mut [IniReport]) {
+        if let Some(first) = reports.first_mut() {
+            first.liveness = self.liveness_stats();
+        }
     }
 
     /// Tells every cluster that this one failed (they learn it as a failure naming it).
@@ -326,10 +384,11 @@ impl Job {
             inis.drain(timeout)?;
         }
         self.control.barrier(PHASE_DRAINED, timeout)?;
-        let reports = match self.inis.take() {
+        let mut reports = match self.inis.take() {
             Some(inis) => inis.shutdown(timeout)?,
             None => Vec::new(),
         };
+        self.attach_liveness(&mut reports);
         self.control.finish(timeout)?;
         Ok(reports)
     }

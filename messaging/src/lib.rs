@@ -16,6 +16,9 @@
 //! * Two substrates with the same queue code: threads of one process, and processes on one
 //!   machine through a shared segment ([`segment`], paper 000 §3).
 //! * Blocking receive on a futex **doorbell** (paper 003 §4).
+//! * A real-time **liveness** thread per cluster process ([`liveness`]) whose
+//!   authenticated probes keep a live cluster with starved protocol threads from being
+//!   declared dead.
 //!
 //! Start at [`Site`]: one per process.
 
@@ -36,6 +39,7 @@ mod endpoint;
 mod futex;
 pub mod job;
 mod layout;
+pub mod liveness;
 mod message;
 pub mod names;
 pub mod net;

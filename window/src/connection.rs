@@ -211,6 +211,10 @@ pub(crate) struct Connection {
     pub(crate) wrote_data: bool,
     /// Last time the window moved (or became non-empty); liveness is measured from here.
     last_progress: Micros,
+    /// Latest time the transport vouched that the peer's process was alive although it
+    /// did not acknowledge ([`Ini::note_alive`](crate::Ini::note_alive)); liveness is
+    /// measured from the later of this and `last_progress`.
+    alive_at: Micros,
     pub(crate) liveness_armed: bool,
     unresponsive: bool,
     // ---- receiver ----
@@ -248,6 +252,7 @@ impl Connection {
             started_message: false,
             wrote_data: false,
             last_progress: Micros::ZERO,
+            alive_at: Micros::ZERO,
             liveness_armed: false,
             unresponsive: false,
             rcv_next: p.initial_seq,
@@ -754,7 +759,13 @@ impl Connection {
     /// When the peer is to be declared unresponsive if no ACK progress happens first;
     /// `None` when nothing is unacknowledged.
     pub(crate) fn liveness_deadline(&self, peer_timeout: Micros) -> Option<Micros> {
-        (!self.unresponsive && !self.frames.is_empty()).then(|| self.last_progress + peer_timeout)
+        (!self.unresponsive && !self.frames.is_empty())
+            .then(|| self.last_progress.max(self.alive_at) + peer_timeout)
+    }
+
+    /// The peer's process was seen alive at `at` (see `Ini::note_alive`).
+    pub(crate) fn note_alive(&mut self, at: Micros) {
+        self.alive_at = self.alive_at.max(at);
     }
 
     /// Stops the send direction for good; the receive direction keeps working.

@@ -509,6 +509,22 @@ impl Ini {
         }
     }
 
+    /// Evidence from outside the window that `conn`'s peer process was alive at `at`
+    /// (for example an authenticated answer of its liveness thread): the peer is declared
+    /// unresponsive only `peer_timeout` after the later of its last ACK progress and the
+    /// latest such evidence. A process that is alive but whose INI cannot run (its CPUs
+    /// taken by compute threads) is so not declared dead; one that is stopped or killed
+    /// gives no evidence and is still reported `peer_timeout` after it was last heard.
+    /// `at` is on the clock of `now` arguments; call it before
+    /// [`handle_timeout`](Self::handle_timeout).
+    ///
+    /// # Panics
+    ///
+    /// If `conn` is not a connection of this INI.
+    pub fn note_alive(&mut self, conn: ConnHandle, at: Micros) {
+        self.conns[conn.index()].note_alive(at);
+    }
+
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()

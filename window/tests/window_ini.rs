@@ -621,3 +621,33 @@ proptest! {
         }
     }
 }
+
+/// Evidence that the peer's process lives (`note_alive`) postpones the unresponsive
+/// verdict to `peer_timeout` after the latest evidence; without more of it the peer is
+/// reported then, exactly as without evidence.
+#[test]
+fn note_alive_postpones_the_peer_timeout_from_the_latest_evidence() {
+    let cfg = config();
+    let timeout = cfg.peer_timeout.as_u64();
+    let (mut a, conn) = ini_a(cfg);
+    let mut buf = vec![0u8; 2048];
+    a.enqueue(conn, b"never acknowledged".to_vec()).unwrap();
+    assert!(a.poll_transmit(Micros(0), &mut buf).is_some());
+    let unresponsive = |a: &mut Ini, now: u64| {
+        if a.poll_timeout().is_some_and(|t| t.as_u64() <= now) {
+            a.handle_timeout(Micros(now));
+        }
+        let mut seen = false;
+        while let Some(e) = a.poll_event() {
+            seen |= matches!(e, Event::PeerUnresponsive { .. });
+            while a.poll_transmit(Micros(now), &mut buf.clone()).is_some() {}
+        }
+        seen
+    };
+    // Alive at 0.8 × the timeout: not declared dead at the timeout...
+    a.note_alive(conn, Micros(timeout * 8 / 10));
+    assert!(!unresponsive(&mut a, timeout));
+    assert!(!unresponsive(&mut a, timeout * 17 / 10));
+    // ...but at the timeout after that evidence.
+    assert!(unresponsive(&mut a, timeout * 18 / 10));
+}

@@ -170,6 +170,7 @@ impl IniCore {
         }
         work |= self.release_delayed(net);
         if self.ini.poll_timeout().is_some_and(|t| t <= now) {
+            self.note_alive(net);
             self.ini.handle_timeout(now);
             work = true;
         }
@@ -182,6 +183,25 @@ impl IniCore {
             self.c.busy_ns += t0.elapsed().as_nanos() as u64;
         }
         work
+    }
+
+    /// Tells the window when each peer's process was last proven alive by the liveness
+    /// thread (see [`crate::liveness`]), before its timers decide who is unresponsive.
+    fn note_alive(&mut self, net: &Net) {
+        let Some(evidence) = &net.liveness else {
+            return;
+        };
+        for (site, conns) in self.conns.iter().enumerate() {
+            if conns.is_empty() {
+                continue;
+            }
+            if let Some(t) = evidence.heard(site) {
+                let at = Micros(t.saturating_duration_since(net.epoch).as_micros() as u64);
+                for &c in conns {
+                    self.ini.note_alive(c, at);
+                }
+            }
+        }
     }
 
     /// When this INI next has something to do that no event announces: the first

@@ -85,6 +85,11 @@ pub struct NetConfig {
     /// a job placed by a launcher). Every other peer is heard only from exactly its
     /// registered address. Empty by default.
     pub any_ip_peers: Vec<SocketAddr>,
+    /// Evidence that peer processes are alive, from the cluster's liveness thread
+    /// ([`crate::liveness`]): a peer whose INIs stop acknowledging is declared dead only
+    /// `window.peer_timeout` after the later of its last ACK progress and its last
+    /// liveness answer. `None` (the default): ACK progress alone decides.
+    pub liveness: Option<Arc<crate::liveness::Evidence>>,
 }
 
 /// Where and how much each INI traces (see [`trace`]).
@@ -134,6 +139,7 @@ impl NetConfig {
                 records: cfg.ini.trace_records,
             }),
             any_ip_peers: Vec::new(),
+            liveness: None,
         }
     }
 }
@@ -211,6 +217,8 @@ pub(crate) struct Net {
     /// 0 run, 1 drain then stop, 2 stop now.
     pub(crate) stop: AtomicU32,
     pub(crate) epoch: Instant,
+    /// [`NetConfig::liveness`].
+    pub(crate) liveness: Option<Arc<crate::liveness::Evidence>>,
     failure: Mutex<Option<(SiteId, String)>>,
     hooks: Mutex<Vec<FailureHook>>,
     /// Threads of this process blocked in `epoll_wait` as network waiters, and the eventfd
@@ -657,6 +665,7 @@ impl BoundInis {
             held: AtomicU64::new(0),
             stop: AtomicU32::new(0),
             epoch,
+            liveness: cfg.liveness.clone(),
             failure: Mutex::new(None),
             hooks: Mutex::new(Vec::new()),
             waiters: AtomicU32::new(0),

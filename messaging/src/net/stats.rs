@@ -48,16 +48,29 @@ pub struct IniReport {
     pub window: IniStats,
     /// Wall time the INI ran, µs.
     pub elapsed_us: f64,
+    /// The cluster's liveness thread ([`crate::liveness`]): its probes, answers and the
+    /// probes it refused (bad MAC, another run's epoch, unregistered source, malformed
+    /// or stale). Reported with INI 0 of each cluster; `None` on the other INIs.
+    pub liveness: Option<crate::liveness::LivenessStats>,
 }
 
 impl IniReport {
     /// A one-line summary (for `--stats` tables). The last four columns are the
     /// rejected datagrams by reason: `mac` bad MAC (corrupted or forged), `epoch` another
     /// run's epoch (replays), `src` from an address that is not a registered peer INI's,
-    /// `bad` malformed (plus frames that passed the window but did not decode).
+    /// `bad` malformed (plus frames that passed the window but did not decode). On the
+    /// INI that carries the liveness counters, the same four reasons follow for the
+    /// liveness probes (`probes rejected: mac … bad` where `bad` also counts stale
+    /// answers), with the answers received.
     pub fn line(&self) -> String {
         let c = &self.window.connections;
         let w = &self.window;
+        let probes = self.liveness.map_or_else(String::new, |l| {
+            format!(
+                "  liveness answers {:>6}  probes rejected: mac {:>5}  epoch {:>5}  src {:>5}  bad {:>5}",
+                l.answers, l.rejected_mac, l.rejected_epoch, l.rejected_source, l.rejected_bad
+            )
+        });
         format!(
             "c{}/ini{}  msgs {:>9}  bytes {:>12}  mean len {:>7.1}  hand-off wait {:>6.1} µs  queue {:>6.2}  util {:>5.1}%  missched {:>7}  retx {:>6}  NAK {:>5}/{:<5}  dup {:>5}  rejected: mac {:>5}  epoch {:>5}  src {:>5}  bad {:>5}",
             self.site,
@@ -77,6 +90,6 @@ impl IniReport {
             w.wrong_epoch,
             w.unknown_source,
             w.decode_failures + w.misdirected + w.unknown_peer + self.rejected_frames,
-        )
+        ) + &probes
     }
 }
