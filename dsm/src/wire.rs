@@ -363,6 +363,19 @@ mod tests {
     use super::*;
     use multigrain_coherence::{ClusterId, LockId, PageId, VectorTime};
 
+    /// A grant whose tenure fills the payload's top bits.
+    fn grant_with_full_tenure() -> Message {
+        Message::LockGrant {
+            lock: LockId::new(9).unwrap(),
+            time: VectorTime::from_entries(vec![1, 2]),
+            records: vec![],
+            diffs: vec![],
+            stored: 7,
+            tenure: (1 << 20) - 1,
+            contended: true,
+        }
+    }
+
     #[test]
     fn bulk_payload_round_trips() {
         let body = bulk_body((1 << 40) - 1, b"xyz");
@@ -402,15 +415,7 @@ mod tests {
             _ => panic!("PageData with contents is Tag-On"),
         }
         // the tenure fills the payload's top bits: all 40 must survive the bulk prefix
-        let grant = Message::LockGrant {
-            lock: LockId::new(9).unwrap(),
-            time: VectorTime::from_entries(vec![1, 2]),
-            records: vec![],
-            diffs: vec![],
-            stored: 7,
-            tenure: (1 << 20) - 1,
-            contended: true,
-        };
+        let grant = grant_with_full_tenure();
         match outgoing(&grant) {
             Outgoing::Bulk { handler, data } => {
                 let (payload, body) = split_bulk(&data).unwrap();
@@ -512,15 +517,7 @@ mod tests {
             page: p,
             need: VectorTime::from_entries(vec![3]),
         };
-        let grant = Message::LockGrant {
-            lock: LockId::new(9).unwrap(),
-            time: VectorTime::from_entries(vec![1, 2]),
-            records: vec![],
-            diffs: vec![],
-            stored: 7,
-            tenure: (1 << 20) - 1,
-            contended: true,
-        };
+        let grant = grant_with_full_tenure();
         let recall = Message::LockRecall {
             lock: LockId::new(9).unwrap(),
             tenure: 3,
