@@ -7,6 +7,9 @@
 //! clusters: the control plane on a free loopback port, INIs and liveness sockets on port
 //! 0, every wait under a timeout, and children killed when their handle drops.
 
+// The crate's loom shim for atomics is crate-private; this test never runs under loom.
+#![allow(clippy::disallowed_types)]
+
 use multigrain_cluster_config::{JobConfig, Substrate};
 use multigrain_messaging::control::{Identity, free_loopback_port};
 use multigrain_messaging::job::Job;
