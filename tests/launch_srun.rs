@@ -159,7 +159,15 @@ fn all_fail_within(mut procs: Vec<Proc>, t0: Instant, limit: Duration) -> Vec<St
         assert!(!p.wait_exit(HANG).success(), "{}", p.transcript());
     }
     let took = t0.elapsed();
-    assert!(took < limit, "the job took {took:?} to stop");
+    assert!(
+        took < limit,
+        "the job took {took:?} to stop:\n{}",
+        procs
+            .iter()
+            .map(Proc::transcript)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     procs
         .iter()
         .map(|p| p.lines(Stream::Err).join("\n"))
@@ -323,6 +331,44 @@ fn a_coordinator_that_cannot_start_stops_the_members_at_once() {
             "{args:?}: {member}"
         );
     }
+    drop(busy);
+}
+
+#[test]
+fn a_coordinator_and_a_member_that_both_cannot_start_stop_at_once() {
+    // Both INI ports are taken: the member reports that it cannot start to the
+    // coordinator, which cannot start either and answers it; both exit long before the
+    // 20 s start-up timeout (the coordinator used to wait for a registration).
+    let busy: Vec<std::net::UdpSocket> = (0..2)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let ports: Vec<u16> = busy
+        .iter()
+        .map(|b| b.local_addr().unwrap().port())
+        .collect();
+    let dir = TempDir::new("srun-both-fail");
+    let cfg = dir.write(
+        "job.toml",
+        &format!(
+            "[job]\nstartup_timeout_ms = 20000\n\n[[cluster]]\nhost = \"127.0.0.1\"\nport = {}\n\n\
+             [[cluster]]\nhost = \"127.0.0.1\"\nport = {}\n",
+            ports[0], ports[1]
+        ),
+    );
+    let args = ["hello", "--config", cfg.to_str().unwrap()];
+    let t0 = Instant::now();
+    let procs: Vec<Proc> = (0..2).rev().map(|r| step_rank(r, &args, &[])).collect();
+    let errs = all_fail_within(procs, t0, Duration::from_secs(5));
+    assert!(
+        errs[0].contains("cannot bind INI 0 of cluster 1"),
+        "{}",
+        errs[0]
+    );
+    assert!(
+        errs[1].contains("cannot bind INI 0 of cluster 0"),
+        "{}",
+        errs[1]
+    );
     drop(busy);
 }
 

@@ -876,12 +876,20 @@ impl Control {
                 Ok((stream, _)) => {
                     let _ = stream.set_nonblocking(false);
                     let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-                    if let Ok(Received {
-                        msg: Message::Register { registration, .. },
-                        ..
-                    }) = wire::read_frame(&mut &stream, settings.key, auth)
-                    {
-                        told.insert(registration.cluster);
+                    // A member that registers, or that cannot start either (it
+                    // reports so and waits for this answer), is told.
+                    match wire::read_frame(&mut &stream, settings.key, auth).map(|r| r.msg) {
+                        Ok(Message::Register { registration, .. })
+                            if (1..id.clusters).contains(&registration.cluster) =>
+                        {
+                            told.insert(registration.cluster);
+                        }
+                        Ok(Message::CannotStart { cluster, .. })
+                            if (1..id.clusters).contains(&cluster) =>
+                        {
+                            told.insert(cluster);
+                        }
+                        _ => {}
                     }
                     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
                     let _ = wire::write_frame(&mut &stream, settings.key, key, &failed);
