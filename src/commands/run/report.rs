@@ -362,6 +362,12 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "lock wait (ms, all threads)", &|c| {
         ms(c.lock_wait_ns)
     });
+    row(&mut s, "interval records received", &|c| {
+        c.protocol.records_received
+    });
+    row(&mut s, "  already held (sent again)", &|c| {
+        c.protocol.records_known
+    });
     row(&mut s, "barriers", &|c| c.barriers);
     row(&mut s, "barrier wait (ms, all threads)", &|c| {
         ms(c.barrier_wait_ns)
