@@ -426,11 +426,16 @@ impl Machine {
         Ok(())
     }
 
-    /// Forgets the carried marks of diffs no longer in [`Machine::recent`].
+    /// Forgets the carried marks of diffs no longer in [`Machine::recent`]. It holds
+    /// this cluster's diffs in interval order and loses them oldest first (full, or at
+    /// a barrier), so a mark older than its oldest interval names a diff gone from it;
+    /// a mark of that interval whose diff left already matches nothing (indices only
+    /// grow) and goes with the interval.
     pub(crate) fn prune_carried(&mut self) {
-        let recent = &self.recent;
-        self.carried
-            .retain(|&(_, page, index)| recent.iter().any(|d| d.page == page && d.index == index));
+        match self.recent.front().map(|d| d.index) {
+            Some(oldest) => self.carried.retain(|&(_, _, index)| index >= oldest),
+            None => self.carried.clear(),
+        }
     }
 
     /// The manager wants `lock` back for `tenure`: give it back now if this cluster

@@ -3,7 +3,7 @@
 //! ([`crate::hlrc`], [`crate::sc`]) and the cluster side of the locks
 //! ([`crate::locks`]) share.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::mem;
 
 use crate::action::{Action, Event, FlushPage};
@@ -250,7 +250,7 @@ pub struct Machine {
     /// `(manager, page, interval)` of the [`Machine::recent`] diffs already carried to
     /// each manager by a `LockRelease`: each goes once to each manager, not again with
     /// every later release whose tenure it falls in (entries leave with their diffs).
-    pub(crate) carried: Vec<(ClusterId, PageId, u32)>,
+    pub(crate) carried: BTreeSet<(ClusterId, PageId, u32)>,
     /// During one [`Machine::handle`] call: per destination and message kind
     /// (grant: `false`, release: `true`), the highest interval record index per owner
     /// that a message of the call already carries there.
@@ -320,7 +320,7 @@ impl Machine {
             for_release: Vec::new(),
             deferred_releases: Vec::new(),
             leaving: Vec::new(),
-            carried: Vec::new(),
+            carried: BTreeSet::new(),
             event_sent: Vec::new(),
             updates: Vec::new(),
             flushing: None,

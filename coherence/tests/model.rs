@@ -792,14 +792,14 @@ fn sc_threads_and_locks() {
 // transitive 160,197 → 428,288 and first touch 63,350 → 254,652 (prefetches in
 // flight interleave with every other step, replies are installed or dropped as
 // stale); hlrc_prefetch is new.
-const EXPECTED_HLRC_TRANSITIVE: usize = 474_546;
+const EXPECTED_HLRC_TRANSITIVE: usize = 438_318;
 const EXPECTED_HLRC_BARRIER: usize = 19_731;
 const EXPECTED_HLRC_THREADS: usize = 17_968;
 const EXPECTED_HLRC_FIRST_TOUCH: usize = 187_879;
 const EXPECTED_HLRC_ACROSS_BARRIER: usize = 3_181;
 const EXPECTED_HLRC_PUSHES: usize = 18_370;
 const EXPECTED_HLRC_PUSHES_UNBATCHED: usize = 3_998;
-const EXPECTED_HLRC_TRANSITIVE_BATCH_2: usize = 478_174;
+const EXPECTED_HLRC_TRANSITIVE_BATCH_2: usize = 441_706;
 const EXPECTED_HLRC_CARRIED: usize = 829;
 const EXPECTED_HLRC_OPEN_INVALIDATED: usize = 1_252;
 const EXPECTED_HLRC_HOME_WAITS: usize = 6_060;
