@@ -252,6 +252,19 @@ pub enum Action {
         /// The release's token.
         token: SyncToken,
     },
+    /// A thread of this cluster holds `lock`, as far as the machine knows, and the lock
+    /// is wanted: its manager recalled it, or another local thread waits for it. A
+    /// runtime that passes a cached lock among its threads without the machine (see
+    /// [`crate::Machine::lock_cacheable`]) must now release it through the machine with
+    /// [`Event::Release`](crate::Event::Release): in the same call when no thread holds
+    /// it (with a token of its own), else at the holder's release. A runtime that sends
+    /// every release to the machine ignores it. May come more than once.
+    /// Source: two-level locks of a multiprocessor node (MGS, ISCA 1996 §3: the local
+    /// lock is passed inside the SMP, the global one leaves only when wanted).
+    LockWanted {
+        /// The lock.
+        lock: LockId,
+    },
     /// The barrier arrival identified by `token` completed: release the local threads.
     /// Source: barrier departure (HLRC OSDI 1996 §2).
     BarrierDone {

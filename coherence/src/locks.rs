@@ -334,6 +334,10 @@ impl Machine {
             return Ok(());
         }
         l.waiters.push_back(token);
+        if l.busy {
+            // The holder may be passing it among local threads without the machine.
+            out.push(Action::LockWanted { lock });
+        }
         if l.owned.is_none() && !l.requested {
             l.requested = true;
             self.request_lock(lock, out);
@@ -387,6 +391,29 @@ impl Machine {
             }
         }
         Ok(())
+    }
+
+    /// Whether a local thread that holds `lock` (its `AcquireDone` just executed) may
+    /// pass it to other threads of this cluster without the machine, until an
+    /// [`Action::LockWanted`] for it: the cluster owns it, and no release would do more
+    /// than mark it free — it is not recalled, not to be given back after its release
+    /// (contended or pushed: see [`crate::sync`]), not being given back, and no other
+    /// local thread waits for it. While the runtime passes it around, the machine sees
+    /// one thread holding it; any event that needs it back emits `LockWanted`.
+    ///
+    /// Source: two-level locks of a multiprocessor node (MGS, ISCA 1996 §3); the
+    /// machine's own local hand-off does nothing more for such a lock (its release
+    /// only marks it free).
+    pub fn lock_cacheable(&self, lock: LockId) -> bool {
+        self.cluster_locks.get(&lock).is_some_and(|l| {
+            l.owned.is_some()
+                && l.busy
+                && !l.recalled
+                && !l.eager
+                && !l.returning
+                && l.waiters.is_empty()
+                && l.pushed.is_none()
+        })
     }
 
     /// Moves the locks waiting for a batch into [`Machine::leaving`], marked as
@@ -472,6 +499,9 @@ impl Machine {
         }
         l.recalled = true;
         if l.busy {
+            // It goes at the holder's release (which the runtime may have to route
+            // through the machine first).
+            out.push(Action::LockWanted { lock });
             return Ok(());
         }
         if self.deferred_releases.contains(&lock) {

@@ -420,6 +420,13 @@ impl LockManager {
         self.seen.entry(me).or_default().merge(time);
     }
 
+    /// Whether the current tenure of `lock` was pushed (granted unrequested): its
+    /// receiver may keep the grant's records out of its log until a local thread takes
+    /// it (`Pushed::Deferred` in [`crate::locks`]).
+    pub(crate) fn is_pushed(&self, lock: LockId) -> bool {
+        self.locks.get(&lock).is_some_and(|st| st.pushed)
+    }
+
     /// The newest of `c`'s records this manager holds (or discarded).
     pub(crate) fn stored(&self, c: ClusterId) -> u32 {
         self.store.top(c)

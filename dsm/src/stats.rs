@@ -168,6 +168,12 @@ pub struct ClusterStats {
     /// had the lock cached from an earlier use, or a thread of the cluster passed it
     /// on (the coherence machine's `lock_local_acquires`).
     pub lock_local_handoffs: u64,
+    /// Of those, acquires taken from the runtime's lock cache, without the coherence
+    /// machine: a local thread had released the lock and nobody else wanted it (MGS's
+    /// two-level locks; see the runtime's `lock_cache` module). Not timed in
+    /// `lock_wait_ns` (one atomic operation).
+    #[serde(default)]
+    pub lock_runtime_acquires: u64,
     /// Time threads spent waiting in `lock`.
     pub lock_wait_ns: u64,
     /// Barriers passed by this cluster.
@@ -226,6 +232,7 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         self.invalidate_calls += o.invalidate_calls;
         self.lock_acquires += o.lock_acquires;
         self.lock_local_handoffs += o.lock_local_handoffs;
+        self.lock_runtime_acquires += o.lock_runtime_acquires;
         self.lock_wait_ns += o.lock_wait_ns;
         self.barriers += o.barriers;
         self.barrier_wait_ns += o.barrier_wait_ns;
@@ -377,6 +384,7 @@ impl Counters {
             invalidate_calls: g(&self.invalidate_calls),
             lock_acquires: g(&self.lock_acquires),
             lock_local_handoffs: protocol.lock_local_acquires,
+            lock_runtime_acquires: 0,
             lock_wait_ns: g(&self.lock_wait_ns),
             barriers: g(&self.barriers),
             barrier_wait_ns: g(&self.barrier_wait_ns),

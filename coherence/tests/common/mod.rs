@@ -76,7 +76,23 @@ pub struct SimCluster {
     pub mem: Vec<SimPage>,
     /// Local threads that reached the current barrier.
     pub arrived: usize,
+    /// Locks the runtime passes among this cluster's threads without the machine
+    /// (`Machine::lock_cacheable`), as the real runtime does.
+    pub cached: BTreeMap<u32, Cached>,
 }
+
+/// A lock the runtime passes among a cluster's threads without the machine, which
+/// sees one holder (see `Action::LockWanted`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Cached {
+    /// No thread holds it.
+    Idle,
+    /// A thread holds it; `wanted`: its release goes through the machine.
+    Held { wanted: bool },
+}
+
+/// The token of a release the runtime itself makes (an idle cached lock wanted back).
+pub const RUNTIME_TOKEN: SyncToken = SyncToken(u64::MAX);
 
 /// One message in wire form.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -168,6 +184,10 @@ pub struct Seen {
     pub local_lock_acquire: bool,
     /// A lock manager recalled a cached lock.
     pub lock_recall: bool,
+    /// A thread took a lock cached by the runtime, without the machine.
+    pub runtime_lock_acquire: bool,
+    /// The runtime released an idle cached lock that was wanted back.
+    pub runtime_lock_release: bool,
     /// A lock manager pushed a lock to the cluster predicted to want it next.
     pub lock_push: bool,
     /// A lock manager dropped a request that a push had answered.
@@ -192,6 +212,9 @@ pub struct World {
     /// The packets of the `Machine::handle` call being executed (empty between
     /// steps).
     pub sending: Vec<Packet>,
+    /// Idle cached locks wanted back during the `Machine::handle` call being executed:
+    /// the runtime releases them in the same call (empty between steps).
+    pub reclaim: Vec<LockId>,
     pub ghost: Ghost,
     pub seen: Seen,
     /// Race-free reads checked so far.
@@ -240,6 +263,7 @@ impl World {
                     })
                     .collect(),
                 arrived: 0,
+                cached: BTreeMap::new(),
             })
             .collect();
         let nt = spec.threads.len();
@@ -264,6 +288,7 @@ impl World {
             threads,
             net: Vec::new(),
             sending: Vec::new(),
+            reclaim: Vec::new(),
             ghost: Ghost::default(),
             seen: Seen::default(),
             checked_reads: 0,
@@ -405,6 +430,16 @@ impl World {
                 }
             }
             Op::Acquire(l) => {
+                if self.clusters[c].cached.get(&l) == Some(&Cached::Idle) {
+                    self.clusters[c]
+                        .cached
+                        .insert(l, Cached::Held { wanted: false });
+                    self.seen.runtime_lock_acquire = true;
+                    self.threads[t].pc += 1;
+                    let lv = self.ghost.locks.get(&l).cloned().unwrap_or_default();
+                    join(&mut self.threads[t].vc, &lv);
+                    return;
+                }
                 self.threads[t].block = Block::Sync;
                 self.handle(
                     spec,
@@ -420,6 +455,20 @@ impl World {
                 let vc = self.threads[t].vc.clone();
                 join(self.ghost.locks.entry(l).or_default(), &vc);
                 self.threads[t].vc[t] += 1;
+                match self.clusters[c].cached.get(&l) {
+                    Some(Cached::Held { wanted: false }) => {
+                        self.clusters[c].cached.insert(l, Cached::Idle);
+                        self.threads[t].pc += 1;
+                        return;
+                    }
+                    Some(Cached::Held { wanted: true }) => {
+                        self.clusters[c].cached.remove(&l);
+                    }
+                    Some(Cached::Idle) => {
+                        return self.fail(format!("thread {t} releases idle cached lock {l}"));
+                    }
+                    None => {}
+                }
                 self.threads[t].block = Block::Sync;
                 self.handle(
                     spec,
@@ -513,7 +562,17 @@ impl World {
                 self.net.insert(pos, packet);
             }
             if flush.is_none() {
-                break;
+                match self.reclaim.pop() {
+                    Some(lock) => {
+                        self.seen.runtime_lock_release = true;
+                        ev = Event::Release {
+                            lock,
+                            token: RUNTIME_TOKEN,
+                        };
+                        continue;
+                    }
+                    None => break,
+                }
             }
             if !self.clusters[c].machine.is_flushing() {
                 return self.fail(format!("cluster {c}: flush without a pending flush"));
@@ -771,6 +830,11 @@ impl World {
                 }
                 th.block = Block::No;
                 th.pc += 1;
+                if self.clusters[c].machine.lock_cacheable(lock) {
+                    self.clusters[c]
+                        .cached
+                        .insert(lock.get(), Cached::Held { wanted: false });
+                }
                 let lv = self
                     .ghost
                     .locks
@@ -779,6 +843,19 @@ impl World {
                     .unwrap_or_default();
                 join(&mut self.threads[t].vc, &lv);
             }
+            Action::ReleaseDone { token, .. } if token == RUNTIME_TOKEN => {}
+            Action::LockWanted { lock } => match self.clusters[c].cached.get(&lock.get()) {
+                Some(Cached::Idle) => {
+                    self.clusters[c].cached.remove(&lock.get());
+                    self.reclaim.push(lock);
+                }
+                Some(Cached::Held { .. }) => {
+                    self.clusters[c]
+                        .cached
+                        .insert(lock.get(), Cached::Held { wanted: true });
+                }
+                None => {}
+            },
             Action::ReleaseDone { lock, token } => {
                 let t = token.0 as usize;
                 let th = &mut self.threads[t];

@@ -43,7 +43,8 @@
 //! thread that keeps taking a lock cached in its cluster never waits, so it must see a
 //! recall of that lock itself.
 
-use super::slots::{SlotRef, Slots, thread_slot, token};
+use super::lock_cache::{LockCache, Wanted};
+use super::slots::{RUNTIME_TOKEN, SlotRef, Slots, thread_slot, token};
 use super::watch::Waits;
 use crate::error::DsmError;
 use crate::stats::{ClusterStats, Counters, LayerStats, ProtocolStats, bump};
@@ -56,8 +57,8 @@ use crate::wire::{self, Outgoing, RuntimeOp};
 use crossbeam_utils::CachePadded;
 use multigrain_coherence::diff;
 use multigrain_coherence::{
-    Action, ClusterId, DiffBytes, Event, FaultToken, FlushPage, Machine, Message, PageId, Source,
-    SyncToken,
+    Action, ClusterId, DiffBytes, Event, FaultToken, FlushPage, LockId, MAX_LOCKS, Machine,
+    Message, PageId, Source, SyncToken,
 };
 use multigrain_messaging::{
     BulkSendError, Endpoint, Express, Handler, Message as Received, SendError, Site, TagOnBuf,
@@ -117,6 +118,9 @@ pub(crate) struct State {
     /// Bulk messages held back by the event being handled, by destination cluster (see
     /// [`Core::handle_one`]); all empty between events.
     outbox: Vec<wire::Bundle>,
+    /// Idle cached locks the machine wants back, to be released through it in the
+    /// same call (see [`LockCache`]); empty between events.
+    reclaim: Vec<LockId>,
 }
 
 /// A received message waiting to be handled.
@@ -166,6 +170,8 @@ pub(crate) struct Core {
     proto_ep: Mutex<Endpoint>,
     pub(crate) state: Mutex<State>,
     pub(crate) slots: Slots,
+    /// Locks passed among this cluster's threads without the machine.
+    pub(crate) lock_cache: LockCache,
     liveness: Arc<dyn Liveness>,
     failure: Mutex<Option<Failure>>,
     failed: AtomicBool,
@@ -229,8 +235,10 @@ impl Core {
                 spare: Vec::new(),
                 scratch: Box::new([0; PAGE_SIZE]),
                 outbox: (0..clusters).map(|_| wire::Bundle::default()).collect(),
+                reclaim: Vec::new(),
             }),
             slots: Slots::new(),
+            lock_cache: LockCache::new(MAX_LOCKS),
             liveness,
             failure: Mutex::new(None),
             failed: AtomicBool::new(false),
@@ -498,6 +506,17 @@ impl Core {
                         event = Event::Flushed { diffs };
                         attachment = None;
                     }
+                    // An idle cached lock the machine wants back: the runtime releases
+                    // it, under the same lock (a thread that found it gone asks the
+                    // machine next, which must know it is free by then).
+                    None if result.is_ok() && !st.reclaim.is_empty() => {
+                        let lock = st.reclaim.pop().expect("checked non-empty");
+                        event = Event::Release {
+                            lock,
+                            token: SyncToken(RUNTIME_TOKEN),
+                        };
+                        attachment = None;
+                    }
                     _ => break,
                 }
             }
@@ -507,6 +526,7 @@ impl Core {
             }
             // After a failure, what is still held is dropped: the job is failing.
             st.outbox.iter_mut().for_each(wire::Bundle::clear);
+            st.reclaim.clear();
             if let Err(e) = result {
                 drop(guard);
                 self.fail_with(ep, &e);
@@ -623,9 +643,23 @@ impl Core {
                 }
                 Ok(())
             }
-            Action::AcquireDone { token, .. }
-            | Action::ReleaseDone { token, .. }
-            | Action::BarrierDone { token } => {
+            Action::AcquireDone { lock, token } => {
+                if st.machine.lock_cacheable(lock) {
+                    self.lock_cache.adopt(lock.get());
+                }
+                if let Some(slot) = self.slots.complete(token.0) {
+                    wake.push(slot);
+                }
+                Ok(())
+            }
+            Action::ReleaseDone { token, .. } if token.0 == RUNTIME_TOKEN => Ok(()),
+            Action::LockWanted { lock } => {
+                if self.lock_cache.want(lock.get()) == Wanted::ReleaseNow {
+                    st.reclaim.push(lock);
+                }
+                Ok(())
+            }
+            Action::ReleaseDone { token, .. } | Action::BarrierDone { token } => {
                 if let Some(slot) = self.slots.complete(token.0) {
                     wake.push(slot);
                 }
@@ -1424,12 +1458,30 @@ impl Core {
 
     pub(crate) fn snapshot(&self) -> ClusterStats {
         let protocol = ProtocolStats::from(*self.state.lock().machine.stats());
-        ClusterStats {
+        let mut s = ClusterStats {
             realtime_protocol_threads: u64::from(self.realtime.load(Ordering::Relaxed)),
             ..self
                 .counters
                 .snapshot(self.me, protocol, LayerStats::from(self.site.stats()))
+        };
+        let cached = self.slots.runtime_acquires();
+        s.lock_acquires += cached;
+        s.lock_local_handoffs += cached;
+        s.lock_runtime_acquires = cached;
+        s
+    }
+
+    /// Takes `lock` for the calling thread from the runtime's lock cache, if it is
+    /// there idle (see [`LockCache`]); `false`: ask the machine ([`Core::sync`]).
+    #[inline]
+    pub(crate) fn try_cached_acquire(self: &Arc<Self>, lock: u32) -> bool {
+        if self.is_failed() || !self.lock_cache.try_acquire(lock) {
+            return false;
         }
+        if let Some(s) = thread_slot(self) {
+            self.slots.get(s.slot).note_runtime_acquire();
+        }
+        true
     }
 
     /// Notes that a thread of this cluster is polling the protocol queue from inside

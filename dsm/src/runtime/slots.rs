@@ -12,7 +12,7 @@ use super::core::Core;
 use multigrain_messaging::Endpoint;
 use parking_lot::Mutex;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::Thread;
 
@@ -35,6 +35,9 @@ pub(crate) struct Slot {
     parked: AtomicBool,
     /// The thread that parks; set before `parked`.
     thread: Mutex<Option<Thread>>,
+    /// Locks its owners took from the runtime's lock cache (counted per slot: one
+    /// counter for the cluster would be a cache line every thread writes).
+    runtime_acquires: AtomicU64,
 }
 
 impl Slot {
@@ -46,7 +49,14 @@ impl Slot {
             seq: AtomicU32::new(0),
             parked: AtomicBool::new(false),
             thread: Mutex::new(None),
+            runtime_acquires: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a lock the owner took from the runtime's lock cache.
+    pub(crate) fn note_runtime_acquire(&self) {
+        let n = self.runtime_acquires.load(Ordering::Relaxed);
+        self.runtime_acquires.store(n + 1, Ordering::Relaxed);
     }
 
     /// A fresh sequence number for the owner's next wait.
@@ -108,6 +118,10 @@ pub(crate) struct Slots {
     free: Mutex<Vec<u32>>,
 }
 
+/// The token of a release the runtime makes itself (an idle cached lock the machine
+/// wants back; see `super::lock_cache`): no slot waits for its completion.
+pub(crate) const RUNTIME_TOKEN: u64 = u64::MAX;
+
 /// The token of wait `seq` of slot `slot` (as carried by `FaultToken`/`SyncToken`).
 pub(crate) fn token(slot: u32, seq: u32) -> u64 {
     (u64::from(slot) << 32) | u64::from(seq)
@@ -123,6 +137,14 @@ impl Slots {
 
     pub(crate) fn get(&self, i: u32) -> &Slot {
         &self.slots[i as usize]
+    }
+
+    /// Locks taken from the runtime's lock cache, by every thread so far.
+    pub(crate) fn runtime_acquires(&self) -> u64 {
+        self.slots
+            .iter()
+            .map(|s| s.runtime_acquires.load(Ordering::Relaxed))
+            .sum()
     }
 
     fn alloc(&self) -> Option<u32> {

@@ -356,6 +356,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "  served inside the cluster", &|c| {
         c.lock_local_handoffs
     });
+    row(&mut s, "    cached, without the protocol", &|c| {
+        c.lock_runtime_acquires
+    });
     row(&mut s, "  pushed here before asked", &|c| {
         c.protocol.lock_pushes_received
     });
