@@ -259,8 +259,8 @@ pub enum Action {
     /// [`Event::Release`](crate::Event::Release): in the same call when no thread holds
     /// it (with a token of its own), else at the holder's release. A runtime that sends
     /// every release to the machine ignores it. May come more than once.
-    /// Source: two-level locks of a multiprocessor node (MGS, ISCA 1996 §3: the local
-    /// lock is passed inside the SMP, the global one leaves only when wanted).
+    /// Source: hardware coherence inside a multiprocessor node, software between nodes
+    /// (MGS, ISCA 1996 §3): a lock that stays in the node needs no protocol.
     LockWanted {
         /// The lock.
         lock: LockId,

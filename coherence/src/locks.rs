@@ -401,9 +401,9 @@ impl Machine {
     /// local thread waits for it. While the runtime passes it around, the machine sees
     /// one thread holding it; any event that needs it back emits `LockWanted`.
     ///
-    /// Source: two-level locks of a multiprocessor node (MGS, ISCA 1996 §3); the
-    /// machine's own local hand-off does nothing more for such a lock (its release
-    /// only marks it free).
+    /// Source: hardware coherence inside a multiprocessor node, software between nodes
+    /// (MGS, ISCA 1996 §3); the machine's own local hand-off does nothing more for such
+    /// a lock (its release only marks it free).
     pub fn lock_cacheable(&self, lock: LockId) -> bool {
         self.cluster_locks.get(&lock).is_some_and(|l| {
             l.owned.is_some()

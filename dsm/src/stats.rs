@@ -169,8 +169,8 @@ pub struct ClusterStats {
     /// on (the coherence machine's `lock_local_acquires`).
     pub lock_local_handoffs: u64,
     /// Of those, acquires taken from the runtime's lock cache, without the coherence
-    /// machine: a local thread had released the lock and nobody else wanted it (MGS's
-    /// two-level locks; see the runtime's `lock_cache` module). Not timed in
+    /// machine: a local thread had released the lock and nobody else wanted it (see the
+    /// runtime's `lock_cache` module). Not timed in
     /// `lock_wait_ns` (one atomic operation).
     #[serde(default)]
     pub lock_runtime_acquires: u64,

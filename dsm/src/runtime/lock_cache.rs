@@ -1,10 +1,10 @@
 //! Locks passed among one cluster's threads without the coherence machine.
 //!
 //! Inside a cluster, threads share memory through the hardware: a lock the cluster
-//! owns can go from one local thread to the next with one atomic operation, as in
-//! MGS's two-level locks (Yeung, Kubiatowicz, Agarwal, ISCA 1996 §3: the local lock
-//! is passed inside the SMP node, the global lock leaves only when another node
-//! wants it). Without this, every acquire and release of a cached lock took the
+//! owns can go from one local thread to the next with one atomic operation; only a
+//! lock that leaves the cluster needs the coherence protocol (MGS's split, Yeung,
+//! Kubiatowicz, Agarwal, ISCA 1996 §3: hardware coherence inside an SMP node, software
+//! between nodes). Without this, every acquire and release of a cached lock took the
 //! cluster's machine lock; with 16 threads per cluster that one mutex serialised
 //! Water's 150,000 lock operations per run (≈ 14 µs each on a 16-core machine, against
 //! ≈ 0.2 µs on 2 threads).
