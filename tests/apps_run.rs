@@ -16,7 +16,9 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{HANG, Proc, Stream, TempDir, assert_gone, bin, free_port, launched_pids};
+use common::{
+    HANG, Proc, Stream, TempDir, assert_gone, assert_no_segments, bin, free_port, launched_pids,
+};
 
 /// Bound on one small DSM job (start-up, run, statistics, shutdown).
 const JOB: Duration = Duration::from_secs(120);
@@ -1024,4 +1026,78 @@ fn a_deadlocked_job_fails_naming_every_wait() {
     // unless the watchdog did not fire (the launcher's own teardown takes 5 s more).
     assert!(took < Duration::from_secs(20), "took {took:?}:\n{err}");
     assert_gone(&pids, HANG, "deadlock");
+    assert_no_leftovers(p.pid, &pids, "deadlock");
+}
+
+/// Entries named `multigrain-…-PID-…` of any of `pids` in the temporary directory (the
+/// run's scratch directory `multigrain-run-PID-…` holds the resolved config and the
+/// progress socket).
+fn scratch_left(pids: &[i32]) -> Vec<String> {
+    std::fs::read_dir(std::env::temp_dir())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    n.starts_with("multigrain-")
+                        && pids.iter().any(|p| n.contains(&format!("-{p}-")))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Neither `run` (pid `run`) nor its cluster processes left a shared-memory segment or
+/// a scratch directory behind.
+fn assert_no_leftovers(run: i32, clusters: &[i32], what: &str) {
+    let mut all = clusters.to_vec();
+    all.push(run);
+    assert_no_segments(&all, what);
+    let left = scratch_left(&all);
+    assert!(left.is_empty(), "{what}: scratch left: {left:?}");
+}
+
+/// A panic in a compute thread (`multigrain run panic`: the last thread panics between
+/// two barriers) fails the job at once everywhere, naming the thread and the panic, on
+/// both substrates, and the cluster that panicked (exit through its failure path) and
+/// the one stopped because of it leave no process, shared-memory segment (the shm
+/// substrate's queues, the region) or scratch directory behind.
+#[test]
+fn a_panicking_compute_thread_fails_the_job_and_leaves_nothing_behind() {
+    let _one = one_job_at_a_time();
+    for substrate in ["shm", "udp"] {
+        let dir = TempDir::new("panic");
+        let config = dir.write(
+            "job.toml",
+            &format!("[local]\nclusters = 2\nthreads = 1\n[ini]\nsubstrate = \"{substrate}\"\n"),
+        );
+        let config = config.to_string_lossy().into_owned();
+        let t0 = std::time::Instant::now();
+        let mut p = run_cmd("panic", &["panic", "--config", &config]);
+        let pids = launched_pids(&p, 2);
+        p.adopt(&pids);
+        let status = p.wait_exit(JOB);
+        let took = t0.elapsed();
+        let err = p.lines(Stream::Err).join("\n");
+        assert!(
+            !status.success(),
+            "{substrate}: a panic cannot succeed:\n{err}"
+        );
+        for what in [
+            "compute thread 1 panicked: deliberate panic",
+            "2 of 2 clusters failed: cluster 1",
+            "cluster 0 then stopped because another cluster failed",
+        ] {
+            assert!(
+                err.contains(what),
+                "{substrate}: missing {what:?} in:\n{err}"
+            );
+        }
+        // Reported at once, not through a timeout.
+        assert!(
+            took < Duration::from_secs(10),
+            "{substrate}: took {took:?}:\n{err}"
+        );
+        assert_gone(&pids, HANG, "panic");
+        assert_no_leftovers(p.pid, &pids, &format!("panic over {substrate}"));
+    }
 }

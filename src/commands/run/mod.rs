@@ -72,6 +72,11 @@ pub enum AppCommand {
     /// (`job.progress_timeout_ms`), whose report it exists to show and test.
     #[command(hide = true)]
     Deadlock(CommonArgs),
+    /// (Testing) The job's last compute thread panics after a first barrier; the others
+    /// wait at the next one. The job must fail everywhere, naming the panic, and leave
+    /// no process, shared-memory segment or scratch file behind.
+    #[command(hide = true)]
+    Panic(CommonArgs),
 }
 
 /// Where to run; shared by every app.
@@ -206,6 +211,8 @@ pub enum AppSpec {
     Conformance,
     /// The deliberate deadlock (`multigrain run deadlock`).
     Deadlock,
+    /// The deliberate panic (`multigrain run panic`).
+    Panic,
 }
 
 impl AppSpec {
@@ -216,6 +223,7 @@ impl AppSpec {
             AppSpec::Em3d { .. } => "em3d",
             AppSpec::Conformance => "conformance",
             AppSpec::Deadlock => "deadlock",
+            AppSpec::Panic => "panic",
         }
     }
 
@@ -265,7 +273,7 @@ impl AppSpec {
                 flag("iterations", p.iterations.to_string());
                 flag("seed", p.seed.to_string());
             }
-            AppSpec::Conformance | AppSpec::Deadlock => {}
+            AppSpec::Conformance | AppSpec::Deadlock | AppSpec::Panic => {}
         }
         a
     }
@@ -336,6 +344,18 @@ impl AppSpec {
                 })?;
                 bail!("the deadlock did not happen")
             }
+            AppSpec::Panic => {
+                let last = rt.topology().num_threads() - 1;
+                progress.begin("a compute thread panics", 0);
+                rt.run(|team| {
+                    team.barrier();
+                    if team.thread_id() == last {
+                        panic!("deliberate panic of compute thread {last} (multigrain run panic)");
+                    }
+                    team.barrier();
+                })?;
+                bail!("the panic did not stop the job")
+            }
         })
     }
 
@@ -355,6 +375,7 @@ impl AppSpec {
                 "the conformance suite checks a parallel runtime: drop --sequential (and use --threads N or a --config)"
             ),
             AppSpec::Deadlock => bail!("the deadlock needs a parallel runtime: drop --sequential"),
+            AppSpec::Panic => bail!("the panic needs a parallel runtime: drop --sequential"),
         })
     }
 }
@@ -517,6 +538,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         AppCommand::Em3d(a) => (em3d_spec(a)?, &a.common),
         AppCommand::Conformance(c) => (AppSpec::Conformance, c),
         AppCommand::Deadlock(c) => (AppSpec::Deadlock, c),
+        AppCommand::Panic(c) => (AppSpec::Panic, c),
     };
     let started = Instant::now();
     let json = common.json.as_deref();
