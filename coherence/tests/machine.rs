@@ -473,6 +473,82 @@ fn cached_lock_is_reacquired_without_messages_until_recalled() {
 /// one interval for all and their releases leave together. A local acquire takes a
 /// waiting lock back without a message; a recall of any of them, or a local request
 /// for a lock another cluster owns, sends the whole batch at once.
+/// A runtime may pass a lock that `lock_cacheable` allows among its threads without
+/// the machine; the machine says when it wants the lock back (`LockWanted`): a local
+/// thread queues behind the holder, or the manager recalls it. A recalled or contended
+/// lock is never cacheable.
+#[test]
+fn a_cacheable_lock_is_wanted_back_by_a_local_waiter_or_a_recall() {
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
+    cfg.release_batch = 1;
+    let mut me = Machine::new(c(0), cfg).unwrap();
+    assert!(!me.lock_cacheable(l(1)), "never granted");
+    run(&mut me, acquire(1, 1));
+    assert!(!me.lock_cacheable(l(1)), "requested, not granted");
+    assert_eq!(
+        run(&mut me, msg(1, grant(1, 1, false))),
+        vec![Action::AcquireDone {
+            lock: l(1),
+            token: SyncToken(1)
+        }]
+    );
+    assert!(me.lock_cacheable(l(1)), "owned, held, unwanted");
+    // Another local thread asks the machine (the runtime's holder has it): it waits,
+    // and the runtime hears that the lock is wanted.
+    assert_eq!(
+        run(&mut me, acquire(1, 2)),
+        vec![Action::LockWanted { lock: l(1) }]
+    );
+    assert!(!me.lock_cacheable(l(1)), "a local thread waits");
+    // The holder's release (by the runtime, with a token of its own) passes it on.
+    assert_eq!(
+        run(&mut me, release(1, 99)),
+        vec![
+            Action::ReleaseDone {
+                lock: l(1),
+                token: SyncToken(99)
+            },
+            Action::AcquireDone {
+                lock: l(1),
+                token: SyncToken(2)
+            },
+        ]
+    );
+    assert!(me.lock_cacheable(l(1)));
+    // The manager recalls it while held: wanted again, and no longer cacheable; the
+    // release gives it back.
+    assert_eq!(
+        run(&mut me, msg(1, recall(1, 1))),
+        vec![Action::LockWanted { lock: l(1) }]
+    );
+    assert!(!me.lock_cacheable(l(1)), "recalled");
+    let a = run(&mut me, release(1, 2));
+    assert!(
+        matches!(
+            a.as_slice(),
+            [
+                Action::ReleaseDone { .. },
+                Action::Send {
+                    msg: Message::LockRelease { .. },
+                    ..
+                }
+            ]
+        ),
+        "{a:?}"
+    );
+    assert!(!me.lock_cacheable(l(1)), "given back");
+    // A contended grant goes back after its first use: never cacheable.
+    run(&mut me, acquire(1, 3));
+    assert_eq!(
+        run(&mut me, msg(1, grant(1, 2, true))),
+        vec![Action::AcquireDone {
+            lock: l(1),
+            token: SyncToken(3)
+        }]
+    );
+    assert!(!me.lock_cacheable(l(1)), "contended");
+}
+
 #[test]
 fn eager_releases_leave_in_batches() {
     let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
