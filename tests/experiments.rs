@@ -444,12 +444,27 @@ fn loggp_sensitivity_has_every_app_shape_and_parameter_with_the_overhead_model()
             }
         }
     }
+    let sensitivity = doc["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == "loggp-sensitivity")
+        .unwrap();
+    let notes = sensitivity["notes"].to_string();
+    assert!(
+        notes.contains("sent by one compute thread") && !notes.contains("not per thread"),
+        "m is per thread: {notes}"
+    );
     let comm = table(&doc, dir.path(), "loggp-communication");
     assert_eq!(comm.len(), 3 * 2, "{comm:#?}");
     for r in comm {
         positive(r, "msgs_per_thread");
         let m = positive(r, "max_msgs_per_thread");
         assert!(m >= median(r, "msgs_per_thread"), "{r}");
+        // m counts a compute thread's own messages: the protocol threads and the thread
+        // that runs the job send the rest.
+        let rest = fraction(r, "protocol_share") + fraction(r, "other_share");
+        assert!(rest < 1.0, "{r}");
         positive(r, "barriers");
         positive(r, "bytes_per_thread");
         fraction(r, "read_share");

@@ -210,10 +210,41 @@ pub struct ClusterStats {
     pub bundled_messages_received: u64,
     /// The message layer's own counters.
     pub layer: LayerStats,
+    /// Messages each compute thread handed to the message layer for the network (its
+    /// share of `layer.substrate_network`: the messages that pay the emulated send
+    /// overhead *o*, counted by paper 001 §5.1's *m*), one entry per compute thread of
+    /// the cluster, indexed by its index in the cluster ([`crate::Worker::local_id`];
+    /// entry *i* sums thread *i* of every parallel section). A message counts for the
+    /// thread that sent it, whoever's request it serves: a compute thread waiting in the
+    /// runtime also answers other clusters' requests. Counted when the runtime call that
+    /// sent it (a fault, lock operation or barrier) returns, so a snapshot taken while the
+    /// cluster runs may lag `layer.substrate_network`; in the statistics of
+    /// [`crate::Dsm::finish`], `messages_sent_by_thread` summed, plus
+    /// `messages_sent_by_protocol_thread` and `messages_sent_by_other_threads`, is
+    /// `layer.substrate_network`. In a job total ([`JobStats::total`]) the clusters'
+    /// vectors concatenated in cluster order, so that entry *k* is the job's thread *k*
+    /// ([`crate::Worker::thread_id`]). Empty in older reports.
+    #[serde(default)]
+    pub messages_sent_by_thread: Vec<u64>,
+    /// Messages the cluster's protocol thread handed to the message layer for the network
+    /// while it served the protocol queue (its share of `layer.substrate_network`). Summed
+    /// in a job total.
+    #[serde(default)]
+    pub messages_sent_by_protocol_thread: u64,
+    /// Messages handed to the message layer for the network by threads that are neither
+    /// compute threads nor the protocol thread: the thread that calls [`crate::Dsm::join`],
+    /// [`crate::Dsm::run`] and [`crate::Dsm::finish`] (start-up, the barrier that ends each
+    /// parallel section, initialization between sections, the statistics at the end), or
+    /// any thread using the runtime outside a parallel section. Summed in a job total.
+    #[serde(default)]
+    pub messages_sent_by_other_threads: u64,
     /// The coherence machine's counters.
     pub protocol: ProtocolStats,
 }
 
+/// Adds `o` into a job total: every count is summed, except
+/// `messages_sent_by_thread`, whose entries are appended (one per compute thread of the
+/// job, in the order the clusters are added).
 impl AddAssign<&ClusterStats> for ClusterStats {
     fn add_assign(&mut self, o: &ClusterStats) {
         self.read_faults += o.read_faults;
@@ -252,6 +283,10 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         self.bundles_received += o.bundles_received;
         self.bundled_messages_received += o.bundled_messages_received;
         self.layer += &o.layer;
+        self.messages_sent_by_thread
+            .extend_from_slice(&o.messages_sent_by_thread);
+        self.messages_sent_by_protocol_thread += o.messages_sent_by_protocol_thread;
+        self.messages_sent_by_other_threads += o.messages_sent_by_other_threads;
         self.protocol += &o.protocol;
     }
 }
@@ -409,6 +444,9 @@ impl Counters {
             bundles_received: g(&self.bundles_received),
             bundled_messages_received: g(&self.bundled_received),
             layer,
+            messages_sent_by_thread: Vec::new(),
+            messages_sent_by_protocol_thread: 0,
+            messages_sent_by_other_threads: 0,
             protocol,
         }
     }
@@ -431,9 +469,13 @@ mod tests {
         a.layer.express_sent = 7;
         a.bundles_sent = 2;
         a.bundled_messages_received = 5;
+        a.messages_sent_by_thread = vec![4, 5];
+        a.messages_sent_by_protocol_thread = 3;
+        a.messages_sent_by_other_threads = 1;
         let mut b = a.clone();
         b.cluster = Some(0);
         b.messages_sent.insert("Diff".into(), 1);
+        b.messages_sent_by_thread = vec![7];
         let job = JobStats::from_clusters(vec![a, b]);
         assert_eq!(job.clusters[0].cluster, Some(0));
         assert_eq!(job.total.cluster, None);
@@ -447,7 +489,27 @@ mod tests {
         assert_eq!(job.total.layer.express_sent, 14);
         assert_eq!(job.total.bundles_sent, 4);
         assert_eq!(job.total.bundled_messages_received, 10);
+        // Per-thread counts: cluster 0's threads, then cluster 1's (the job's thread ids).
+        assert_eq!(job.total.messages_sent_by_thread, vec![7, 4, 5]);
+        assert_eq!(job.total.messages_sent_by_protocol_thread, 6);
+        assert_eq!(job.total.messages_sent_by_other_threads, 2);
         let json = serde_json::to_string(&job).unwrap();
         assert_eq!(serde_json::from_str::<JobStats>(&json).unwrap(), job);
+    }
+
+    #[test]
+    fn reports_without_per_thread_counts_still_parse() {
+        let mut v = serde_json::to_value(ClusterStats::default()).unwrap();
+        let o = v.as_object_mut().unwrap();
+        for k in [
+            "messages_sent_by_thread",
+            "messages_sent_by_protocol_thread",
+            "messages_sent_by_other_threads",
+        ] {
+            assert!(o.remove(k).is_some(), "{k} is serialized");
+        }
+        let s: ClusterStats = serde_json::from_value(v).unwrap();
+        assert!(s.messages_sent_by_thread.is_empty());
+        assert_eq!(s.messages_sent_by_protocol_thread, 0);
     }
 }

@@ -555,3 +555,104 @@ fn a_deadlock_shows_as_a_stall_naming_every_wait() {
         }
     });
 }
+
+/// The clusters of `cfg` joined over INI threads on UDP loopback (so that their messages
+/// to each other count as network messages); keep the INI groups as long as the runtimes.
+fn network_job(
+    slot: usize,
+    cfg: &JobConfig,
+) -> (Vec<Dsm>, Vec<multigrain_messaging::net::IniGroup>) {
+    let (transports, inis) = transport::loopback_network_transports(cfg).unwrap();
+    let dsms = std::thread::scope(|s| {
+        let hs: Vec<_> = transports
+            .into_iter()
+            .enumerate()
+            .map(|(c, t)| {
+                s.spawn(move || {
+                    let opts = DsmOptions {
+                        region_base: Some(base(slot, c)),
+                        ..DsmOptions::default()
+                    };
+                    Dsm::join_with(t, cfg, opts).unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    (dsms, inis)
+}
+
+/// Runs a job of 2 clusters × 3 threads over UDP in which the compute threads for which
+/// `talks(cluster, local)` each write 16 pages of their own (homes alternate between the
+/// clusters, no prefetch: 8 fetches each) and take a lock managed by the other cluster;
+/// returns each cluster's
+/// statistics from `finish`, after checking that every network message is counted for
+/// exactly one thread.
+fn sends_by_thread(slot: usize, talks: fn(usize, usize) -> bool) -> Vec<ClusterStats> {
+    let mut cfg = config(2, 3, Protocol::Hlrc);
+    cfg.dsm.home = HomePolicy::RoundRobin;
+    cfg.dsm.prefetch = 0;
+    cfg.ini.substrate = multigrain_cluster_config::Substrate::Udp;
+    cfg.ini.inline = false;
+    let (dsms, _inis) = network_job(slot, &cfg);
+    let jobs = on_each(dsms, |mut dsm| {
+        let a = dsm.alloc::<u64>(6 * 16 * 512).unwrap();
+        dsm.run(|w| {
+            if talks(w.cluster(), w.local_id()) {
+                for page in 16 * w.thread_id()..16 * (w.thread_id() + 1) {
+                    a.set(page * 512, 1);
+                }
+                // Lock 1 - c is managed by the other cluster.
+                let _g = w.lock(1 - w.cluster() as u32).unwrap();
+                a.set(16 * w.thread_id() * 512 + 1, 2);
+            }
+        })
+        .unwrap();
+        dsm.finish().unwrap()
+    });
+    let job = &jobs[0];
+    for c in &job.clusters {
+        assert_eq!(c.messages_sent_by_thread.len(), 3, "{c:?}");
+        let by_threads: u64 = c.messages_sent_by_thread.iter().sum();
+        assert_eq!(
+            by_threads + c.messages_sent_by_protocol_thread + c.messages_sent_by_other_threads,
+            c.layer.substrate_network,
+            "every network message is one thread's: {c:?}"
+        );
+        assert!(c.layer.substrate_network > 0, "{c:?}");
+    }
+    // The job total lists the job's threads in order.
+    let all: Vec<u64> = job
+        .clusters
+        .iter()
+        .flat_map(|c| c.messages_sent_by_thread.iter().copied())
+        .collect();
+    assert_eq!(job.total.messages_sent_by_thread, all);
+    job.clusters.clone()
+}
+
+#[test]
+fn network_messages_are_counted_for_the_thread_that_sent_them() {
+    // Only thread 0 of cluster 0 communicates: every other compute thread sends nothing.
+    let c = sends_by_thread(17, |cluster, local| cluster == 0 && local == 0);
+    let (c0, c1) = (&c[0], &c[1]);
+    // 8 pages homed at cluster 1 fetched, their diffs sent, a lock requested.
+    assert!(c0.messages_sent_by_thread[0] >= 8, "{c0:?}");
+    assert_eq!(c0.messages_sent_by_thread[1..], [0, 0], "{c0:?}");
+    assert_eq!(c1.messages_sent_by_thread, [0, 0, 0], "{c1:?}");
+    // Cluster 1 answered them from its protocol thread or from the thread that waits
+    // in the barrier ending the parallel section.
+    assert!(
+        c1.messages_sent_by_protocol_thread + c1.messages_sent_by_other_threads >= 8,
+        "{c1:?}"
+    );
+    // Every thread communicates: each compute thread sent some.
+    let c = sends_by_thread(18, |_, _| true);
+    for c in &c {
+        assert!(
+            c.messages_sent_by_thread.iter().all(|&n| n > 0),
+            "{:?}",
+            c.messages_sent_by_thread
+        );
+    }
+}

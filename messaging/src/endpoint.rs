@@ -214,6 +214,15 @@ impl Endpoint {
         }
     }
 
+    /// Messages this handle has handed to an INI for the network so far (a count; its
+    /// share of the site's `network` count in
+    /// [`MessageStats::substrate`](crate::MessageStats::substrate), which sums every
+    /// endpoint's). Only this handle writes the counter: reading it costs a load.
+    #[inline]
+    pub fn network_sent(&self) -> u64 {
+        self.counters.network.get()
+    }
+
     /// Says which compute thread this endpoint serves; the `static` INI scheduling policy
     /// sends thread i's inter-cluster messages through INI i mod K (paper 002 §3.1).
     pub fn set_thread_index(&self, index: usize) {

@@ -44,7 +44,7 @@
 //! recall of that lock itself.
 
 use super::lock_cache::{LockCache, Wanted};
-use super::slots::{RUNTIME_TOKEN, SlotRef, Slots, thread_slot, token};
+use super::slots::{RUNTIME_TOKEN, SentByThread, SlotRef, Slots, thread_slot, token};
 use super::watch::Waits;
 use crate::error::DsmError;
 use crate::stats::{ClusterStats, Counters, LayerStats, ProtocolStats, bump};
@@ -170,6 +170,8 @@ pub(crate) struct Core {
     proto_ep: Mutex<Endpoint>,
     pub(crate) state: Mutex<State>,
     pub(crate) slots: Slots,
+    /// Network messages sent, by sending thread (see [`SentByThread`]).
+    pub(crate) sent_by_thread: SentByThread,
     /// Locks passed among this cluster's threads without the machine.
     pub(crate) lock_cache: LockCache,
     liveness: Arc<dyn Liveness>,
@@ -213,15 +215,18 @@ fn name(c: usize) -> VirtualName {
 }
 
 impl Core {
+    /// The runtime of cluster `me`; `threads`: the compute threads of each cluster of
+    /// the job.
     pub(crate) fn new(
         me: usize,
-        clusters: usize,
+        threads: &[usize],
         site: Site,
         endpoint: Endpoint,
         machine: Machine,
         liveness: Arc<dyn Liveness>,
         tuning: Tuning,
     ) -> Core {
+        let clusters = threads.len();
         Core {
             id: next_runtime_id(),
             me,
@@ -238,6 +243,7 @@ impl Core {
                 reclaim: Vec::new(),
             }),
             slots: Slots::new(),
+            sent_by_thread: SentByThread::new(threads[me]),
             lock_cache: LockCache::new(MAX_LOCKS),
             liveness,
             failure: Mutex::new(None),
@@ -304,16 +310,28 @@ impl Core {
             max: super::slots::MAX_THREADS,
         })?;
         let s = self.slots.get(slot.slot);
-        match s.ep.try_lock() {
-            Some(mut guard) => {
+        let index = super::slots::compute_index();
+        let mut guard = s.ep.try_lock();
+        let temporary;
+        let ep: &Endpoint = match guard.as_mut() {
+            Some(guard) => {
                 let ep = guard.get_or_insert_with(|| self.slot_endpoint(slot.slot));
                 // Slots are reused by later threads: name the current one each time.
-                ep.set_thread_index(super::slots::compute_index().unwrap_or(slot.slot as usize));
-                f(slot.slot, ep)
+                ep.set_thread_index(index.unwrap_or(slot.slot as usize));
+                ep
             }
             // Used further up this thread's stack (never expected): a temporary handle.
-            None => f(slot.slot, &self.new_endpoint(Duration::ZERO)),
-        }
+            None => {
+                temporary = self.new_endpoint(Duration::ZERO);
+                &temporary
+            }
+        };
+        // What this call hands to the network is this thread's (paper 001's m).
+        let before = ep.network_sent();
+        let r = f(slot.slot, ep);
+        self.sent_by_thread
+            .note_thread(index, ep.network_sent().wrapping_sub(before));
+        r
     }
 
     // ----- failure -----------------------------------------------------------------
@@ -1457,6 +1475,10 @@ impl Core {
     // ----- statistics --------------------------------------------------------------
 
     pub(crate) fn snapshot(&self) -> ClusterStats {
+        // Before the message layer's counters: a thread's count lags its endpoint's (it
+        // is added when the runtime call returns), so the per-thread counts never exceed
+        // `layer.substrate_network`.
+        let by_thread = self.sent_by_thread.snapshot();
         let protocol = ProtocolStats::from(*self.state.lock().machine.stats());
         let mut s = ClusterStats {
             realtime_protocol_threads: u64::from(self.realtime.load(Ordering::Relaxed)),
@@ -1468,6 +1490,11 @@ impl Core {
         s.lock_acquires += cached;
         s.lock_local_handoffs += cached;
         s.lock_runtime_acquires = cached;
+        (
+            s.messages_sent_by_thread,
+            s.messages_sent_by_protocol_thread,
+            s.messages_sent_by_other_threads,
+        ) = by_thread;
         s
     }
 
@@ -1516,6 +1543,7 @@ impl Core {
         let mut last = Instant::now();
         let mut handle = |m, last: &mut Instant| {
             *last = Instant::now();
+            let before = ep.network_sent();
             if let Err(e) = self.dispatch(ops, &ep, m)
                 && !reported
             {
@@ -1523,6 +1551,8 @@ impl Core {
                 self.fail_with(&ep, &e);
                 tracing::error!("cluster {}: protocol thread: {e}", self.me);
             }
+            self.sent_by_thread
+                .note_protocol(ep.network_sent().wrapping_sub(before));
         };
         while !self.stop.load(Ordering::Acquire) {
             if let Some(m) = ep.try_recv() {

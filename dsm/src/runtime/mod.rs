@@ -316,8 +316,9 @@ impl Dsm {
                 .clamp(Duration::from_millis(1), Duration::from_millis(20)),
             send_slice: (peer_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)),
         };
+        let threads: Vec<usize> = cfg.clusters.iter().map(|c| c.threads).collect();
         let core = Arc::new(Core::new(
-            me, clusters, site, endpoint, machine, liveness, tuning,
+            me, &threads, site, endpoint, machine, liveness, tuning,
         ));
         let base = match options.region_base {
             Some(b) => b,
@@ -346,7 +347,7 @@ impl Dsm {
                 core,
                 region: Arc::new(region),
                 running: AtomicBool::new(false),
-                threads: cfg.clusters.iter().map(|c| c.threads).collect(),
+                threads,
                 options,
                 peer_timeout,
             }),

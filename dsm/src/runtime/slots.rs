@@ -9,6 +9,7 @@
 //! runtime's free list when the thread exits; their endpoints are kept for reuse.
 
 use super::core::Core;
+use crossbeam_utils::CachePadded;
 use multigrain_messaging::Endpoint;
 use parking_lot::Mutex;
 use std::cell::RefCell;
@@ -260,5 +261,66 @@ impl Drop for SlotRef {
         if let Some(core) = self.temporary.take() {
             core.slots.release(self.slot);
         }
+    }
+}
+
+/// Messages each thread of a cluster handed to the message layer for the network (the
+/// site's `substrate.network` count, split by the thread that sent them; see
+/// [`crate::ClusterStats::messages_sent_by_thread`]).
+///
+/// One counter per compute-thread index, one for the protocol thread and one for every
+/// other thread, each on its own cache-line pair: a compute thread writes only its own
+/// counter, so no line moves between threads on a send. A counter is added to once per
+/// runtime call that sent anything (the endpoint's own count before and after).
+pub(crate) struct SentByThread {
+    compute: Box<[CachePadded<AtomicU64>]>,
+    protocol: CachePadded<AtomicU64>,
+    other: CachePadded<AtomicU64>,
+}
+
+impl SentByThread {
+    /// Counters for a cluster of `compute_threads` compute threads.
+    pub(crate) fn new(compute_threads: usize) -> Self {
+        SentByThread {
+            compute: (0..compute_threads)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+            protocol: CachePadded::new(AtomicU64::new(0)),
+            other: CachePadded::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Counts `n` messages sent by compute thread `index` of the cluster, or by some
+    /// other thread (not the protocol thread) when `index` is `None` or out of range.
+    #[inline]
+    pub(crate) fn note_thread(&self, index: Option<usize>, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let counter = index
+            .and_then(|i| self.compute.get(i))
+            .unwrap_or(&self.other);
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts `n` messages sent by the protocol thread.
+    #[inline]
+    pub(crate) fn note_protocol(&self, n: u64) {
+        if n > 0 {
+            self.protocol.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// The counts so far: per compute thread (by index), the protocol thread's, the
+    /// other threads'.
+    pub(crate) fn snapshot(&self) -> (Vec<u64>, u64, u64) {
+        (
+            self.compute
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect(),
+            self.protocol.load(Ordering::Relaxed),
+            self.other.load(Ordering::Relaxed),
+        )
     }
 }
