@@ -20,6 +20,16 @@
 # time median (min–max), speedup against --sequential of the same round, and that
 # speedup over the speedup of --threads THREADS (the yardstick).
 set -u
+case "${1:-}" in
+    -h | --help)
+        sed -n '2,/^set -u/p' "$0" | sed -e '/^set -u/d' -e 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    -*)
+        echo "error: unknown option $1 (the only argument is the results directory; see --help)" >&2
+        exit 2
+        ;;
+esac
 BIN=${BIN:-target/release/multigrain}
 THREADS=${THREADS:-16}
 MOLECULES=${MOLECULES:-4096}
