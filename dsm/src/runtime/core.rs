@@ -22,8 +22,11 @@
 //!   [`crate::DsmOptions::server_spin`] after each message, then blocks on the queue
 //!   (see [`Core::serve`]).
 //!
-//! The machine sits behind one mutex. An event and all its actions are handled under
-//! it, in order (the machine's calling contract); the mutex is never held while
+//! The machine sits behind one mutex. A lock the cluster owns and no one else wants is
+//! the exception: its acquires and releases skip the machine and flip one word of the
+//! runtime's lock cache ([`super::lock_cache`]), so threads of one cluster do not take
+//! the mutex for locks that stay in it. An event and all its actions are handled under
+//! the mutex, in order (the machine's calling contract); the mutex is never held while
 //! application memory is touched, so taking it in a `SIGBUS` handler is safe (the
 //! interrupted code cannot hold it). Page contents are read and written through the
 //! region's runtime view, which never faults.
@@ -39,9 +42,11 @@
 //! clusters and waits grew longer than the spin.) Sleeps are still bounded (a few
 //! milliseconds), for slots that share a wake-up queue.
 //!
-//! A thread that synchronizes first handles what has arrived on the protocol queue: a
-//! thread that keeps taking a lock cached in its cluster never waits, so it must see a
-//! recall of that lock itself.
+//! A thread that synchronizes through the machine first handles what has arrived on the
+//! protocol queue. One that only takes locks from the runtime's cache never polls: a
+//! recall of such a lock is served by whichever thread polls next (the protocol thread
+//! when none does), and its `LockWanted` makes the holder's next release go through the
+//! machine.
 
 use super::lock_cache::{LockCache, Wanted};
 use super::slots::{RUNTIME_TOKEN, SentByThread, SlotRef, Slots, thread_slot, token};
