@@ -250,6 +250,14 @@ proptest! {
     ) {
         run_shape(Protocol::Hlrc, policy, seed, WIDE)?;
     }
+
+    #[test]
+    fn sc_wide_random_drf_programs_match_sequential_run(
+        policy in policy(),
+        seed in any::<u64>(),
+    ) {
+        run_shape(Protocol::Sc, policy, seed, WIDE)?;
+    }
 }
 
 /// A manager sends two pushes to one cluster in one event, and the cluster waits at a
