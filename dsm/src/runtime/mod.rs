@@ -892,7 +892,7 @@ impl Inner {
             lock: u64::from(id),
             max: MAX_LOCKS,
         })?;
-        if self.core.try_cached_acquire(id) {
+        if self.core.try_cached_acquire(&self.region, id)? {
             return Ok(LockGuard {
                 inner: self,
                 id,
