@@ -1416,13 +1416,7 @@ impl Core {
             return Err(self.failure_error(Some(context())));
         }
         self.with_thread(|slot, ep| {
-            // Serve what has arrived first: a thread that keeps taking a lock cached in
-            // its cluster never waits, so it must notice a recall of that lock itself
-            // (with every thread busy, the protocol thread may not run for a while).
-            self.note_poll();
-            while let Some(m) = ep.try_recv() {
-                self.dispatch(ops, ep, m)?;
-            }
+            self.serve_arrived(ops, ep)?;
             let s = self.slots.get(slot);
             let seq = s.next_seq();
             self.handle(ops, ep, event(SyncToken(token(slot, seq))), None)?;
@@ -1524,16 +1518,28 @@ impl Core {
             return Ok(false);
         }
         self.with_thread(|slot, ep| {
-            self.note_poll();
-            while let Some(m) = ep.try_recv() {
-                self.dispatch(ops, ep, m)?;
-            }
+            self.serve_arrived(ops, ep)?;
             if !self.lock_cache.try_acquire(lock) {
                 return Ok(false);
             }
             self.slots.get(slot).note_runtime_acquire();
             Ok(true)
         })
+    }
+
+    /// Handles what has arrived on the protocol queue, before a synchronization: a
+    /// thread that keeps taking a lock cached in its cluster never waits, so it must
+    /// notice a recall of that lock itself (with every thread busy, the protocol thread
+    /// may not run for a while).
+    ///
+    /// # Errors
+    /// As [`Core::dispatch`].
+    fn serve_arrived(&self, ops: &RegionOps, ep: &Endpoint) -> Result<(), DsmError> {
+        self.note_poll();
+        while let Some(m) = ep.try_recv() {
+            self.dispatch(ops, ep, m)?;
+        }
+        Ok(())
     }
 
     /// Notes that a thread of this cluster is polling the protocol queue from inside
