@@ -216,9 +216,10 @@ pub struct ClusterStats {
     /// the cluster, indexed by its index in the cluster ([`crate::Worker::local_id`];
     /// entry *i* sums thread *i* of every parallel section). A message counts for the
     /// thread that sent it, whoever's request it serves: a compute thread waiting in the
-    /// runtime also answers other clusters' requests. Counted when the runtime call that
-    /// sent it (a fault, lock operation or barrier) returns, so a snapshot taken while the
-    /// cluster runs may lag `layer.substrate_network`; in the statistics of
+    /// runtime also answers other clusters' requests. Counted as each send returns, and
+    /// read under the coherence machine's lock, where every event's sends are made, so a
+    /// snapshot taken while the cluster runs lags `layer.substrate_network` by at most the
+    /// sends in flight outside that lock (start-up, statistics); in the statistics of
     /// [`crate::Dsm::finish`], `messages_sent_by_thread` summed, plus
     /// `messages_sent_by_protocol_thread` and `messages_sent_by_other_threads`, is
     /// `layer.substrate_network`. In a job total ([`JobStats::total`]) the clusters'

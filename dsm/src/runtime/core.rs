@@ -330,12 +330,7 @@ impl Core {
                 &temporary
             }
         };
-        // What this call hands to the network is this thread's (paper 001's m).
-        let before = ep.network_sent();
-        let r = f(slot.slot, ep);
-        self.sent_by_thread
-            .note_thread(index, ep.network_sent().wrapping_sub(before));
-        r
+        f(slot.slot, ep)
     }
 
     // ----- failure -----------------------------------------------------------------
@@ -365,6 +360,7 @@ impl Core {
             let mut body = (f.cluster as u16).to_le_bytes().to_vec();
             body.extend_from_slice(f.reason.as_bytes());
             for c in (0..self.clusters).filter(|&c| c != self.me && c != f.cluster) {
+                let before = ep.network_sent();
                 let _ = ep.send_bulk(
                     name(c),
                     RuntimeOp::Abort.handler(),
@@ -372,6 +368,7 @@ impl Core {
                     Some(Duration::from_millis(100)),
                     drop,
                 );
+                self.note_sent(ep, before);
             }
         }
     }
@@ -862,11 +859,13 @@ impl Core {
     ) -> Result<(), DsmError> {
         let mut msg = Express::new(handler, payload)
             .map_err(|e| self.send_error(to, wire::op_name(handler.0), e.to_string()))?;
+        let before = ep.network_sent();
         loop {
             match ep.send_express_blocking(name(to), msg, Some(self.tuning.send_slice), |m| {
                 pending.push(m)
             }) {
                 Ok(()) => {
+                    self.note_sent(ep, before);
                     bump(&self.counters.sent[usize::from(handler.0)], 1);
                     return Ok(());
                 }
@@ -920,6 +919,7 @@ impl Core {
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
         let mut data: TagOnData = buf.freeze();
+        let before = ep.network_sent();
         loop {
             match ep.send_tag_on_blocking(
                 name(to),
@@ -929,6 +929,7 @@ impl Core {
                 |m| pending.push(m),
             ) {
                 Ok(()) => {
+                    self.note_sent(ep, before);
                     bump(&self.counters.sent[usize::from(handler.0)], 1);
                     return Ok(());
                 }
@@ -970,11 +971,15 @@ impl Core {
         data: &[u8],
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
+        let before = ep.network_sent();
         loop {
             match ep.send_bulk(name(to), handler, data, Some(self.tuning.send_slice), |m| {
                 pending.push(m)
             }) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.note_sent(ep, before);
+                    return Ok(());
+                }
                 // Fragments already sent are discarded by the receiver; send it all again.
                 Err(BulkSendError::Pool(_)) | Err(BulkSendError::Send(SendError::Timeout(()))) => {
                     self.send_stalled(ep, pending, &|| format!("sending to cluster {to}"))?;
@@ -1473,16 +1478,21 @@ impl Core {
     // ----- statistics --------------------------------------------------------------
 
     pub(crate) fn snapshot(&self) -> ClusterStats {
-        // Before the message layer's counters: a thread's count lags its endpoint's (it
-        // is added when the runtime call returns), so the per-thread counts never exceed
-        // `layer.substrate_network`.
-        let by_thread = self.sent_by_thread.snapshot();
-        let protocol = ProtocolStats::from(*self.state.lock().machine.stats());
+        // Under the machine lock: an event's sends (its bundles included) are made and
+        // counted, by their thread, before the lock is released, so the per-thread
+        // counts and the message layer's agree (a thread woken by an event's completion
+        // can read them while that event still sends).
+        let (protocol, by_thread, layer) = {
+            let st = self.state.lock();
+            (
+                ProtocolStats::from(*st.machine.stats()),
+                self.sent_by_thread.snapshot(),
+                LayerStats::from(self.site.stats()),
+            )
+        };
         let mut s = ClusterStats {
             realtime_protocol_threads: u64::from(self.realtime.load(Ordering::Relaxed)),
-            ..self
-                .counters
-                .snapshot(self.me, protocol, LayerStats::from(self.site.stats()))
+            ..self.counters.snapshot(self.me, protocol, layer)
         };
         let cached = self.slots.runtime_acquires();
         s.lock_acquires += cached;
@@ -1525,6 +1535,14 @@ impl Core {
             self.slots.get(slot).note_runtime_acquire();
             Ok(true)
         })
+    }
+
+    /// Counts what `ep` handed to the network since its count was `before` as the
+    /// calling thread's (paper 001's m; see [`SentByThread`]).
+    #[inline]
+    pub(crate) fn note_sent(&self, ep: &Endpoint, before: u64) {
+        self.sent_by_thread
+            .note_sent(ep.network_sent().wrapping_sub(before));
     }
 
     /// Handles what has arrived on the protocol queue, before a synchronization: a
@@ -1570,11 +1588,11 @@ impl Core {
     pub(crate) fn serve(&self, ops: &RegionOps, spin: Duration, thread_index: usize) {
         let ep = self.new_endpoint(Duration::ZERO);
         ep.set_thread_index(thread_index);
+        super::slots::set_protocol_thread();
         let mut reported = false;
         let mut last = Instant::now();
         let mut handle = |m, last: &mut Instant| {
             *last = Instant::now();
-            let before = ep.network_sent();
             if let Err(e) = self.dispatch(ops, &ep, m)
                 && !reported
             {
@@ -1582,8 +1600,6 @@ impl Core {
                 self.fail_with(&ep, &e);
                 tracing::error!("cluster {}: protocol thread: {e}", self.me);
             }
-            self.sent_by_thread
-                .note_protocol(ep.network_sent().wrapping_sub(before));
         };
         while !self.stop.load(Ordering::Acquire) {
             if let Some(m) = ep.try_recv() {

@@ -805,6 +805,7 @@ impl Inner {
         core.with_thread(|_, ep| {
             let hello = Express::new(RuntimeOp::Hello.handler(), fp).expect("40-bit fingerprint");
             let mut early = Vec::new();
+            let before = ep.network_sent();
             for c in (0..core.clusters).filter(|&c| c != me) {
                 ep.send_express_blocking(VirtualName(c as u16), hello, Some(timeout), |m| {
                     early.push(m)
@@ -816,6 +817,7 @@ impl Inner {
                     reason: e.to_string(),
                 })?;
             }
+            core.note_sent(ep, before);
             for m in early {
                 core.dispatch(&self.region, ep, m)?;
             }

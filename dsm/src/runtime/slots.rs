@@ -200,6 +200,13 @@ impl Drop for Claim {
 thread_local! {
     static CLAIMS: RefCell<Vec<Claim>> = const { RefCell::new(Vec::new()) };
     static COMPUTE_INDEX: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    static PROTOCOL_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Records that this thread is its cluster's protocol thread (in `Core::serve`), for
+/// [`SentByThread::note_sent`].
+pub(crate) fn set_protocol_thread() {
+    PROTOCOL_THREAD.with(|c| c.set(true));
 }
 
 /// Records that this thread is compute thread `index` of its cluster (in
@@ -271,8 +278,9 @@ impl Drop for SlotRef {
 ///
 /// One counter per compute-thread index, one for the protocol thread and one for every
 /// other thread, each on its own cache-line pair: a compute thread writes only its own
-/// counter, so no line moves between threads on a send. A counter is added to once per
-/// runtime call that sent anything (the endpoint's own count before and after).
+/// counter, so no line moves between threads on a send. Each send is counted as it
+/// returns, by the thread that made it (its endpoint's own count before and after), so
+/// what a thread sent under the machine lock is counted before the lock is released.
 pub(crate) struct SentByThread {
     compute: Box<[CachePadded<AtomicU64>]>,
     protocol: CachePadded<AtomicU64>,
@@ -304,11 +312,17 @@ impl SentByThread {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Counts `n` messages sent by the protocol thread.
+    /// Counts `n` messages sent by the calling thread: the protocol thread, compute
+    /// thread [`compute_index`], or another thread.
     #[inline]
-    pub(crate) fn note_protocol(&self, n: u64) {
-        if n > 0 {
+    pub(crate) fn note_sent(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        if PROTOCOL_THREAD.with(std::cell::Cell::get) {
             self.protocol.fetch_add(n, Ordering::Relaxed);
+        } else {
+            self.note_thread(compute_index(), n);
         }
     }
 
