@@ -42,10 +42,19 @@ pub use self::watch::{Stall, StallProbe};
 const BUSY_POLLS: u32 = 1000;
 
 /// How long the protocol thread naps, off the doorbell, while the cluster's own threads
-/// keep polling the protocol queue (see `Core::serve`). Measured on Water 2×1 over
-/// shared memory (2 vCPUs): 200 µs took 0.80 s on 512 × 50 and 2.1 s on 4096 × 3,
-/// 50 µs 1.2 s and 2.7 s, no nap (a yield) 1.1 s and 2.6 s.
-const HANDOVER: Duration = Duration::from_micros(200);
+/// keep polling the protocol queue (see `Core::serve`). A message that arrives while
+/// the cluster's threads compute waits at most for their next poll or two naps,
+/// whichever comes first; in exchange the protocol thread does not take the CPU from a
+/// compute thread for every message. Measured on Water 2×1 over shared memory (2
+/// vCPUs, 2026-11-21): 200 µs took 0.80 s on 512 × 50 and 2.1 s on 4096 × 3, 50 µs
+/// 1.2 s and 2.7 s, no nap (a yield) 1.1 s and 2.6 s. Re-measured 2026-11-26 (3
+/// alternating rounds, 2×1, median): Water 512 × 50 over shm 0.50 s with 200 µs, 0.43 s
+/// with 1 ms, 0.39 s with 2 ms and 5 ms; over udp 0.85 / 0.58 / 0.58 / 0.54 s; EM3D
+/// (20,000 nodes per thread, 100 iterations) over shm 0.159 / 0.148 / 0.137 / 0.145 s,
+/// over udp 0.339 / 0.261 / 0.268 / 0.284 s; 30 ms was slower again over udp. With
+/// 200 µs the protocol threads slept and were woken ≈ 5,600 times in a Water 512 × 50
+/// run, each wake-up preempting a compute thread.
+const HANDOVER: Duration = Duration::from_millis(2);
 pub use multigrain_coherence::sync::MAX_LOCAL_HANDOFFS;
 
 /// Tuning of a cluster's runtime beyond the job configuration. `Default` is what a job
