@@ -205,11 +205,12 @@ pub(crate) const MAX_HELD_UPDATES: usize = 1 << 16;
 ///    emitted during that call may read it ([`crate::Source::Attached`]). The machine
 ///    never refers to it later. The network may reorder messages but must not lose
 ///    or duplicate them (the message layer's reliable protocol), with one exception:
-///    the `Send`s of one [`Machine::handle`] call to one cluster must arrive in the
-///    order emitted (the runtime sends them through one endpoint, in one bundle or
-///    one after the other, and the message layer keeps each sender's order): a later
-///    grant or release of the call leaves out the interval records an earlier one
-///    to the same cluster carried.
+///    the `Send`s of one [`Machine::handle`] call to one cluster must be delivered
+///    in the order emitted (the runtime sends them through one endpoint, in one
+///    bundle or one after the other, numbers its bundles per destination, and the
+///    receiving runtime handles each sender's bundles in that order, whichever of
+///    its threads received them): a later grant or release of the call leaves out
+///    the interval records an earlier one to the same cluster carried.
 /// 6. **Actions.** See each [`Action`] variant. Memory actions only target pages in
 ///    the state the machine believes (e.g. `Install` only on missing pages), so a
 ///    runtime error from `UFFDIO_*` indicates a bug.

@@ -27,6 +27,8 @@ struct Shape {
     threads_per_cluster: usize,
     locks: u32,
     phases: usize,
+    /// Operations per thread and phase: up to one less than this.
+    ops: usize,
 }
 
 /// Small jobs: dense sharing, short programs.
@@ -35,6 +37,7 @@ const NARROW: Shape = Shape {
     threads_per_cluster: 3,
     locks: 2,
     phases: 4,
+    ops: 8,
 };
 
 /// Wider jobs: more clusters, threads and locks, so that one event sends several
@@ -45,6 +48,16 @@ const WIDE: Shape = Shape {
     threads_per_cluster: 4,
     locks: 6,
     phases: 6,
+    ops: 8,
+};
+
+/// Long jobs: many locks and long lock sweeps between barriers, as in Water.
+const LONG: Shape = Shape {
+    clusters: 8,
+    threads_per_cluster: 2,
+    locks: 24,
+    phases: 3,
+    ops: 40,
 };
 
 /// Builds a data-race-free program: phases separated by barriers; in each phase every
@@ -86,7 +99,7 @@ fn program(rng: &mut StdRng, protocol: Protocol, policy: HomePolicy, shape: Shap
             }
         }
         for (t, prog) in progs.iter_mut().enumerate() {
-            for _ in 0..rng.random_range(0..8) {
+            for _ in 0..rng.random_range(0..shape.ops) {
                 match rng.random_range(0..4) {
                     0 => {
                         let l = rng.random_range(0..locks);
@@ -249,6 +262,14 @@ proptest! {
         seed in any::<u64>(),
     ) {
         run_shape(Protocol::Hlrc, policy, seed, WIDE)?;
+    }
+
+    #[test]
+    fn hlrc_long_random_drf_programs_match_sequential_run(
+        policy in policy(),
+        seed in any::<u64>(),
+    ) {
+        run_shape(Protocol::Hlrc, policy, seed, LONG)?;
     }
 
     #[test]

@@ -48,6 +48,7 @@
 //! the holder's next release go through the machine).
 
 use super::lock_cache::{LockCache, Wanted};
+use super::reseq::{Offer, Resequencer};
 use super::slots::{RUNTIME_TOKEN, SentByThread, SlotRef, Slots, thread_slot, token};
 use super::watch::Waits;
 use crate::error::DsmError;
@@ -178,6 +179,8 @@ pub(crate) struct Core {
     pub(crate) sent_by_thread: SentByThread,
     /// Locks passed among this cluster's threads without the machine.
     pub(crate) lock_cache: LockCache,
+    /// Each sender's bundles, handled in the order it numbered them (by sender).
+    reseq: Vec<Mutex<Resequencer>>,
     liveness: Arc<dyn Liveness>,
     failure: Mutex<Option<Failure>>,
     failed: AtomicBool,
@@ -249,6 +252,7 @@ impl Core {
             slots: Slots::new(),
             sent_by_thread: SentByThread::new(threads[me]),
             lock_cache: LockCache::new(MAX_LOCKS),
+            reseq: (0..clusters).map(|_| Mutex::default()).collect(),
             liveness,
             failure: Mutex::new(None),
             failed: AtomicBool::new(false),
@@ -714,11 +718,8 @@ impl Core {
             wire::Push::Added => return Ok(()),
             wire::Push::Full(part) => {
                 self.send_bundle(ep, to, bundle, pending)?;
-                return if bundle.try_push(part.handler, part.bulk_body()) {
-                    Ok(())
-                } else {
-                    self.send_bulk(ep, to, part.handler, part.bulk_body(), pending)
-                };
+                bundle.push_part(part);
+                return Ok(());
             }
             wire::Push::NotBulk => {}
         }
@@ -780,9 +781,10 @@ impl Core {
         Ok(())
     }
 
-    /// Sends `bundle` to `to` (nothing if it is empty) and empties it: one message as
-    /// itself, several as a [`RuntimeOp::Bundle`]. The per-kind counters count the
-    /// messages inside.
+    /// Sends `bundle` to `to` as the next numbered [`RuntimeOp::Bundle`] (nothing if it
+    /// is empty) and empties it. The per-kind counters count the messages inside.
+    /// Called with the machine locked, so bundles to a cluster leave in the order of
+    /// their numbers.
     fn send_bundle(
         &self,
         ep: &Endpoint,
@@ -790,20 +792,19 @@ impl Core {
         bundle: &mut wire::Bundle,
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
-        let sent = match bundle.wire() {
-            None => return Ok(()),
-            Some((handler, data)) if handler != RuntimeOp::Bundle.handler() => {
-                self.send_bulk(ep, to, handler, data, pending)
-            }
-            Some((handler, data)) => self.post_bulk(ep, to, handler, data, pending).map(|()| {
+        let Some(data) = bundle.seal() else {
+            return Ok(());
+        };
+        let sent = self
+            .post_bulk(ep, to, RuntimeOp::Bundle.handler(), data, pending)
+            .map(|()| {
                 for &(h, len) in bundle.parts() {
                     bump(&self.counters.sent[usize::from(h.0)], 1);
                     bump(&self.counters.sent_bytes[usize::from(h.0)], len as u64);
                 }
                 bump(&self.counters.bundles_sent, 1);
                 bump(&self.counters.bundled_sent, bundle.parts().len() as u64);
-            }),
-        };
+            });
         bundle.clear();
         sent
     }
@@ -1200,17 +1201,20 @@ impl Core {
                 Some(t.data.as_slice()),
                 pending,
             ),
-            Received::Bulk(b) => {
-                let (payload, body) = wire::split_bulk(&b.data)
-                    .ok_or_else(|| malformed("bulk message shorter than its payload".into()))?;
-                self.protocol_message(ops, ep, from, handler, payload, Some(body), None, pending)
-            }
+            // Every bulk coherence message travels in a numbered bundle, so that the
+            // receiver can handle them in the order sent.
+            Received::Bulk(_) => Err(malformed(format!(
+                "a bulk {} message outside a bundle",
+                wire::op_name(handler.0)
+            ))),
             Received::Basic(_) => Err(malformed("the DSM protocol sends no Basic messages".into())),
         }
     }
 
-    /// Handles a received [`RuntimeOp::Bundle`]: checks all of it, then handles its
-    /// messages in order, each as a bulk message received alone from `from`.
+    /// Handles a received [`RuntimeOp::Bundle`] in its sender's order: if it is the
+    /// sender's next one, handles it and then every later one already received (see
+    /// [`super::reseq`]); otherwise leaves it to the thread that handles its
+    /// predecessor.
     fn bundle_message(
         &self,
         ops: &RegionOps,
@@ -1227,7 +1231,40 @@ impl Core {
         let Received::Bulk(b) = m else {
             return Err(malformed("wrong message kind".into()));
         };
-        let parts = wire::decode_bundle(&b.data).map_err(malformed)?;
+        let seq = wire::bundle_seq(&b.data)
+            .ok_or_else(|| malformed(format!("{} bytes, no sequence number", b.data.len())))?;
+        let offer = self.reseq[from]
+            .lock()
+            .offer(seq, b.data)
+            .map_err(malformed)?;
+        let Offer::Take(mut data) = offer else {
+            return Ok(());
+        };
+        loop {
+            self.bundle_parts(ops, ep, from, &data, pending)?;
+            match self.reseq[from].lock().done() {
+                Some(next) => data = next,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Checks all of a bundle body from `from`, then handles its messages in order,
+    /// each as a bulk message received alone from `from`.
+    fn bundle_parts(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        from: usize,
+        data: &[u8],
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let malformed = |reason: String| DsmError::Malformed {
+            cluster: self.me,
+            from,
+            reason: format!("Bundle: {reason}"),
+        };
+        let parts = wire::decode_bundle(data).map_err(malformed)?;
         bump(&self.counters.bundles_received, 1);
         bump(&self.counters.bundled_received, parts.len() as u64);
         for p in parts {

@@ -4,6 +4,7 @@
 
 pub(crate) mod core;
 mod lock_cache;
+mod reseq;
 pub(crate) mod slots;
 pub(crate) mod sync;
 mod watch;
