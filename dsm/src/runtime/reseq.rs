@@ -16,10 +16,13 @@
 
 use std::collections::BTreeMap;
 
-/// The most bundles of one sender held here at once. A correct sender has far fewer
-/// in flight (its bundles are a few KiB to 32 KiB and its message buffers 16 MiB); more
-/// means a broken or hostile peer.
-pub(crate) const MAX_HELD: usize = 4096;
+/// How far ahead of the next expected bundle a held one may be. Bundles wait here only
+/// while another thread of this cluster holds their predecessor — received, about to be
+/// handled, or received while one of its own sends was blocked (then handled after that
+/// event) — so a correct sender is rarely more than a few ahead; the bound only stops a
+/// broken peer from making this cluster hold bundles without end (every peer is
+/// authenticated, see the INIs' MAC).
+pub(crate) const MAX_HELD: usize = 1 << 16;
 
 /// Bundles of one sender: the number of the next one to handle, whether a thread is
 /// handling bundles of this sender now, and the later bundles that arrived first.
