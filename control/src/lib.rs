@@ -117,6 +117,15 @@ const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
 const LATE_WINDOW: Duration = Duration::from_secs(1);
 /// How often the coordinator looks for new connections during start-up.
 const ACCEPT_POLL: Duration = Duration::from_millis(10);
+/// How long a member waits for the coordinator's first frame after registering (at
+/// most `job.peer_timeout_ms`). Cluster 0 answers every registration at once with the
+/// clusters still missing (within milliseconds: it accepts and reads registrations in
+/// a loop from the moment it listens), so silence means that whatever accepted the
+/// connection is not this job's coordinator — the port was held by another process,
+/// and cluster 0, unable to listen there, has failed — or that cluster 0 hangs. Under
+/// `srun` without `-K` nothing else tells the members (issue 13: they waited for the
+/// peer timeout, 3.3 s).
+pub const FIRST_ANSWER: Duration = Duration::from_millis(750);
 
 /// One control connection, seen from this end.
 struct Conn {
@@ -1211,6 +1220,7 @@ impl Control {
             s.heartbeat_loop()
         });
         let mut missing = Vec::new();
+        let mut heard = false;
         let (registrations, epoch, sent_secret) = loop {
             let now = Instant::now();
             if now >= deadline {
@@ -1227,11 +1237,16 @@ impl Control {
                     missing,
                 });
             }
-            let wait = (deadline - now).min(shared.peer_timeout);
+            let mut wait = (deadline - now).min(shared.peer_timeout);
+            if !heard {
+                wait = wait.min(FIRST_ANSWER);
+            }
             stream
                 .set_read_timeout(Some(wait))
                 .map_err(|e| io_err("waiting for the configuration", e))?;
-            match wire::read_frame(&mut stream, settings.key, auth).map(|r| r.msg) {
+            let read = wire::read_frame(&mut stream, settings.key, auth).map(|r| r.msg);
+            heard |= read.is_ok();
+            match read {
                 Ok(Message::StartupStatus { missing: m }) => missing = m,
                 Ok(Message::Welcome {
                     registrations,
@@ -1269,6 +1284,13 @@ impl Control {
                         continue;
                     }
                     let how = match lost {
+                        Lost::Silent if !heard => format!(
+                            "is not answering at {addr}: the connection was accepted, but \
+                             nothing came back to this cluster's registration within {} — \
+                             another process holds that port (so cluster 0 could not listen \
+                             there), or cluster 0 hangs",
+                            show_duration(wait)
+                        ),
                         Lost::Silent => format!(
                             "died or hangs: nothing heard from it at {addr} for {}",
                             show_duration(wait)
