@@ -489,58 +489,56 @@ fn port_clash_job(dir: &TempDir) -> (std::net::TcpListener, u16, std::path::Path
 /// error; without `-K`, cluster 1 waits for the peer timeout).
 #[test]
 fn srun_kill_on_bad_exit_ends_the_job_when_cluster_0_cannot_listen() {
+    let (err, _) = srun_with_port_taken(&["-K"]);
+    assert!(err.contains("task 0: Exited with exit code 1"), "{err}");
+}
+
+/// Runs `srun -n 2 [extra] multigrain hello` on [`port_clash_job`]: it must fail within
+/// 8 s (well below the 10 s peer timeout that cluster 1 would otherwise wait; srun may
+/// queue the job behind others), cluster 0 naming its taken port. Returns srun's
+/// standard error and the port.
+fn srun_with_port_taken(extra: &[&str]) -> (String, u16) {
     slurm();
     let dir = TempDir::new("srun-clash");
     let (taken, port, cfg) = port_clash_job(&dir);
     let mut cmd = Command::new("srun");
-    cmd.args(["-K", "--overcommit", "-n", "2", "-t", "5"])
+    cmd.args(extra)
+        .args(["--overcommit", "-n", "2", "-t", "5"])
         .arg(bin())
         .args(["hello", "--config", cfg.to_str().unwrap()]);
     let t0 = std::time::Instant::now();
-    let out = run("srun -K with cluster 0's port taken", &mut cmd, LIMIT);
+    let out = run(
+        &format!("srun {extra:?} with cluster 0's port taken"),
+        &mut cmd,
+        LIMIT,
+    );
     let took = t0.elapsed();
-    eprintln!("srun -K: the step ended {took:?} after srun started");
+    eprintln!("srun {extra:?}: the step ended {took:?} after srun started");
     assert!(!out.status.success(), "{}", text(&out));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(err.contains(&format!("TCP port {port} is in use")), "{err}");
-    assert!(err.contains("task 0: Exited with exit code 1"), "{err}");
-    // (srun may queue the job behind other jobs: a bound well below the 10 s peer
-    // timeout that cluster 1 would otherwise wait.)
     assert!(took < Duration::from_secs(8), "took {took:?}:\n{err}");
     drop(taken);
+    (err, port)
 }
 
-/// The same without `-K` (Slurm's default: the other tasks go on): cluster 1 reaches
+/// As [`srun_kill_on_bad_exit_ends_the_job_when_cluster_0_cannot_listen`] without `-K`
+/// (Slurm's default: the other tasks go on): cluster 1 reaches
 /// the port, registers, and hears nothing from whatever holds it; it stops on its own,
 /// [`multigrain_control::FIRST_ANSWER`] after registering, naming the port (before, it
 /// waited for the peer timeout, 10 s here). Measured here: ≈ 0.8 s after cluster 0's
 /// error.
 #[test]
 fn srun_without_kill_on_bad_exit_reports_a_taken_coordinator_port_at_once() {
-    slurm();
-    let dir = TempDir::new("srun-clash-nok");
-    let (taken, port, cfg) = port_clash_job(&dir);
-    let mut cmd = Command::new("srun");
-    cmd.args(["--overcommit", "-n", "2", "-t", "5"])
-        .arg(bin())
-        .args(["hello", "--config", cfg.to_str().unwrap()]);
-    let t0 = std::time::Instant::now();
-    let out = run("srun with cluster 0's port taken", &mut cmd, LIMIT);
-    let took = t0.elapsed();
-    eprintln!("srun: the step ended {took:?} after srun started");
-    assert!(!out.status.success(), "{}", text(&out));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(&format!("TCP port {port} is in use")), "{err}");
+    let (err, port) = srun_with_port_taken(&[]);
     assert!(
         err.contains(&format!("is not answering at 127.0.0.1:{port}")),
         "{err}"
     );
-    // Well below the 10 s peer timeout (srun may queue the job behind others).
-    assert!(took < Duration::from_secs(8), "took {took:?}:\n{err}");
-    drop(taken);
 }
 
-/// As above under Open MPI's `mpirun`, which aborts the job when a rank exits non-zero
+/// As [`srun_kill_on_bad_exit_ends_the_job_when_cluster_0_cannot_listen`] under Open MPI's
+/// `mpirun`, which aborts the job when a rank exits non-zero
 /// (its default; measured here: 0.15 s after cluster 0's error).
 #[test]
 fn mpirun_aborts_the_job_when_cluster_0_cannot_listen() {

@@ -1223,11 +1223,7 @@ impl Core {
         m: Received,
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
-        let malformed = |reason: String| DsmError::Malformed {
-            cluster: self.me,
-            from,
-            reason: format!("Bundle: {reason}"),
-        };
+        let malformed = |reason: String| self.malformed_bundle(from, reason);
         let Received::Bulk(b) = m else {
             return Err(malformed("wrong message kind".into()));
         };
@@ -1249,6 +1245,15 @@ impl Core {
         }
     }
 
+    /// The error for a bundle from `from` that cannot be right.
+    fn malformed_bundle(&self, from: usize, reason: String) -> DsmError {
+        DsmError::Malformed {
+            cluster: self.me,
+            from,
+            reason: format!("Bundle: {reason}"),
+        }
+    }
+
     /// Checks all of a bundle body from `from`, then handles its messages in order,
     /// each as a bulk message received alone from `from`.
     fn bundle_parts(
@@ -1259,12 +1264,7 @@ impl Core {
         data: &[u8],
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
-        let malformed = |reason: String| DsmError::Malformed {
-            cluster: self.me,
-            from,
-            reason: format!("Bundle: {reason}"),
-        };
-        let parts = wire::decode_bundle(data).map_err(malformed)?;
+        let parts = wire::decode_bundle(data).map_err(|r| self.malformed_bundle(from, r))?;
         bump(&self.counters.bundles_received, 1);
         bump(&self.counters.bundled_received, parts.len() as u64);
         for p in parts {
