@@ -483,10 +483,10 @@ fn port_clash_job(dir: &TempDir) -> (std::net::TcpListener, u16, std::path::Path
     (taken, port, cfg)
 }
 
-/// Issue 13, fast failure before registration, under srun: cluster 0 cannot listen, so
-/// only Slurm knows; with `-K` (`--kill-on-bad-exit`) it ends the step at once, naming
-/// task 0, below cluster 0's own error naming its port (measured here: 0.2 s after that
-/// error; without `-K`, cluster 1 waits for the peer timeout).
+/// Issue 13, fast failure before registration, under srun: cluster 0 cannot listen;
+/// with `-K` (`--kill-on-bad-exit`) Slurm ends the step at once, naming task 0, below
+/// cluster 0's own error naming its port (measured here: 0.2 s after that error; without
+/// `-K`, cluster 1 finds out itself, see the next test).
 #[test]
 fn srun_kill_on_bad_exit_ends_the_job_when_cluster_0_cannot_listen() {
     let (err, _) = srun_with_port_taken(&["-K"]);
