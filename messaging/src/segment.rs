@@ -29,17 +29,19 @@ use std::ptr::NonNull;
 /// Prefix of every shared-memory object name multigrain creates (under `/dev/shm`).
 pub const SHM_PREFIX: &str = "multigrain";
 
-/// Shared segments up to this size are populated when mapped (see [`populate`]).
+/// Segments up to this size are populated when mapped (see [`populate`]).
 pub const POPULATE_MAX: usize = 64 << 20;
 
-/// Maps every page of a shared mapping now, writable (`MADV_POPULATE_WRITE`), so that
-/// messages do not pay a page fault — and the creator a page clear — the first time
-/// each ring slot or pool buffer is used: a DSM cluster's 16 MiB Tag-On pool is used
-/// front to back (its free list is a FIFO), so without this every 4 KiB a cluster sent
-/// during its first 16 MiB cost a fault at the sender and another at the receiver
-/// (≈ 13,000 faults, 3–4 % of the CPU time of a Water 512 × 50 run on 2×1 over shared
-/// memory). Best effort: kernels before 5.14 refuse the advice, and the pages are then
-/// mapped on first use as before. Segments over [`POPULATE_MAX`] are left to fault in.
+/// Maps every page of a mapping now, writable (`MADV_POPULATE_WRITE`), so that messages
+/// do not pay a page fault — and the creator a page clear — the first time each ring
+/// slot or pool buffer is used: a DSM cluster's 16 MiB Tag-On pool is used front to back
+/// (its free list is a FIFO), so without this every 4 KiB a cluster sent during its
+/// first 16 MiB cost a fault at the sender and, over shared memory, another at the
+/// receiver (≈ 13,000 faults, 3–4 % of the CPU time of a Water 512 × 50 run on 2×1 over
+/// shared memory; `bench dsm`'s remote fault 39.6 → 17.6 µs over shared memory and
+/// 79–84 → 63–66 µs over UDP). Best effort: kernels before 5.14 refuse the advice, and
+/// the pages are then mapped on first use as before. Segments over [`POPULATE_MAX`] are
+/// left to fault in.
 fn populate(base: NonNull<c_void>, len: usize) {
     if len > POPULATE_MAX {
         return;
@@ -118,7 +120,7 @@ impl Segment {
         }
         .map_err(os_err("mmap", ""))?;
         Ok(Segment {
-            base: ptr.cast(),
+            base: populated(ptr, len),
             len,
             name: None,
             owner: true,
