@@ -30,7 +30,7 @@ use std::ptr::NonNull;
 pub const SHM_PREFIX: &str = "multigrain";
 
 /// Segments up to this size are populated when mapped (see [`populate`]).
-pub const POPULATE_MAX: usize = 64 << 20;
+pub(crate) const POPULATE_MAX: usize = 64 << 20;
 
 /// Maps every page of a mapping now, writable (`MADV_POPULATE_WRITE`), so that messages
 /// do not pay a page fault — and the creator a page clear — the first time each ring
