@@ -998,20 +998,10 @@ fn interrupted_run_exits_130_and_leaves_no_scratch_directory() {
 #[test]
 fn a_deadlocked_job_fails_naming_every_wait() {
     let _one = one_job_at_a_time();
-    let dir = TempDir::new("deadlock");
-    let config = dir.write(
-        "job.toml",
+    let (p, pids, took, err) = failing_job(
+        "deadlock",
         "[job]\nprogress_timeout_ms = 1500\n[local]\nclusters = 2\nthreads = 1\n",
     );
-    let config = config.to_string_lossy().into_owned();
-    let t0 = std::time::Instant::now();
-    let mut p = run_cmd("deadlock", &["deadlock", "--config", &config]);
-    let pids = launched_pids(&p, 2);
-    p.adopt(&pids);
-    let status = p.wait_exit(JOB);
-    let took = t0.elapsed();
-    let err = p.lines(Stream::Err).join("\n");
-    assert!(!status.success(), "a deadlock cannot succeed:\n{err}");
     for what in [
         "no progress for 1.5 s (job.progress_timeout_ms)",
         "dsm-c0-t0",
@@ -1027,6 +1017,27 @@ fn a_deadlocked_job_fails_naming_every_wait() {
     assert!(took < Duration::from_secs(20), "took {took:?}:\n{err}");
     assert_gone(&pids, HANG, "deadlock");
     assert_no_leftovers(p.pid, &pids, "deadlock");
+}
+
+/// Runs `multigrain run APP` (APP = `app`, a hidden failure scenario) on a 2-cluster job
+/// whose config is `toml`, and checks that it fails. Returns the process, the cluster
+/// pids, how long it took and its standard error.
+fn failing_job(app: &str, toml: &str) -> (Proc, Vec<i32>, Duration, String) {
+    let dir = TempDir::new(app);
+    let config = dir.write("job.toml", toml);
+    let config = config.to_string_lossy().into_owned();
+    let t0 = std::time::Instant::now();
+    let mut p = run_cmd(app, &[app, "--config", &config]);
+    let pids = launched_pids(&p, 2);
+    p.adopt(&pids);
+    let status = p.wait_exit(JOB);
+    let took = t0.elapsed();
+    let err = p.lines(Stream::Err).join("\n");
+    assert!(
+        !status.success(),
+        "{app} on {toml:?} cannot succeed:\n{err}"
+    );
+    (p, pids, took, err)
 }
 
 /// Entries named `multigrain-…-PID-…` of any of `pids` in the temporary directory (the
@@ -1065,22 +1076,9 @@ fn assert_no_leftovers(run: i32, clusters: &[i32], what: &str) {
 fn a_panicking_compute_thread_fails_the_job_and_leaves_nothing_behind() {
     let _one = one_job_at_a_time();
     for substrate in ["shm", "udp"] {
-        let dir = TempDir::new("panic");
-        let config = dir.write(
-            "job.toml",
+        let (p, pids, took, err) = failing_job(
+            "panic",
             &format!("[local]\nclusters = 2\nthreads = 1\n[ini]\nsubstrate = \"{substrate}\"\n"),
-        );
-        let config = config.to_string_lossy().into_owned();
-        let t0 = std::time::Instant::now();
-        let mut p = run_cmd("panic", &["panic", "--config", &config]);
-        let pids = launched_pids(&p, 2);
-        p.adopt(&pids);
-        let status = p.wait_exit(JOB);
-        let took = t0.elapsed();
-        let err = p.lines(Stream::Err).join("\n");
-        assert!(
-            !status.success(),
-            "{substrate}: a panic cannot succeed:\n{err}"
         );
         for what in [
             "compute thread 1 panicked: deliberate panic",
