@@ -958,6 +958,13 @@ impl Machine {
                 let msgs = self.locks.release(
                     lock, from, tenure, &time, &gc, records, diffs, unused, &self.log,
                 )?;
+                if self.locks.is_pushed(lock)
+                    && msgs
+                        .iter()
+                        .any(|(to, m)| *to == from && matches!(m, Message::LockGrant { .. }))
+                {
+                    self.stats.lock_pushes_back += 1;
+                }
                 self.send_manager_messages(msgs, out);
                 for d in home {
                     self.on_diff(from, d, out)?;

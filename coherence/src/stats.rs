@@ -162,6 +162,10 @@ counters! {
     /// Locks pushed to this cluster by their manager without a request (predicted to
     /// be wanted here next).
     lock_pushes_received,
+    /// Locks this cluster, as their manager, pushed back to the cluster that had just
+    /// released them (predicted to take them again next while contended; see
+    /// [`crate::sync`]). Counted also in that cluster's `lock_pushes_received`.
+    lock_pushes_back,
     /// Lock requests this cluster dropped as manager because a push had already
     /// answered them.
     lock_stale_requests,

@@ -43,9 +43,17 @@
 //!   caching). The releasing thread never waits: the release completes at once, and
 //!   the lock leaves when the homes have acknowledged the diffs (in order).
 //! * **Pushes.** When a cluster gives a lock back and nobody waits, the manager grants
-//!   it at once — unrequested — to the cluster that took it after the releaser last
-//!   time, if another did (locks taken in turns, as in Water, go where they are
-//!   wanted next before they are asked for). A pushed lock waits in that cluster's
+//!   it at once — unrequested — to the cluster predicted to take it next: the one
+//!   that followed the same last two holders the last two times (a *confirmed turn*,
+//!   so that a lock taken in turns A, B, B — Water's per-molecule locks on 2 clusters
+//!   of 2 threads — is predicted as well as one taken A, B), else the other cluster
+//!   that took it after the releaser last time. A confirmed turn may lead back to the
+//!   releaser itself while another cluster held one of the two tenures (an
+//!   uncontended lock is not pushed back: its next request makes the releaser its
+//!   caching owner); one unconfirmed observation does not, so that the odd repeat of a
+//!   lock taken A, B, A, B (two clusters out of step for a phase) does not send it
+//!   back. Locks taken in turns go where they are wanted next before they are asked
+//!   for. A pushed lock waits in that cluster's
 //!   cache: the next local acquire takes it without a message, and only then do the
 //!   grant's records and time take effect (write notices apply at acquires; applying
 //!   them on arrival would invalidate pages the cluster's threads are writing under
@@ -162,11 +170,57 @@ struct LockState {
     recent: [Option<ClusterId>; 2],
     /// The last tenure granted to each cluster.
     granted: BTreeMap<ClusterId, u32>,
-    /// For each cluster, the cluster that took the lock after its last tenure (the
-    /// prediction a push follows).
+    /// For each cluster, the other cluster that took the lock after its last tenure
+    /// (the prediction a push follows unless a confirmed turn says otherwise).
     next_of: BTreeMap<ClusterId, ClusterId>,
+    /// For each pair of consecutive holders (the older one, `None` before the lock's
+    /// first tenure, and the newer one), the cluster that took the lock after them
+    /// last time, which may be the newer one again, and whether it did so the time
+    /// before too (a confirmed turn, which a push follows).
+    turns: BTreeMap<(Option<ClusterId>, ClusterId), (ClusterId, bool)>,
     /// Diffs of the last tenures, oldest first (at most [`MAX_CARRIED_DIFFS`]).
     diffs: Vec<IntervalDiff>,
+}
+
+impl LockState {
+    /// The cluster predicted to take the lock after the last two holders: a confirmed
+    /// turn, else the other cluster that took it after the last holder last time.
+    fn predicted(&self) -> Option<ClusterId> {
+        let prev = self.recent[0]?;
+        match self.turns.get(&(self.recent[1], prev)) {
+            Some(&(next, true)) => Some(next),
+            _ => self.next_of.get(&prev).copied(),
+        }
+    }
+
+    /// The push made on [`LockState::predicted`] was wrong (another cluster asked
+    /// first): the last holder's successor is forgotten and a confirmed turn becomes
+    /// unconfirmed, so that the next release pushes nothing. An unconfirmed turn
+    /// stays, so that a wrong push on the successor does not keep the turn from being
+    /// confirmed.
+    fn forget_prediction(&mut self) {
+        let Some(prev) = self.recent[0] else {
+            return;
+        };
+        self.next_of.remove(&prev);
+        if let Some((_, confirmed)) = self.turns.get_mut(&(self.recent[1], prev)) {
+            *confirmed = false;
+        }
+    }
+
+    /// `to` takes the lock after the last two holders (a request granted, or a push
+    /// used): the predictions learn it.
+    fn learn(&mut self, to: ClusterId) {
+        let Some(prev) = self.recent[0] else {
+            return;
+        };
+        if prev != to {
+            self.next_of.insert(prev, to);
+        }
+        let turn = (self.recent[1], prev);
+        let confirmed = self.turns.get(&turn).is_some_and(|&(next, _)| next == to);
+        self.turns.insert(turn, (to, confirmed));
+    }
 }
 
 /// Manager of the locks whose home is this cluster.
@@ -226,10 +280,8 @@ impl LockManager {
         let contended = st.recent.iter().flatten().any(|&h| h != to);
         st.tenure = next_tenure(st.tenure);
         st.granted.insert(to, st.tenure);
-        if let Some(prev) = st.recent[0]
-            && prev != to
-        {
-            st.next_of.insert(prev, to);
+        if !pushed {
+            st.learn(to);
         }
         st.holder = Some(to);
         st.pushed = pushed;
@@ -307,9 +359,7 @@ impl LockManager {
         if st.pushed {
             // Another cluster wants the pushed lock first: the prediction that led
             // to the push was wrong; stop following it.
-            if let Some(prev) = st.recent[0] {
-                st.next_of.remove(&prev);
-            }
+            st.forget_prediction();
         }
         let tenure = st.tenure;
         Ok(Request::Send(vec![(
@@ -320,8 +370,9 @@ impl LockManager {
 
     /// The release of `tenure` by `from` (with the diffs of its intervals); returns
     /// the grant for the next waiter, or, when nobody waits and `from` used the lock, a
-    /// push to the cluster that took the lock after `from` last time (if another did).
-    /// An unused tenure (a push sent back) teaches nothing and pushes nothing, so
+    /// push to the cluster predicted to take it next (a confirmed turn, else the other
+    /// cluster that took it after `from` last time; `from` itself only on a confirmed
+    /// turn while the lock is contended). An unused tenure (a push sent back) teaches nothing and pushes nothing, so
     /// pushes cannot bounce between clusters that wait at a barrier.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
@@ -366,6 +417,10 @@ impl LockManager {
             .extend(diffs.into_iter().filter(|d| d.index > base.get(d.owner)));
         let extra = st.diffs.len().saturating_sub(MAX_CARRIED_DIFFS);
         st.diffs.drain(..extra);
+        if st.pushed && !unused {
+            // The push was right: `from` took the lock after the last two holders.
+            st.learn(from);
+        }
         st.holder = None;
         st.recalled = false;
         st.eager = false;
@@ -379,8 +434,12 @@ impl LockManager {
         if unused {
             return Ok(Vec::new());
         }
-        match st.next_of.get(&from).copied() {
-            Some(next) if next != from => {
+        // Back to the releaser itself only on a confirmed turn and while another cluster
+        // held the lock in its last two tenures (such a push goes back after its use);
+        // otherwise the releaser's next request makes it a cached, uncontended owner.
+        let contended = st.recent.iter().flatten().any(|&h| h != from);
+        match st.predicted() {
+            Some(next) if next != from || contended => {
                 // Every record this manager may still grant: the receiver skips those
                 // it has.
                 let base = self.store.base();
@@ -711,8 +770,7 @@ mod tests {
             .release(l(), c(1), 5, &t, &z, vec![], vec![], false, &own())
             .unwrap();
         assert_eq!(grant_of(&g), (c(2), 6, true, 0));
-        // 2 → 0 was learned before: cluster 2's release pushes to cluster 0; the wrong
-        // prediction 0 → 1 was dropped, so cluster 0's release pushes nowhere
+        // 2 → 0 was learned before: cluster 2's release pushes to cluster 0
         let g = m
             .release(l(), c(2), 6, &t, &z, vec![], vec![], false, &own())
             .unwrap();
@@ -726,14 +784,120 @@ mod tests {
         );
         let g = sent(m.acquire(l(), c(0), t.clone(), 7, &own()).unwrap());
         assert_eq!(grant_of(&g).1, 8);
+        // the prediction 0 → 1 was dropped at the recall, but cluster 1 then used the
+        // push before giving it back: it stands again
+        let g = m
+            .release(l(), c(0), 8, &t, &z, vec![], vec![], false, &own())
+            .unwrap();
+        assert_eq!(grant_of(&g), (c(1), 9, true, 0));
         assert_eq!(
-            m.release(l(), c(0), 8, &t, &z, vec![], vec![], false, &own())
+            m.release(l(), c(1), 9, &t, &z, vec![], vec![], true, &own())
                 .unwrap(),
             vec![]
         );
         assert_eq!(m.stored_records(), 1);
         m.collect_garbage(&VectorTime::from_entries(vec![1]));
         assert_eq!(m.stored_records(), 0);
+    }
+
+    /// Takes lock `l()` for `who` and gives it back, the way a cluster would: a push to
+    /// `who` is used; else `who` requests, and a push to another cluster is recalled
+    /// and comes back unused before the grant. Returns whether a push had brought the lock to `who`; `push` is the
+    /// push pending (cluster, tenure).
+    fn take_turn(m: &mut LockManager, push: &mut Option<(u16, u32)>, who: u16) -> bool {
+        let z = VectorTime::new();
+        let hit = matches!(*push, Some((to, _)) if to == who);
+        let tenure = match push.take() {
+            Some((to, t)) if to == who => t,
+            other => {
+                let seen = m
+                    .locks
+                    .get(&l())
+                    .and_then(|st| st.granted.get(&c(who)).copied());
+                let g = sent(
+                    m.acquire(l(), c(who), z.clone(), seen.unwrap_or(0), &own())
+                        .unwrap(),
+                );
+                let g = match other {
+                    // the push is recalled and comes back unused; the grant follows
+                    Some((to, t)) => {
+                        assert_eq!(
+                            g,
+                            vec![(
+                                c(to),
+                                Message::LockRecall {
+                                    lock: l(),
+                                    tenure: t
+                                }
+                            )]
+                        );
+                        m.release(l(), c(to), t, &z, &z, vec![], vec![], true, &own())
+                            .unwrap()
+                    }
+                    None => g,
+                };
+                grant_of(&g).1
+            }
+        };
+        let g = m
+            .release(l(), c(who), tenure, &z, &z, vec![], vec![], false, &own())
+            .unwrap();
+        *push = (!g.is_empty()).then(|| {
+            let (to, t, contended, _) = grant_of(&g);
+            assert!(contended, "a push goes back after its use");
+            (to.get(), t)
+        });
+        hit
+    }
+
+    /// A lock taken in turns 0, 1, 1 (Water's per-molecule locks on 2 clusters × 2
+    /// threads): after three rounds (a turn is confirmed when seen twice in a row, and
+    /// wrong fallback pushes delay that), every tenure is pushed where it is wanted next, cluster 1's second one back to cluster 1 itself. A
+    /// lock that only one cluster takes is not pushed back to it.
+    #[test]
+    fn turns_of_two_holders_are_pushed_including_back_to_the_releaser() {
+        let mut m = LockManager::default();
+        let mut push = None;
+        for round in 0..6 {
+            let hits: Vec<bool> = [0, 1, 1]
+                .map(|who| take_turn(&mut m, &mut push, who))
+                .to_vec();
+            if round >= 3 {
+                assert_eq!(hits, [true; 3], "round {round}");
+            }
+        }
+        // cluster 1 alone from now on (the push to cluster 0 goes back unused): the lock
+        // is no longer contended and is never pushed back to cluster 1 (its requests
+        // make it the caching owner)
+        let hits: Vec<bool> = (0..4).map(|_| take_turn(&mut m, &mut push, 1)).collect();
+        assert_eq!(hits, [false; 4]);
+        assert_eq!(push, None);
+    }
+
+    /// A lock taken in turns 0, 1 whose clusters fall out of step once (0 takes it
+    /// twice in a row): one such observation does not send the lock back to its
+    /// releaser, and the turns 0, 1 go on being pushed.
+    #[test]
+    fn one_repeat_does_not_confirm_a_turn_back_to_the_releaser() {
+        let mut m = LockManager::default();
+        let mut push = None;
+        for _ in 0..3 {
+            for who in [0, 1] {
+                take_turn(&mut m, &mut push, who);
+            }
+        }
+        assert!(take_turn(&mut m, &mut push, 0));
+        // out of step: cluster 0 again (the push to cluster 1 goes back unused)
+        assert!(!take_turn(&mut m, &mut push, 0));
+        assert_ne!(
+            push.map(|p| p.0),
+            Some(0),
+            "pushed back to cluster 0 after one repeat"
+        );
+        let hits: Vec<bool> = [1, 0, 1, 0, 1]
+            .map(|who| take_turn(&mut m, &mut push, who))
+            .to_vec();
+        assert_eq!(hits[1..], [true; 4]);
     }
 
     #[test]

@@ -346,6 +346,15 @@ fn random_programs_exercise_the_protocol() {
         seen.prefetch_hit |= s.prefetch_hit;
         seen.arrival_held |= s.arrival_held;
     }
+    // A lock pushed back to its releaser needs a turn seen twice in a row: the long
+    // shape's lock sweeps make them.
+    for seed in 0..100u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let spec = program(&mut rng, Protocol::Hlrc, HomePolicy::RoundRobin, LONG);
+        let mut order = StdRng::seed_from_u64(seed);
+        let w = World::run(&spec, |n| order.random_range(0..n)).expect("run");
+        seen.lock_push_back |= w.seen.lock_push_back;
+    }
     eprintln!("checked reads: {reads}, seen: {seen:?}");
     assert!(reads > 1000, "only {reads} race-free reads checked");
     assert!(
@@ -368,6 +377,7 @@ fn random_programs_exercise_the_protocol() {
             && seen.runtime_lock_acquire
             && seen.runtime_lock_release
             && seen.lock_push
+            && seen.lock_push_back
             && seen.stale_lock_request,
         "{seen:?}"
     );

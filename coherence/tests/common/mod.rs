@@ -190,6 +190,8 @@ pub struct Seen {
     pub runtime_lock_release: bool,
     /// A lock manager pushed a lock to the cluster predicted to want it next.
     pub lock_push: bool,
+    /// A lock manager pushed a lock back to the cluster that had just released it.
+    pub lock_push_back: bool,
     /// A lock manager dropped a request that a push had answered.
     pub stale_lock_request: bool,
     /// hlrc: a prefetched page was installed with no fault waiting for it.
@@ -641,6 +643,7 @@ impl World {
         self.seen.local_lock_acquire |= st.lock_local_acquires > 0;
         self.seen.lock_recall |= st.lock_recalls > 0;
         self.seen.lock_push |= st.lock_pushes_received > 0;
+        self.seen.lock_push_back |= st.lock_pushes_back > 0;
         self.seen.stale_lock_request |= st.lock_stale_requests > 0;
         self.seen.prefetch_installed |= st.prefetches_installed > 0;
         self.seen.prefetch_dropped |= st.prefetches_dropped > 0;
