@@ -47,7 +47,10 @@
 //!   that followed the same last two holders the last two times (a *confirmed turn*,
 //!   so that a lock taken in turns A, B, B — Water's per-molecule locks on 2 clusters
 //!   of 2 threads — is predicted as well as one taken A, B), else the other cluster
-//!   that took it after the releaser last time. A confirmed turn may lead back to the
+//!   that took it after the releaser last time, else — for a lock that has no such
+//!   history yet — the cluster that most recently took any lock of the same manager
+//!   after the releaser (Water's locks are taken in sweeps: from the first time step
+//!   on, each lock is pushed from its first contended release). A confirmed turn may lead back to the
 //!   releaser itself while another cluster held one of the two tenures (an
 //!   uncontended lock is not pushed back: its next request makes the releaser its
 //!   caching owner); one unconfirmed observation does not, so that the odd repeat of a
@@ -171,8 +174,9 @@ struct LockState {
     /// The last tenure granted to each cluster.
     granted: BTreeMap<ClusterId, u32>,
     /// For each cluster, the other cluster that took the lock after its last tenure
-    /// (the prediction a push follows unless a confirmed turn says otherwise).
-    next_of: BTreeMap<ClusterId, ClusterId>,
+    /// (the prediction a push follows unless a confirmed turn says otherwise); `None`
+    /// once a push on it was wrong, until the next observation.
+    next_of: BTreeMap<ClusterId, Option<ClusterId>>,
     /// For each pair of consecutive holders (the older one, `None` before the lock's
     /// first tenure, and the newer one), the cluster that took the lock after them
     /// last time, which may be the newer one again, and whether it did so the time
@@ -184,12 +188,17 @@ struct LockState {
 
 impl LockState {
     /// The cluster predicted to take the lock after the last two holders: a confirmed
-    /// turn, else the other cluster that took it after the last holder last time.
-    fn predicted(&self) -> Option<ClusterId> {
+    /// turn, else the other cluster that took it after the last holder last time, else
+    /// — if it never did and no push there was wrong — `successor`'s, the cluster that
+    /// took any lock of this manager after the last holder most recently.
+    fn predicted(&self, successor: &BTreeMap<ClusterId, ClusterId>) -> Option<ClusterId> {
         let prev = self.recent[0]?;
         match self.turns.get(&(self.recent[1], prev)) {
             Some(&(next, true)) => Some(next),
-            _ => self.next_of.get(&prev).copied(),
+            _ => match self.next_of.get(&prev) {
+                Some(&next) => next,
+                None => successor.get(&prev).copied(),
+            },
         }
     }
 
@@ -202,24 +211,24 @@ impl LockState {
         let Some(prev) = self.recent[0] else {
             return;
         };
-        self.next_of.remove(&prev);
+        self.next_of.insert(prev, None);
         if let Some((_, confirmed)) = self.turns.get_mut(&(self.recent[1], prev)) {
             *confirmed = false;
         }
     }
 
     /// `to` takes the lock after the last two holders (a request granted, or a push
-    /// used): the predictions learn it.
-    fn learn(&mut self, to: ClusterId) {
-        let Some(prev) = self.recent[0] else {
-            return;
-        };
-        if prev != to {
-            self.next_of.insert(prev, to);
-        }
+    /// used): the predictions learn it. Returns `(last holder, to)` if they differ,
+    /// for the manager-wide successors.
+    fn learn(&mut self, to: ClusterId) -> Option<(ClusterId, ClusterId)> {
+        let prev = self.recent[0]?;
         let turn = (self.recent[1], prev);
         let confirmed = self.turns.get(&turn).is_some_and(|&(next, _)| next == to);
         self.turns.insert(turn, (to, confirmed));
+        (prev != to).then(|| {
+            self.next_of.insert(prev, Some(to));
+            (prev, to)
+        })
     }
 }
 
@@ -236,6 +245,10 @@ pub(crate) struct LockManager {
     /// above 1): a contended grant is recalled like any other when a request comes,
     /// since its owner may hold it, released, for a while.
     batching: bool,
+    /// For each cluster, the other cluster that most recently took any lock of this
+    /// manager after it: the prediction for a lock that has none of its own yet (locks
+    /// taken in sweeps, like Water's, are pushed from their first contended release).
+    successor: BTreeMap<ClusterId, ClusterId>,
 }
 
 /// What [`LockManager::acquire`] did with a request.
@@ -280,8 +293,8 @@ impl LockManager {
         let contended = st.recent.iter().flatten().any(|&h| h != to);
         st.tenure = next_tenure(st.tenure);
         st.granted.insert(to, st.tenure);
-        if !pushed {
-            st.learn(to);
+        if !pushed && let Some((prev, next)) = st.learn(to) {
+            self.successor.insert(prev, next);
         }
         st.holder = Some(to);
         st.pushed = pushed;
@@ -417,9 +430,12 @@ impl LockManager {
             .extend(diffs.into_iter().filter(|d| d.index > base.get(d.owner)));
         let extra = st.diffs.len().saturating_sub(MAX_CARRIED_DIFFS);
         st.diffs.drain(..extra);
-        if st.pushed && !unused {
+        if st.pushed
+            && !unused
             // The push was right: `from` took the lock after the last two holders.
-            st.learn(from);
+            && let Some((prev, next)) = st.learn(from)
+        {
+            self.successor.insert(prev, next);
         }
         st.holder = None;
         st.recalled = false;
@@ -438,7 +454,7 @@ impl LockManager {
         // held the lock in its last two tenures (such a push goes back after its use);
         // otherwise the releaser's next request makes it a cached, uncontended owner.
         let contended = st.recent.iter().flatten().any(|&h| h != from);
-        match st.predicted() {
+        match st.predicted(&self.successor) {
             Some(next) if next != from || contended => {
                 // Every record this manager may still grant: the receiver skips those
                 // it has.
@@ -898,6 +914,54 @@ mod tests {
             .map(|who| take_turn(&mut m, &mut push, who))
             .to_vec();
         assert_eq!(hits[1..], [true; 4]);
+    }
+
+    /// A lock with no history of its own is pushed where the manager's other locks went
+    /// after the same releaser (Water's sweeps); once it has a history of its own, that
+    /// is followed.
+    #[test]
+    fn a_new_lock_follows_the_managers_other_locks() {
+        let (a, b) = (LockId::new(3).unwrap(), LockId::new(5).unwrap());
+        let z = VectorTime::new();
+        let mut m = LockManager::default();
+        // lock a: cluster 0, then cluster 1 (a recall): 0 → 1 learned
+        sent(m.acquire(a, c(0), z.clone(), 0, &own()).unwrap());
+        sent(m.acquire(a, c(1), z.clone(), 0, &own()).unwrap());
+        let g = m
+            .release(a, c(0), 1, &z, &z, vec![], vec![], false, &own())
+            .unwrap();
+        assert_eq!(grant_of(&g), (c(1), 2, true, 0));
+        // lock b: cluster 1 held it, then cluster 0 (contended); cluster 0's release has
+        // no successor of its own on b: pushed to cluster 1, as on lock a
+        sent(m.acquire(b, c(1), z.clone(), 0, &own()).unwrap());
+        sent(m.acquire(b, c(0), z.clone(), 0, &own()).unwrap());
+        let g = m
+            .release(b, c(1), 1, &z, &z, vec![], vec![], false, &own())
+            .unwrap();
+        assert_eq!(grant_of(&g), (c(0), 2, true, 0));
+        let g = m
+            .release(b, c(0), 2, &z, &z, vec![], vec![], false, &own())
+            .unwrap();
+        assert_eq!(grant_of(&g), (c(1), 3, true, 0));
+        // cluster 2 wants b first: the push is recalled and comes back unused
+        assert_eq!(
+            sent(m.acquire(b, c(2), z.clone(), 0, &own()).unwrap()),
+            vec![(c(1), Message::LockRecall { lock: b, tenure: 3 })]
+        );
+        let g = m
+            .release(b, c(1), 3, &z, &z, vec![], vec![], true, &own())
+            .unwrap();
+        assert_eq!(grant_of(&g), (c(2), 4, true, 0));
+        m.release(b, c(2), 4, &z, &z, vec![], vec![], false, &own())
+            .unwrap();
+        // cluster 0 again: b now has a history of its own (cluster 2 took it after
+        // cluster 0), which its next push follows instead of the manager-wide 0 → 1
+        let g = sent(m.acquire(b, c(0), z.clone(), 2, &own()).unwrap());
+        assert_eq!(grant_of(&g).1, 5);
+        let g = m
+            .release(b, c(0), 5, &z, &z, vec![], vec![], false, &own())
+            .unwrap();
+        assert_eq!(grant_of(&g), (c(2), 6, true, 0));
     }
 
     #[test]
