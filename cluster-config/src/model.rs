@@ -457,7 +457,9 @@ pub struct DsmConfig {
     pub page_size: u64,
     /// `prefetch`: hlrc only: pages after a faulting one that the same fault
     /// also requests from their homes (0 ..= [`MAX_PREFETCH`]; 0 turns
-    /// prefetching off). Default: [`DEFAULT_PREFETCH`].
+    /// prefetching off): the window a sweep starts with; a fault that continues the
+    /// pages the previous one prefetched doubles it, up to 63 pages
+    /// (`multigrain_coherence::readahead`). Default: [`DEFAULT_PREFETCH`].
     pub prefetch: u32,
     /// `release_batch`: contended or pushed locks a cluster keeps, released, until
     /// they leave together after one flush (1 ..= [`MAX_RELEASE_BATCH`]; 1 sends

@@ -62,7 +62,9 @@ pub struct Config {
     /// together, so that a sweep over remote pages waits for one round trip per
     /// `prefetch + 1` pages. Their copies are installed read-only when they arrive;
     /// one that a write notice made stale on the way is dropped. 0 turns prefetching
-    /// off. Ignored by sc. (ArgoDSM fetches 8 pages per miss: Kaxiras et al., HPDC
+    /// off. This is the window a sweep starts with: a fault that continues the pages
+    /// the previous fault prefetched doubles it, up to
+    /// [`crate::readahead::MAX_READAHEAD`] ([`crate::readahead`]). Ignored by sc. (ArgoDSM fetches 8 pages per miss: Kaxiras et al., HPDC
     /// 2015, §4; issue 10.)
     pub prefetch: u32,
     /// The cluster that runs the barrier manager.

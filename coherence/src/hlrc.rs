@@ -263,19 +263,18 @@ impl Machine {
         self.fetches
             .insert(page, Fetch::new(waiters, Phase::AwaitPage { stale: false }));
         if prefetch {
-            self.hlrc_prefetch(page, out);
+            let window = self.readahead.window(page.get(), self.cfg.prefetch);
+            self.hlrc_prefetch(page, window, out);
         }
         Ok(())
     }
 
-    /// Requests the pages after `page` that this cluster lacks, whose home is known
-    /// and is another cluster, and that are not being fetched (see
-    /// [`crate::Config::prefetch`]): fetches nobody waits for yet.
-    fn hlrc_prefetch(&mut self, page: PageId, out: &mut Vec<Action>) {
-        let last = page
-            .get()
-            .saturating_add(self.cfg.prefetch)
-            .min(self.cfg.pages - 1);
+    /// Requests the `window` pages after `page` that this cluster lacks, whose home is
+    /// known and is another cluster, and that are not being fetched (see
+    /// [`crate::Config::prefetch`] and [`crate::readahead`]): fetches nobody waits for
+    /// yet.
+    fn hlrc_prefetch(&mut self, page: PageId, window: u32, out: &mut Vec<Action>) {
+        let last = page.get().saturating_add(window).min(self.cfg.pages - 1);
         for p in (page.get() + 1..=last).filter_map(PageId::new) {
             let Some(home) = self.homes.get(p) else {
                 continue;

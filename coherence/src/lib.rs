@@ -65,6 +65,7 @@ pub mod interval;
 mod locks;
 mod machine;
 pub mod message;
+pub mod readahead;
 pub mod sc;
 mod stats;
 pub mod sync;

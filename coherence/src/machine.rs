@@ -14,6 +14,7 @@ use crate::ids::{ClusterId, FaultToken, LockId, PageId, PageRange, SyncToken};
 use crate::interval::{DiffBytes, IntervalDiff, IntervalLog, IntervalRecord, VectorTime};
 use crate::locks::{ClusterLock, Grant};
 use crate::message::Message;
+use crate::readahead::Readahead;
 use crate::stats::Stats;
 use crate::sync::{BarrierManager, LockManager, Request};
 
@@ -225,6 +226,8 @@ pub struct Machine {
     pub(crate) homes: HomeMap,
     pub(crate) pages: Vec<PageEntry>,
     pub(crate) fetches: BTreeMap<PageId, Fetch>,
+    /// hlrc: the prefetch window of the next demand fetch ([`crate::readahead`]).
+    pub(crate) readahead: Readahead,
     /// hlrc: pages with a twin (writable, diffed at every flush), in opening order.
     pub(crate) open: Vec<PageId>,
     /// hlrc: this cluster's recent diffs, newest last, carried by the locks it gives
@@ -315,6 +318,7 @@ impl Machine {
             pages,
             cfg,
             fetches: BTreeMap::new(),
+            readahead: Readahead::default(),
             open: Vec::new(),
             recent: VecDeque::new(),
             home_pending: BTreeMap::new(),
