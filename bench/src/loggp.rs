@@ -7,7 +7,13 @@
 //! * **RTT**: a ping-pong, time per round trip.
 //! * **o_s** (send overhead): the sender's time per send in a short burst
 //!   ([`BURST`] messages, well below any queue's capacity, so no send waits for the
-//!   gap), the receiver having drained the previous burst.
+//!   gap), the receiver having drained the previous burst. The sends are
+//!   [`SEND_SPACING`] apart and only the sends are timed — Culler et al. read o_s off
+//!   the burst signature at a large computational delay Δ — so that each send finds
+//!   the path idle, as a sender slowed by an emulated o does: sent back to back, a
+//!   send through an INI leaves the framing and the `sendto` to the INI thread, which
+//!   is still busy with the previous message, while an isolated send does them itself
+//!   (the inline pass), and a back-to-back baseline would understate that.
 //! * **o_r** (receive overhead): the receiver's time per receive of a burst that is
 //!   already there: the sender sends [`BURST`] messages and says so; the receiver waits
 //!   [`Options::settle`] (the messages reach its queues or socket) and then times receiving them.
@@ -29,6 +35,10 @@ use std::time::{Duration, Instant};
 
 /// Messages per burst of the o_s and o_r measurements.
 pub const BURST: u64 = 16;
+
+/// Time between the sends of an o_s burst (busy, not timed): longer than an INI's work
+/// on one message, so that every send finds it done.
+pub const SEND_SPACING: Duration = Duration::from_micros(20);
 
 /// How long the o_r receiver waits after the sender's burst before it starts timing: long
 /// enough for an Express message to cross loopback UDP and an INI (tens of µs).
@@ -161,18 +171,24 @@ fn round_trips(a: &Endpoint, b: Endpoint, n: u64) -> (Duration, Endpoint) {
     )
 }
 
-/// o_s: median over `bursts` of the sender's time per send in a burst of [`BURST`].
+/// o_s: median over `bursts` of the sender's time per send in a burst of [`BURST`]
+/// sends [`SEND_SPACING`] apart (only the sends timed).
 fn send_overhead(a: &Endpoint, b: Endpoint, bursts: u64) -> (f64, Endpoint) {
     let deadline = Instant::now() + DEADLINE;
     two_threads(
         || {
             let mut per = Vec::with_capacity(bursts as usize);
             for i in 0..WARM_UP + bursts {
-                let t0 = Instant::now();
+                let mut t = Duration::ZERO;
                 for k in 0..BURST {
+                    let t0 = Instant::now();
                     spin_send(a, express(k));
+                    let sent = Instant::now();
+                    t += sent - t0;
+                    while sent.elapsed() < SEND_SPACING {
+                        std::hint::spin_loop();
+                    }
                 }
-                let t = t0.elapsed();
                 if i >= WARM_UP {
                     per.push(per_us(t, BURST));
                 }

@@ -201,13 +201,14 @@ fn table(ctx: &Context, rows: &[Row], opts: Options, adaptive: PollBounds) -> Ta
     }
     t.notes.push(format!(
         "RTT: Express ping-pong ({} round trips); o_s: sender's time per send in bursts of {} \
-         ({} bursts); o_r: receiver's time per receive of a burst already queued ({} µs after \
+         sends {} µs apart ({} bursts); o_r: receiver's time per receive of a burst already queued ({} µs after \
          it was sent); g: receiver's time per message of a {}-message stream; L = RTT/2 − o_s \
          − o_r (negative: the overheads overlap). Ends pinned to different CPUs. \"in use\": \
          the other site streams Express into a third queue of the measured site, one per \
          ~{} µs",
         opts.round_trips,
         loggp::BURST,
+        loggp::SEND_SPACING.as_micros(),
         opts.bursts,
         loggp::SETTLE.as_micros(),
         opts.stream,
