@@ -924,21 +924,21 @@ mod tests {
         let (a, b) = (LockId::new(3).unwrap(), LockId::new(5).unwrap());
         let z = VectorTime::new();
         let mut m = LockManager::default();
-        // lock a: cluster 0, then cluster 1 (a recall): 0 → 1 learned
-        sent(m.acquire(a, c(0), z.clone(), 0, &own()).unwrap());
-        sent(m.acquire(a, c(1), z.clone(), 0, &own()).unwrap());
-        let g = m
-            .release(a, c(0), 1, &z, &z, vec![], vec![], false, &own())
-            .unwrap();
-        assert_eq!(grant_of(&g), (c(1), 2, true, 0));
-        // lock b: cluster 1 held it, then cluster 0 (contended); cluster 0's release has
-        // no successor of its own on b: pushed to cluster 1, as on lock a
-        sent(m.acquire(b, c(1), z.clone(), 0, &own()).unwrap());
-        sent(m.acquire(b, c(0), z.clone(), 0, &own()).unwrap());
-        let g = m
-            .release(b, c(1), 1, &z, &z, vec![], vec![], false, &own())
-            .unwrap();
-        assert_eq!(grant_of(&g), (c(0), 2, true, 0));
+        // A fresh `lock` taken by `first`, then asked for by `second`: handed over on
+        // `first`'s release (a recall), which the manager learns.
+        let recalled = |m: &mut LockManager, lock, first: u16, second: u16| {
+            sent(m.acquire(lock, c(first), z.clone(), 0, &own()).unwrap());
+            sent(m.acquire(lock, c(second), z.clone(), 0, &own()).unwrap());
+            let g = m
+                .release(lock, c(first), 1, &z, &z, vec![], vec![], false, &own())
+                .unwrap();
+            assert_eq!(grant_of(&g), (c(second), 2, true, 0));
+        };
+        // lock a: cluster 0, then cluster 1: 0 → 1 learned
+        recalled(&mut m, a, 0, 1);
+        // lock b: cluster 1, then cluster 0 (contended); cluster 0's release has no
+        // successor of its own on b: pushed to cluster 1, as on lock a
+        recalled(&mut m, b, 1, 0);
         let g = m
             .release(b, c(0), 2, &z, &z, vec![], vec![], false, &own())
             .unwrap();
