@@ -50,13 +50,13 @@
 //!   that took it after the releaser last time, else — for a lock that has no such
 //!   history yet — the cluster that most recently took any lock of the same manager
 //!   after the releaser (Water's locks are taken in sweeps: from the first time step
-//!   on, each lock is pushed from its first contended release). A confirmed turn may lead back to the
-//!   releaser itself while another cluster held one of the two tenures (an
-//!   uncontended lock is not pushed back: its next request makes the releaser its
-//!   caching owner); one unconfirmed observation does not, so that the odd repeat of a
-//!   lock taken A, B, A, B (two clusters out of step for a phase) does not send it
-//!   back. Locks taken in turns go where they are wanted next before they are asked
-//!   for. A pushed lock waits in that cluster's
+//!   on, each lock is pushed from its first contended release). A confirmed turn may
+//!   lead back to the releaser itself while another cluster held one of the two
+//!   tenures (an uncontended lock is not pushed back: its next request makes the
+//!   releaser its caching owner); one unconfirmed observation does not, so that the
+//!   odd repeat of a lock taken A, B, A, B (two clusters out of step for a phase) does
+//!   not send it back. Locks taken in turns go where they are wanted next before they
+//!   are asked for. A pushed lock waits in that cluster's
 //!   cache: the next local acquire takes it without a message, and only then do the
 //!   grant's records and time take effect (write notices apply at acquires; applying
 //!   them on arrival would invalidate pages the cluster's threads are writing under
@@ -384,8 +384,9 @@ impl LockManager {
     /// The release of `tenure` by `from` (with the diffs of its intervals); returns
     /// the grant for the next waiter, or, when nobody waits and `from` used the lock, a
     /// push to the cluster predicted to take it next (a confirmed turn, else the other
-    /// cluster that took it after `from` last time; `from` itself only on a confirmed
-    /// turn while the lock is contended). An unused tenure (a push sent back) teaches nothing and pushes nothing, so
+    /// cluster that took it after `from` last time, else the manager-wide successor;
+    /// `from` itself only on a confirmed turn while the lock is contended). An unused
+    /// tenure (a push sent back) teaches nothing and pushes nothing, so
     /// pushes cannot bounce between clusters that wait at a barrier.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn release(
@@ -818,8 +819,8 @@ mod tests {
 
     /// Takes lock `l()` for `who` and gives it back, the way a cluster would: a push to
     /// `who` is used; else `who` requests, and a push to another cluster is recalled
-    /// and comes back unused before the grant. Returns whether a push had brought the lock to `who`; `push` is the
-    /// push pending (cluster, tenure).
+    /// and comes back unused before the grant. Returns whether a push had brought the
+    /// lock to `who`; `push` is the push pending (cluster, tenure).
     fn take_turn(m: &mut LockManager, push: &mut Option<(u16, u32)>, who: u16) -> bool {
         let z = VectorTime::new();
         let hit = matches!(*push, Some((to, _)) if to == who);
@@ -868,8 +869,9 @@ mod tests {
 
     /// A lock taken in turns 0, 1, 1 (Water's per-molecule locks on 2 clusters × 2
     /// threads): after three rounds (a turn is confirmed when seen twice in a row, and
-    /// wrong fallback pushes delay that), every tenure is pushed where it is wanted next, cluster 1's second one back to cluster 1 itself. A
-    /// lock that only one cluster takes is not pushed back to it.
+    /// wrong fallback pushes delay that), every tenure is pushed where it is wanted
+    /// next, cluster 1's second one back to cluster 1 itself. A lock that only one
+    /// cluster takes is not pushed back to it.
     #[test]
     fn turns_of_two_holders_are_pushed_including_back_to_the_releaser() {
         let mut m = LockManager::default();
