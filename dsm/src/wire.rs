@@ -122,6 +122,7 @@ pub fn op_name(handler: u8) -> &'static str {
 }
 
 /// A bulk body: the payload's low 5 bytes, then `body`.
+#[cfg(test)]
 pub(crate) fn bulk_body(payload: u64, body: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(BULK_PAYLOAD_BYTES + body.len());
     v.extend_from_slice(&payload.to_le_bytes()[..BULK_PAYLOAD_BYTES]);
@@ -366,7 +367,8 @@ pub(crate) fn decode_bundle(data: &[u8]) -> Result<Vec<BundlePart<'_>>, String> 
     Ok(parts)
 }
 
-/// What a coherence message needs on the wire.
+/// What an Express or Tag-On coherence message needs on the wire (bulk messages
+/// travel in bundles: [`Bundle::push_message`]).
 pub(crate) enum Outgoing {
     /// An Express word.
     Express { handler: Handler, payload: u64 },
@@ -376,12 +378,10 @@ pub(crate) enum Outgoing {
         tag: u64,
         page: u32,
     },
-    /// A bulk message.
-    Bulk { handler: Handler, data: Vec<u8> },
 }
 
-/// The wire form of `msg`.
-pub(crate) fn outgoing(msg: &Message) -> Outgoing {
+/// The wire form of `msg`; `None` for a bulk message.
+pub(crate) fn outgoing(msg: &Message) -> Option<Outgoing> {
     let Parts {
         opcode,
         payload,
@@ -389,16 +389,13 @@ pub(crate) fn outgoing(msg: &Message) -> Outgoing {
     } = msg.to_parts();
     let handler = Handler(opcode);
     match body {
-        Body::None => Outgoing::Express { handler, payload },
-        Body::Attached(Attachment::Page(p)) => Outgoing::Page {
+        Body::None => Some(Outgoing::Express { handler, payload }),
+        Body::Attached(Attachment::Page(p)) => Some(Outgoing::Page {
             handler,
             tag: payload,
             page: p.get(),
-        },
-        Body::Bulk(b) => Outgoing::Bulk {
-            handler,
-            data: bulk_body(payload, &b),
-        },
+        }),
+        Body::Bulk(_) => None,
     }
 }
 
@@ -449,24 +446,21 @@ mod tests {
             page: p,
             need: VectorTime::from_entries(vec![3]),
         };
-        match outgoing(&get) {
-            Outgoing::Bulk { handler, data } => {
-                assert_eq!(op_name(handler.0), "GetPage");
-                let (payload, body) = split_bulk(&data).unwrap();
-                assert_eq!(
-                    Message::from_parts(handler.0, payload, Some(body)).unwrap(),
-                    get
-                );
-            }
-            _ => panic!("GetPage is bulk"),
-        }
+        assert!(outgoing(&get).is_none(), "GetPage is bulk");
+        let (handler, data) = bulk_of(&get);
+        assert_eq!(op_name(handler.0), "GetPage");
+        let (payload, body) = split_bulk(&data).unwrap();
+        assert_eq!(
+            Message::from_parts(handler.0, payload, Some(body)).unwrap(),
+            get
+        );
         let data = Message::PageData {
             page: p,
             writable: true,
             zero: false,
         };
         match outgoing(&data) {
-            Outgoing::Page { handler, tag, page } => {
+            Some(Outgoing::Page { handler, tag, page }) => {
                 assert_eq!(page, 77);
                 assert_eq!(Message::from_parts(handler.0, tag, None).unwrap(), data);
             }
@@ -474,22 +468,19 @@ mod tests {
         }
         // the tenure fills the payload's top bits: all 40 must survive the bulk prefix
         let grant = grant_with_full_tenure();
-        match outgoing(&grant) {
-            Outgoing::Bulk { handler, data } => {
-                let (payload, body) = split_bulk(&data).unwrap();
-                assert_eq!(
-                    Message::from_parts(handler.0, payload, Some(body)).unwrap(),
-                    grant
-                );
-            }
-            _ => panic!("LockGrant is bulk"),
-        }
+        assert!(outgoing(&grant).is_none(), "LockGrant is bulk");
+        let (handler, data) = bulk_of(&grant);
+        let (payload, body) = split_bulk(&data).unwrap();
+        assert_eq!(
+            Message::from_parts(handler.0, payload, Some(body)).unwrap(),
+            grant
+        );
         let recall = Message::LockRecall {
             lock: LockId::new((1 << 20) - 1).unwrap(),
             tenure: (1 << 20) - 1,
         };
         match outgoing(&recall) {
-            Outgoing::Express { handler, payload } => {
+            Some(Outgoing::Express { handler, payload }) => {
                 assert_eq!(op_name(handler.0), "LockRecall");
                 assert_eq!(
                     Message::from_parts(handler.0, payload, None).unwrap(),
@@ -633,10 +624,21 @@ mod tests {
     }
 
     fn outgoing_bulk(m: &Message) -> Vec<u8> {
-        match outgoing(m) {
-            Outgoing::Bulk { data, .. } => data,
-            _ => panic!("not bulk"),
-        }
+        bulk_of(m).1
+    }
+
+    /// The handler and bulk body (payload prefix, then body) of a bulk message, as a
+    /// bundle part carries them.
+    fn bulk_of(m: &Message) -> (Handler, Vec<u8>) {
+        let Parts {
+            opcode,
+            payload,
+            body: Body::Bulk(b),
+        } = m.to_parts()
+        else {
+            panic!("not bulk: {m:?}")
+        };
+        (Handler(opcode), bulk_body(payload, &b))
     }
 
     /// Bundles to a destination are numbered 0, 1, 2, … as they are sealed (a bundle

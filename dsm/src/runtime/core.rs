@@ -724,11 +724,11 @@ impl Core {
             wire::Push::NotBulk => {}
         }
         match wire::outgoing(msg) {
-            Outgoing::Express { handler, payload } => {
+            Some(Outgoing::Express { handler, payload }) => {
                 self.send_held(ep, to, outbox, pending)?;
                 self.send_express(ep, to, handler, payload, pending)
             }
-            Outgoing::Page { handler, tag, page } => {
+            Some(Outgoing::Page { handler, tag, page }) => {
                 self.send_held(ep, to, outbox, pending)?;
                 let mut buf = self.alloc_buffer(ep, pending)?;
                 let dst: &mut [u8; PAGE_SIZE] = (&mut buf.as_mut_capacity()[..PAGE_SIZE])
@@ -746,10 +746,9 @@ impl Core {
                 self.send_tag_on(ep, to, handler, buf, pending)
             }
             // `push_message` above took every bulk message.
-            Outgoing::Bulk { handler, data } => Err(self.internal(format!(
-                "a bulk {} message ({} bytes) the bundle did not take",
-                wire::op_name(handler.0),
-                data.len()
+            None => Err(self.internal(format!(
+                "a bulk {} message the bundle did not take",
+                wire::op_name(msg.to_parts().opcode)
             ))),
         }
     }
