@@ -148,15 +148,20 @@ impl JobConfig {
                 poll_fraction(ini.poll_interval_min, ini.poll_interval_max)
             ),
         ));
-        if !ini.inline || !ini.trace_dir.is_empty() {
+        if !ini.inline || !ini.coalesce || !ini.trace_dir.is_empty() {
             lines.push((
                 "",
                 format!(
-                    "{}; {}",
+                    "{}; {}; {}",
                     if ini.inline {
                         "compute threads run free INIs' passes (inline)"
                     } else {
                         "dedicated INI threads (inline = false)"
+                    },
+                    if ini.coalesce {
+                        "messages that fit share a datagram"
+                    } else {
+                        "one message per datagram (coalesce = false)"
                     },
                     if ini.trace_dir.is_empty() {
                         "no message trace".to_owned()
@@ -266,8 +271,8 @@ impl JobConfig {
             out,
             "\n[ini]\nper_cluster = {}\npolicy = \"{}\"\nsubstrate = \"{}\"\nwindow = {}\n\
              send_timeout_us = {}\nack_timeout_us = {}\nmtu = {}\nqueue_capacity = {}\n\
-             inline = {}\ntrace_dir = {}\ntrace_records = {}\npoll_interval_min = {}\n\
-             poll_interval_max = {}",
+             inline = {}\ncoalesce = {}\ntrace_dir = {}\ntrace_records = {}\n\
+             poll_interval_min = {}\npoll_interval_max = {}",
             ini.per_cluster,
             ini.policy,
             ini.substrate,
@@ -277,6 +282,7 @@ impl JobConfig {
             ini.mtu,
             ini.queue_capacity,
             ini.inline,
+            ini.coalesce,
             toml_str(&ini.trace_dir),
             ini.trace_records,
             ini.poll_interval_min,

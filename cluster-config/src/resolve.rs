@@ -104,6 +104,7 @@ pub(crate) fn resolve(raw: RawFile, src: &Source<'_>) -> Result<JobConfig, Confi
             mtu: ini.mtu,
             queue_capacity: ini.queue_capacity,
             inline: ini.inline,
+            coalesce: ini.coalesce,
             trace_dir: ini.trace_dir,
             trace_records: ini.trace_records,
             poll_interval_min: ini.poll_interval_min.value,
@@ -136,6 +137,7 @@ struct Ini {
     mtu: usize,
     queue_capacity: usize,
     inline: bool,
+    coalesce: bool,
     trace_dir: String,
     trace_records: usize,
     poll_interval_min: Val<u32>,
@@ -411,6 +413,7 @@ impl Resolver<'_, '_> {
             mtu: None,
             queue_capacity: None,
             inline: None,
+            coalesce: None,
             trace_dir: None,
             trace_records: None,
             poll_interval_min: None,
@@ -473,6 +476,7 @@ impl Resolver<'_, '_> {
                 )?
                 .value,
             inline: raw.inline.as_ref().map_or(d.inline, |b| *b.get_ref()),
+            coalesce: raw.coalesce.as_ref().map_or(d.coalesce, |b| *b.get_ref()),
             trace_dir: raw
                 .trace_dir
                 .as_ref()

@@ -91,6 +91,7 @@ prop_compose! {
                 mtu,
                 queue_capacity: queue,
                 inline,
+                coalesce: (seed >> 20) & 1 == 1,
                 trace_dir,
                 trace_records,
                 poll_interval_min: poll_min,

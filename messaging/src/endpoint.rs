@@ -231,7 +231,9 @@ impl Endpoint {
 
     /// Hands a message for a remote site to the route (an INI chosen by the job's
     /// policy). The buffer, if any, is named by `(pool, slot)`; on success the route
-    /// owns that reference. `Err(())`: the hand-off queue is full (counted).
+    /// owns that reference. `more`: this thread hands over another message at once (a
+    /// bulk message's next fragment; see [`RemoteRoute::submit`]). `Err(())`: the
+    /// hand-off queue is full (counted).
     #[inline]
     fn submit_remote(
         &self,
@@ -240,8 +242,9 @@ impl Endpoint {
         kind: RemoteKind,
         word: Word,
         buffer: Option<(u16, u32)>,
+        more: bool,
     ) -> Result<(), ()> {
-        match link.submit(&self.net.lane, dest, kind, word, buffer) {
+        match link.submit(&self.net.lane, dest, kind, word, buffer, more) {
             Ok(()) => {
                 self.counters.network.add(1);
                 Ok(())
@@ -282,7 +285,7 @@ impl Endpoint {
                 if link.is_dead(dest.site) {
                     return Err(SendError::Unreachable(dest, msg));
                 }
-                self.submit_remote(link.as_ref(), dest, RemoteKind::Express, word, None)
+                self.submit_remote(link.as_ref(), dest, RemoteKind::Express, word, None, false)
                     .map_err(|()| SendError::Full(msg))?;
                 self.counts_sent().express.add(1);
                 self.counts_sent().bytes.add(8);
@@ -333,7 +336,7 @@ impl Endpoint {
             Ok(r) => r,
             Err(e) => return Err(e.map(|()| data)),
         };
-        self.push_buffer(dest, route, WordKind::TagOn, handler, data)?;
+        self.push_buffer(dest, route, WordKind::TagOn, handler, data, false)?;
         self.counts_sent().tag_on.add(1);
         Ok(())
     }
@@ -355,6 +358,8 @@ impl Endpoint {
         })
     }
 
+    /// Sends the buffer `data` as a message of `kind` (Tag-On or a bulk fragment);
+    /// `more`: another fragment of the same bulk message follows at once.
     #[inline]
     fn push_buffer(
         &self,
@@ -363,6 +368,7 @@ impl Endpoint {
         kind: WordKind,
         handler: Handler,
         data: TagOnData,
+        more: bool,
     ) -> Result<(), SendError<TagOnData>> {
         match route {
             Route::Segment { site, substrate } => {
@@ -401,7 +407,14 @@ impl Endpoint {
                 let word = Word::express(handler, dest.source, 0);
                 let len = data.len() as u64;
                 if self
-                    .submit_remote(link.as_ref(), dest, frame, word, Some(data.location()))
+                    .submit_remote(
+                        link.as_ref(),
+                        dest,
+                        frame,
+                        word,
+                        Some(data.location()),
+                        more,
+                    )
                     .is_err()
                 {
                     return Err(SendError::Full(data));
@@ -463,6 +476,7 @@ impl Endpoint {
                         RemoteKind::Basic,
                         word,
                         Some(frozen.location()),
+                        false,
                     )
                     .is_err()
                 {
@@ -509,6 +523,11 @@ impl Endpoint {
             Box::new(data.chunks(per))
         };
         let mut fragments = 0u64;
+        let count = if data.is_empty() {
+            1
+        } else {
+            data.len().div_ceil(per)
+        };
         for (i, chunk) in chunks.enumerate() {
             let mut backoff = Backoff::default();
             let mut buf = loop {
@@ -537,7 +556,7 @@ impl Endpoint {
                 buf.freeze(),
                 deadline.map(|d| d.saturating_duration_since(Instant::now())),
                 &mut on_message,
-                |d| self.push_buffer(dest, route, WordKind::Bulk, handler, d),
+                |d| self.push_buffer(dest, route, WordKind::Bulk, handler, d, i + 1 < count),
             )
             .map_err(|e| e.map(drop))?;
             fragments += 1;

@@ -65,6 +65,10 @@ pub(crate) trait RemoteRoute: Send + Sync {
 
     /// Hands a message for `dest` from `lane` to the route. `buffer` names the pool slot
     /// `(pool, slot)` holding its data, if any; on success the route owns that reference.
+    /// `more`: the caller hands over another message right after this one (the next
+    /// fragment of a bulk message), so the route may wait for it and send both together
+    /// rather than send this one alone at once; the last message of a run has `more`
+    /// false.
     fn submit(
         &self,
         lane: &Lane,
@@ -72,6 +76,7 @@ pub(crate) trait RemoteRoute: Send + Sync {
         kind: RemoteKind,
         word: Word,
         buffer: Option<(u16, u32)>,
+        more: bool,
     ) -> Result<(), Refused>;
 
     /// The emulated receive overhead *o_r* (paper 001 §3.2) a receiving thread pays for

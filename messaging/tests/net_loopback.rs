@@ -244,8 +244,10 @@ fn injected_faults_lose_nothing() {
     let mut retx = 0;
     let mut rejected = 0;
     let mut injected = 0;
+    let mut datagrams = 0;
     for c in cs {
         for r in c.inis.shutdown(Duration::from_secs(20)).unwrap() {
+            datagrams += r.window.datagrams_sent;
             retx += r.window.connections.retransmissions;
             rejected += r.window.bad_mac
                 + r.window.wrong_epoch
@@ -254,7 +256,12 @@ fn injected_faults_lose_nothing() {
             injected += r.injected.dropped + r.injected.corrupted + r.injected.duplicated;
         }
     }
-    assert!(injected > 10_000, "faults were injected: {injected}");
+    // About 16 % of the datagrams meet a drop, a duplicate or a corruption (fewer
+    // datagrams than messages: small ones share a datagram, `ini.coalesce`).
+    assert!(
+        injected > 5_000 && injected * 10 > datagrams,
+        "faults were injected: {injected} in {datagrams} datagrams"
+    );
     assert!(
         retx > 0 && rejected > 0,
         "retransmissions {retx}, rejected datagrams {rejected}"

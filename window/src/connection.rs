@@ -43,6 +43,7 @@ pub(crate) struct Params {
     pub(crate) send_queue_capacity: usize,
     pub(crate) max_message_len: usize,
     pub(crate) initial_seq: u32,
+    pub(crate) coalesce: bool,
 }
 
 impl Params {
@@ -60,6 +61,7 @@ impl Params {
             send_queue_capacity: c.send_queue_capacity,
             max_message_len: c.max_message_len,
             initial_seq: c.initial_seq,
+            coalesce: c.coalesce,
         }
     }
 
@@ -203,9 +205,9 @@ pub(crate) struct Connection {
     snd_base: u32,
     /// Sequence numbers to retransmit (NAK or SEND timeout), deduplicated by `retx_queued`.
     retx: VecDeque<u32>,
-    /// The last datagram [`poll_write`](Self::poll_write) wrote is the first fragment
-    /// of a message (its first transmission): the message entered the window.
-    pub(crate) started_message: bool,
+    /// Messages whose first fragment the last datagram [`poll_write`](Self::poll_write)
+    /// wrote (first transmissions): they entered the window (more than one in a BATCH).
+    pub(crate) started_messages: u16,
     /// The last datagram [`poll_write`](Self::poll_write) wrote is a DATA frame (a first
     /// transmission or a retransmission), not an ACK or NAK.
     pub(crate) wrote_data: bool,
@@ -249,7 +251,7 @@ impl Connection {
             frames: VecDeque::new(),
             snd_base: p.initial_seq,
             retx: VecDeque::new(),
-            started_message: false,
+            started_messages: 0,
             wrote_data: false,
             last_progress: Micros::ZERO,
             alive_at: Micros::ZERO,
@@ -348,7 +350,7 @@ impl Connection {
         buf: &mut [u8],
         send_timers: &mut TimerList<SendTimer>,
     ) -> Option<usize> {
-        self.started_message = false;
+        self.started_messages = 0;
         self.wrote_data = false;
         while let Some(seq) = self.naks.pop_front() {
             if self.still_missing(seq, p) {
@@ -392,11 +394,24 @@ impl Connection {
         None
     }
 
-    fn write_new(
+    /// Length in bytes of the next new frame's data: the next fragment of the newest
+    /// message, or the first of the next queued one; `None` when there is none.
+    fn next_new_len(&self, p: &Params) -> Option<usize> {
+        match self.msgs.back() {
+            Some(m) if m.next_frag < m.frag_count => {
+                let start = usize::from(m.next_frag) * p.max_payload;
+                Some((m.data.len() - start).min(p.max_payload))
+            }
+            _ => self.pending.front().map(|d| d.len().min(p.max_payload)),
+        }
+    }
+
+    /// Puts the next new frame in flight (its SEND timer started) and returns its
+    /// position in `frames`; `None` when nothing is queued.
+    fn push_new(
         &mut self,
         now: Micros,
         p: &Params,
-        buf: &mut [u8],
         send_timers: &mut TimerList<SendTimer>,
     ) -> Option<usize> {
         if self.msgs.back().is_none_or(|m| m.next_frag >= m.frag_count) {
@@ -412,7 +427,9 @@ impl Connection {
         let m = self.msgs.back_mut()?;
         let frag_index = m.next_frag;
         m.next_frag += 1;
-        self.started_message = frag_index == 0;
+        if frag_index == 0 {
+            self.started_messages += 1;
+        }
         if m.next_frag == m.frag_count {
             self.stats.msgs_sent += 1;
             self.stats.bytes_sent += m.data.len() as u64;
@@ -431,7 +448,66 @@ impl Connection {
         });
         send_timers.push(now + p.send_timeout, (self.idx, seq, 1));
         self.stats.data_frames_sent += 1;
-        Some(self.write_data(seq, self.frames.len() - 1, p, buf))
+        Some(self.frames.len() - 1)
+    }
+
+    /// Writes new frames: one DATA datagram, or — with [`Params::coalesce`], when the
+    /// next frames fit in one datagram and in the window — a BATCH of as many as fit
+    /// (see [`wire`]).
+    fn write_new(
+        &mut self,
+        now: Micros,
+        p: &Params,
+        buf: &mut [u8],
+        send_timers: &mut TimerList<SendTimer>,
+    ) -> Option<usize> {
+        let first_len = self.next_new_len(p)?;
+        let d = self.push_new(now, p, send_timers)?;
+        let seq = self.snd_base.wrapping_add(d as u32);
+        let entry = |len: usize| wire::BATCH_ENTRY_HEADER + len;
+        let joins = |c: &Connection, used: usize, count: u16| {
+            count < u16::MAX
+                && c.frames.len() < p.window as usize
+                && c.next_new_len(p)
+                    .is_some_and(|len| used + entry(len) <= p.max_payload)
+        };
+        if !p.coalesce || !joins(self, entry(first_len), 1) {
+            return Some(self.write_data(seq, d, p, buf));
+        }
+        let mut used = self.put_batch_frame(d, 0, p, buf);
+        let mut count = 1u16;
+        while joins(self, used, count) {
+            let Some(d) = self.push_new(now, p, send_timers) else {
+                break;
+            };
+            used = self.put_batch_frame(d, used, p, buf);
+            count += 1;
+        }
+        let header = Header {
+            kind: FrameKind::Batch,
+            epoch: p.epoch,
+            conn: self.id,
+            seq,
+            ack: self.rcv_next,
+            frag_index: 0,
+            frag_count: count,
+        };
+        self.stats.batches_sent += 1;
+        self.stats.frames_in_batches_sent += u64::from(count);
+        let n = wire::seal(&header, used, &p.key, buf);
+        self.ack_sent(false);
+        self.wrote_data = true;
+        Some(n)
+    }
+
+    /// Appends in-flight frame `d` to the BATCH payload in `buf` (`used` bytes so far);
+    /// returns the new payload length.
+    fn put_batch_frame(&self, d: usize, used: usize, p: &Params, buf: &mut [u8]) -> usize {
+        let f = self.frames[d];
+        let m = &self.msgs[(f.msg_id - self.front_msg_id) as usize];
+        let start = usize::from(f.frag_index) * p.max_payload;
+        let end = (start + p.max_payload).min(m.data.len());
+        wire::put_batch_frame(buf, used, f.frag_index, m.frag_count, &m.data[start..end])
     }
 
     /// Encodes in-flight frame `d` (sequence number `seq`) from its message.
@@ -541,6 +617,27 @@ impl Connection {
                 Ok(())
             }
             FrameKind::Data => self.on_data(now, h, payload, p, ack_timers, events),
+            FrameKind::Batch => {
+                // Its frames, one by one, as if they had arrived back to back (wire
+                // docs); the first rejection is reported, the other frames still count.
+                self.stats.batches_received += 1;
+                let mut result = Ok(());
+                for f in wire::BatchFrames::new(h.seq, payload) {
+                    self.stats.frames_in_batches_received += 1;
+                    let frame = Header {
+                        kind: FrameKind::Data,
+                        seq: f.seq,
+                        frag_index: f.frag_index,
+                        frag_count: f.frag_count,
+                        ..*h
+                    };
+                    let r = self.on_data(now, &frame, f.data, p, ack_timers, events);
+                    if result.is_ok() {
+                        result = r;
+                    }
+                }
+                result
+            }
         }
     }
 

@@ -60,12 +60,13 @@ pub struct Transmit {
     pub peer: IniAddr,
     /// Datagram length in bytes, at most [`WindowConfig::mtu`].
     pub len: usize,
-    /// This datagram is the first transmission of a message's first fragment: the
-    /// message has just entered the sliding window (messages of one connection enter it
-    /// in the order they were enqueued). Per-message traces use it (paper 002 §4.4.2).
-    pub starts_message: bool,
-    /// A DATA frame (first transmission or retransmission, its ACK piggy-backed); `false`
-    /// for an ACK- or NAK-only frame. The emulated gap *g* (paper 001 §3.2) stalls only
+    /// Messages whose first fragment this datagram carries for the first time: they have
+    /// just entered the sliding window (messages of one connection enter it in the order
+    /// they were enqueued; a BATCH datagram may start several). Per-message traces use
+    /// it (paper 002 §4.4.2).
+    pub messages_started: u16,
+    /// DATA (first transmissions or a retransmission, the ACK piggy-backed): a DATA or a
+    /// BATCH datagram; `false` for an ACK- or NAK-only datagram. The emulated gap *g* (paper 001 §3.2) stalls only
     /// after DATA injections.
     pub data: bool,
 }
@@ -345,7 +346,7 @@ impl Ini {
                 conn: c.handle(),
                 peer: c.peer(),
                 len,
-                starts_message: c.started_message,
+                messages_started: c.started_messages,
                 data: c.wrote_data,
             };
             self.schedule(idx);

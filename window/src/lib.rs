@@ -178,6 +178,11 @@ pub struct WindowConfig {
     /// First sequence number of every connection in both directions (tests set it near
     /// `u32::MAX` to exercise wrap-around). Default 0.
     pub initial_seq: u32,
+    /// Pack new frames that fit together into one BATCH datagram (see [`wire`]): two
+    /// 4 KiB pages per 8972-byte datagram, or many small messages per datagram, at one
+    /// datagram's cost. Frames are still acknowledged and retransmitted one by one.
+    /// `false`: one frame per datagram (the thesis' protocol, §3.2.1). Default true.
+    pub coalesce: bool,
 }
 
 /// Largest window, in frames. Selective repeat needs the window to be at most half the
@@ -200,6 +205,7 @@ impl Default for WindowConfig {
             send_queue_capacity: 4096,
             max_message_len: 16 << 20,
             initial_seq: 0,
+            coalesce: true,
         }
     }
 }

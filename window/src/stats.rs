@@ -8,6 +8,8 @@ use serde::Serialize;
 ///
 /// Relations that hold at every instant (checked by the simulation tests):
 /// - `data_frames_sent - retransmissions` = distinct sequence numbers used;
+/// - datagrams sent on the connection = `data_frames_sent - frames_in_batches_sent +
+///   batches_sent + acks_sent + naks_sent` (likewise received);
 /// - `data_frames_received = frames_accepted + duplicates + out_of_window`;
 /// - once all traffic is acknowledged, the receiver's `frames_accepted` equals the
 ///   sender's `data_frames_sent - retransmissions`.
@@ -35,6 +37,11 @@ pub struct ConnStats {
     pub acks_sent: u64,
     /// NAK frames sent, one per sequence-number gap found.
     pub naks_sent: u64,
+    /// BATCH datagrams sent (several new DATA frames in one datagram,
+    /// [`crate::WindowConfig::coalesce`]).
+    pub batches_sent: u64,
+    /// DATA frames sent inside BATCH datagrams (also counted in `data_frames_sent`).
+    pub frames_in_batches_sent: u64,
     /// DATA frames received for this connection (after the address, epoch and MAC checks).
     pub data_frames_received: u64,
     /// DATA frames accepted into the receive window (each sequence number once).
@@ -43,6 +50,11 @@ pub struct ConnStats {
     pub acks_received: u64,
     /// NAK frames received.
     pub naks_received: u64,
+    /// BATCH datagrams received (after the address, epoch and MAC checks).
+    pub batches_received: u64,
+    /// DATA frames received inside BATCH datagrams (also counted in
+    /// `data_frames_received`).
+    pub frames_in_batches_received: u64,
     /// DATA frames rejected because that sequence number was already received.
     pub duplicates: u64,
     /// DATA frames rejected because their sequence number was outside the window.
@@ -67,10 +79,14 @@ impl ConnStats {
             send_timeouts,
             acks_sent,
             naks_sent,
+            batches_sent,
+            frames_in_batches_sent,
             data_frames_received,
             frames_accepted,
             acks_received,
             naks_received,
+            batches_received,
+            frames_in_batches_received,
             duplicates,
             out_of_window,
             reassembly_errors,
@@ -86,10 +102,14 @@ impl ConnStats {
         self.send_timeouts += send_timeouts;
         self.acks_sent += acks_sent;
         self.naks_sent += naks_sent;
+        self.batches_sent += batches_sent;
+        self.frames_in_batches_sent += frames_in_batches_sent;
         self.data_frames_received += data_frames_received;
         self.frames_accepted += frames_accepted;
         self.acks_received += acks_received;
         self.naks_received += naks_received;
+        self.batches_received += batches_received;
+        self.frames_in_batches_received += frames_in_batches_received;
         self.duplicates += duplicates;
         self.out_of_window += out_of_window;
         self.reassembly_errors += reassembly_errors;
@@ -146,10 +166,14 @@ mod tests {
             send_timeouts: 9,
             acks_sent: 10,
             naks_sent: 11,
+            batches_sent: 19,
+            frames_in_batches_sent: 20,
             data_frames_received: 12,
             frames_accepted: 13,
             acks_received: 14,
             naks_received: 15,
+            batches_received: 21,
+            frames_in_batches_received: 22,
             duplicates: 16,
             out_of_window: 17,
             reassembly_errors: 18,
@@ -160,9 +184,18 @@ mod tests {
             msgs_enqueued,
             reassembly_errors,
             naks_sent,
+            frames_in_batches_received,
             ..
         } = sum;
-        assert_eq!((msgs_enqueued, naks_sent, reassembly_errors), (2, 22, 36));
+        assert_eq!(
+            (
+                msgs_enqueued,
+                naks_sent,
+                reassembly_errors,
+                frames_in_batches_received
+            ),
+            (2, 22, 36, 44)
+        );
         let mut zero = ConnStats::default();
         zero.accumulate(&one);
         assert_eq!(zero, one);
@@ -183,6 +216,6 @@ mod tests {
         assert_eq!(v["connections"]["retransmissions"], 7);
         assert_eq!(v["connections"]["duplicates"], 0);
         assert_eq!(v.as_object().unwrap().len(), 11);
-        assert_eq!(v["connections"].as_object().unwrap().len(), 18);
+        assert_eq!(v["connections"].as_object().unwrap().len(), 22);
     }
 }

@@ -22,6 +22,9 @@ fn config() -> WindowConfig {
         ack_timeout: Micros(100),
         ack_every: 8,
         peer_timeout: Micros(50_000),
+        // These tests follow single frames through the thesis protocol; batching has
+        // tests of its own (`coalesce_*`).
+        coalesce: false,
         ..WindowConfig::default()
     }
 }
@@ -64,7 +67,7 @@ fn next(ini: &mut Ini, now: u64) -> Option<(Header, Vec<u8>)> {
     // What the emulated gap keys on (paper 001 §3.2): DATA frames, not ACKs or NAKs.
     assert_eq!(
         t.data,
-        f.header.kind == FrameKind::Data,
+        matches!(f.header.kind, FrameKind::Data | FrameKind::Batch),
         "{:?}",
         f.header.kind
     );
@@ -537,7 +540,8 @@ fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
             Just(FrameKind::Data),
             Just(FrameKind::Ack),
-            Just(FrameKind::Nak)
+            Just(FrameKind::Nak),
+            Just(FrameKind::Batch)
         ],
         prop_oneof![0u32..40, any::<u32>()],
         prop_oneof![0u32..40, any::<u32>()],
@@ -548,6 +552,22 @@ fn arb_frame() -> impl Strategy<Value = Vec<u8>> {
             FrameKind::Data => from_b(kind, seq, ack, (idx % count, count), &payload),
             FrameKind::Ack => from_b(kind, seq, ack, (0, 0), &payload),
             FrameKind::Nak => from_b(kind, seq, ack, (0, 0), &[]),
+            FrameKind::Batch => {
+                // `count + 1` frames (2 to 5) sharing the payload; each a fragment of a
+                // message of 1 to 3 fragments.
+                let frames = usize::from(count) + 1;
+                let fc = 1 + idx % 3;
+                let mut body = Vec::new();
+                for i in 0..frames {
+                    let chunk =
+                        &payload[i * payload.len() / frames..(i + 1) * payload.len() / frames];
+                    body.extend_from_slice(&(i as u16 % fc).to_be_bytes());
+                    body.extend_from_slice(&fc.to_be_bytes());
+                    body.extend_from_slice(&(chunk.len() as u16).to_be_bytes());
+                    body.extend_from_slice(chunk);
+                }
+                from_b(kind, seq, ack, (0, frames as u16), &body)
+            }
         })
 }
 
@@ -650,4 +670,114 @@ fn note_alive_postpones_the_peer_timeout_from_the_latest_evidence() {
     assert!(!unresponsive(&mut a, timeout * 17 / 10));
     // ...but at the timeout after that evidence.
     assert!(unresponsive(&mut a, timeout * 18 / 10));
+}
+
+/// `config()` with BATCH datagrams on and a 256-byte MTU (208 payload bytes).
+fn coalescing() -> WindowConfig {
+    WindowConfig {
+        coalesce: true,
+        mtu: 256,
+        max_message_len: 1 << 20,
+        ..config()
+    }
+}
+
+#[test]
+fn coalesce_packs_queued_messages_into_one_batch() {
+    let (mut a, conn) = ini_a(coalescing());
+    // 3 × (6 + 60) = 198 bytes fit in 208; the fourth message does not.
+    for i in 0..4u8 {
+        a.enqueue(conn, vec![i; 60]).unwrap();
+    }
+    let mut buf = vec![0; 256];
+    let t = a.poll_transmit(Micros(0), &mut buf).unwrap();
+    assert!(t.data);
+    assert_eq!(t.messages_started, 3);
+    let f = wire::decode(&buf[..t.len], &wire::MacKey::new(KEY), EPOCH).unwrap();
+    assert_eq!(
+        (f.header.kind, f.header.seq, f.header.frag_count),
+        (FrameKind::Batch, 0, 3)
+    );
+    let frames: Vec<_> = wire::BatchFrames::new(0, f.payload).collect();
+    for (i, fr) in frames.iter().enumerate() {
+        assert_eq!((fr.seq, fr.frag_index, fr.frag_count), (i as u32, 0, 1));
+        assert_eq!(fr.data, &[i as u8; 60][..]);
+    }
+    // The fourth goes alone, as a plain DATA frame.
+    let (h, payload) = next(&mut a, 0).unwrap();
+    assert_eq!((h.kind, h.seq), (FrameKind::Data, 3));
+    assert_eq!(payload, vec![3; 60]);
+    let s = a.conn_stats(conn);
+    assert_eq!(
+        (s.data_frames_sent, s.batches_sent, s.frames_in_batches_sent),
+        (4, 1, 3)
+    );
+    assert_eq!(a.stats().datagrams_sent, 2);
+}
+
+#[test]
+fn coalesce_stops_at_the_window_and_never_batches_a_full_frame() {
+    let cfg = WindowConfig {
+        window: 2,
+        ack_every: 2,
+        ..coalescing()
+    };
+    let (mut a, conn) = ini_a(cfg);
+    for _ in 0..3 {
+        a.enqueue(conn, vec![1; 10]).unwrap();
+    }
+    let (h, _) = next(&mut a, 0).unwrap();
+    assert_eq!(
+        (h.kind, h.frag_count),
+        (FrameKind::Batch, 2),
+        "the window holds two"
+    );
+    assert!(next(&mut a, 0).is_none(), "the window is full");
+    // A message of two fragments: each fragment fills a frame, so none is batched.
+    let (mut a, conn) = ini_a(coalescing());
+    a.enqueue(conn, vec![2; 300]).unwrap();
+    let kinds: Vec<_> = std::iter::from_fn(|| next(&mut a, 0))
+        .map(|(h, p)| (h.kind, h.frag_index, h.frag_count, p.len()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![(FrameKind::Data, 0, 2, 208), (FrameKind::Data, 1, 2, 92)]
+    );
+}
+
+#[test]
+fn a_batch_is_delivered_frame_by_frame_and_a_lost_one_resent_alone() {
+    let (mut a, conn_ab) = ini_a(coalescing());
+    let mut b = Ini::new(B, coalescing()).unwrap();
+    b.add_peer(A).unwrap();
+    for i in 0..3u8 {
+        a.enqueue(conn_ab, vec![i; 40]).unwrap();
+    }
+    let mut buf = vec![0; 256];
+    let t = a.poll_transmit(Micros(0), &mut buf).unwrap();
+    assert_eq!(t.messages_started, 3);
+    // B receives the batch: three messages, in order.
+    b.handle_datagram(Micros(10), &buf[..t.len]).unwrap();
+    let got = delivered(&mut b);
+    assert_eq!(got, vec![vec![0; 40], vec![1; 40], vec![2; 40]]);
+    assert_eq!(b.stats().connections.frames_in_batches_received, 3);
+    // Replayed, every frame is a duplicate and nothing is delivered again.
+    assert_eq!(
+        b.handle_datagram(Micros(20), &buf[..t.len]),
+        Err(Rejected::Duplicate)
+    );
+    assert!(delivered(&mut b).is_empty());
+    // A never hears an ACK: at the SEND timeout it resends each frame alone.
+    a.handle_timeout(Micros(1_000));
+    let resent: Vec<_> = std::iter::from_fn(|| next(&mut a, 1_000))
+        .map(|(h, _)| (h.kind, h.seq))
+        .collect();
+    assert_eq!(
+        resent,
+        vec![
+            (FrameKind::Data, 0),
+            (FrameKind::Data, 1),
+            (FrameKind::Data, 2)
+        ]
+    );
 }

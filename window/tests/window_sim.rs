@@ -240,12 +240,16 @@ fn check_net_stats(sim: &Sim, nodes: usize) -> IniStats {
     let c = &total.connections;
     assert_eq!(
         total.datagrams_received - net.corrupted,
-        c.data_frames_received + c.acks_received + c.naks_received
+        c.data_frames_received - c.frames_in_batches_received
+            + c.batches_received
+            + c.acks_received
+            + c.naks_received
     );
     assert_eq!(
         total.datagrams_sent,
-        c.data_frames_sent + c.acks_sent + c.naks_sent
+        c.data_frames_sent - c.frames_in_batches_sent + c.batches_sent + c.acks_sent + c.naks_sent
     );
+    assert!(c.frames_in_batches_sent >= 2 * c.batches_sent);
     total
 }
 
@@ -269,6 +273,10 @@ fn lossy_100k_messages_between_two_inis_arrive_exactly_once_in_order() {
     let c = &total.connections;
     assert!(c.retransmissions * 4 < c.frames_accepted, "{c:?}");
     assert!(c.acks_sent * 6 < c.data_frames_sent, "{c:?}");
+    // Small messages queued together travel in BATCH datagrams (`coalesce`), through
+    // the same losses, duplicates, corruption and reordering.
+    assert!(c.batches_sent > 0 && c.batches_received > 0, "{c:?}");
+    assert!(c.frames_in_batches_sent > c.data_frames_sent / 4, "{c:?}");
 }
 
 #[test]

@@ -338,7 +338,7 @@ impl IniCore {
                 break;
             };
             work = true;
-            let traced = t.starts_message && self.trace.is_some();
+            let traced = t.messages_started > 0 && self.trace.is_some();
             let windowed_ns = if traced { net.now_ns() } else { 0 };
             let addr = self.peer_addrs[t.conn.index()];
             // The gap runs from the start of this injection: LogP's g is the least
@@ -356,7 +356,7 @@ impl IniCore {
                 self.next_inject = injected + gap_after(self.gap, self.per_byte_ns, t.len);
             }
             if traced && let Some(tr) = self.trace.as_mut() {
-                tr.on_wire(t.conn, windowed_ns, net.now_ns());
+                tr.on_wire(t.conn, t.messages_started, windowed_ns, net.now_ns());
             }
         }
         work

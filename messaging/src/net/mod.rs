@@ -118,6 +118,9 @@ impl NetConfig {
         };
         // An ACK at least every 32 frames, and at the latest when the window is full.
         window.ack_every = window.ack_every.min(window.window);
+        // Paper 001's emulated gap g is per message: under it, one message per datagram.
+        window.coalesce =
+            cfg.ini.coalesce && cfg.emulation.gap_us == 0.0 && cfg.emulation.per_byte_gap_ns == 0.0;
         window.send_timeout = crate::window::Micros(cfg.ini.send_timeout_us);
         window.ack_timeout = crate::window::Micros(cfg.ini.ack_timeout_us);
         window.peer_timeout = crate::window::Micros::from_millis(cfg.job.peer_timeout_ms);
@@ -404,13 +407,14 @@ impl Net {
         }
     }
 
-    /// Hands `msg` to INI `ini` and, if that INI is free, sends it right away from the
-    /// calling thread. A full hand-off queue hands the message back.
+    /// Hands `msg` to INI `ini` and, if that INI is free and no message of the caller
+    /// follows at once (`more` false), sends it right away from the calling thread. A
+    /// full hand-off queue hands the message back.
     #[inline]
-    pub(crate) fn submit(&self, ini: usize, msg: OutMsg) -> Result<(), OutMsg> {
+    pub(crate) fn submit(&self, ini: usize, msg: OutMsg, more: bool) -> Result<(), OutMsg> {
         let slot = &self.slots[ini];
         slot.handoff.push(msg)?;
-        if self.inline {
+        if self.inline && !more {
             let _ = slot.try_pass(self, false);
         }
         Ok(())

@@ -29,7 +29,9 @@ impl RemoteRoute for Net {
 
     /// Pays the emulated send overhead, picks an INI by the job's policy (paper 002
     /// §3.1), stamps the lane's next sequence number for `dest`'s site and hands the
-    /// message to that INI's hand-off queue.
+    /// message to that INI's hand-off queue. With `more`, an inline sender leaves the
+    /// message queued for the pass its next message runs, which packs both into one
+    /// datagram where they fit (`WindowConfig::coalesce`).
     #[inline]
     fn submit(
         &self,
@@ -38,6 +40,7 @@ impl RemoteRoute for Net {
         kind: RemoteKind,
         word: Word,
         buffer: Option<(u16, u32)>,
+        more: bool,
     ) -> Result<(), Refused> {
         if Net::is_dead(self, dest.site.0) {
             return Err(Refused::Dead);
@@ -58,7 +61,7 @@ impl RemoteRoute for Net {
             slot,
             enqueued_ns: self.now_ns(),
         };
-        Net::submit(self, ini, out).map_err(|_| Refused::Full)?;
+        Net::submit(self, ini, out, more).map_err(|_| Refused::Full)?;
         seq.set(seq.get().wrapping_add(1));
         Ok(())
     }

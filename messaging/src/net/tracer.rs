@@ -92,19 +92,28 @@ impl IniTracer {
         self.stalled = None;
     }
 
-    /// The next message of `conn` entered the sliding window at `windowed_ns` and its
-    /// first datagram left at `wired_ns`.
-    pub(crate) fn on_wire(&mut self, conn: ConnHandle, windowed_ns: u64, wired_ns: u64) {
-        let Some(mut r) = self
-            .pending
-            .get_mut(conn.index())
-            .and_then(VecDeque::pop_front)
-        else {
-            return;
-        };
-        r.t[2] = windowed_ns.max(r.t[1]);
-        r.t[3] = wired_ns.max(r.t[2]);
-        self.buf.push(r);
+    /// The next `count` messages of `conn` entered the sliding window at `windowed_ns`
+    /// and their first datagram (one datagram: a BATCH may start several) left at
+    /// `wired_ns`.
+    pub(crate) fn on_wire(
+        &mut self,
+        conn: ConnHandle,
+        count: u16,
+        windowed_ns: u64,
+        wired_ns: u64,
+    ) {
+        for _ in 0..count {
+            let Some(mut r) = self
+                .pending
+                .get_mut(conn.index())
+                .and_then(VecDeque::pop_front)
+            else {
+                return;
+            };
+            r.t[2] = windowed_ns.max(r.t[1]);
+            r.t[3] = wired_ns.max(r.t[2]);
+            self.buf.push(r);
+        }
     }
 
     /// `m` is in its receive queue at `now_ns`. The record goes to the delivering INI
