@@ -55,7 +55,9 @@ pub struct IniReport {
 }
 
 impl IniReport {
-    /// A one-line summary (for `--stats` tables). The last four columns are the
+    /// A one-line summary (for `--stats` tables). `datagrams` counts the datagrams sent
+    /// (ACKs included; fewer than `msgs` when messages share one, `ini.coalesce`). The
+    /// last four columns are the
     /// rejected datagrams by reason: `mac` bad MAC (corrupted or forged), `epoch` another
     /// run's epoch (replays), `src` from an address that is not a registered peer INI's,
     /// `bad` malformed (plus frames that passed the window but did not decode). On the
@@ -72,10 +74,11 @@ impl IniReport {
             )
         });
         format!(
-            "c{}/ini{}  msgs {:>9}  bytes {:>12}  mean len {:>7.1}  hand-off wait {:>6.1} µs  queue {:>6.2}  util {:>5.1}%  missched {:>7}  retx {:>6}  NAK {:>5}/{:<5}  dup {:>5}  rejected: mac {:>5}  epoch {:>5}  src {:>5}  bad {:>5}",
+            "c{}/ini{}  msgs {:>9}  datagrams {:>9}  bytes {:>12}  mean len {:>7.1}  hand-off wait {:>6.1} µs  queue {:>6.2}  util {:>5.1}%  missched {:>7}  retx {:>6}  NAK {:>5}/{:<5}  dup {:>5}  rejected: mac {:>5}  epoch {:>5}  src {:>5}  bad {:>5}",
             self.site,
             self.ini,
             self.messages,
+            w.datagrams_sent,
             self.bytes,
             self.mean_message_bytes,
             self.mean_time_in_ini_us,
