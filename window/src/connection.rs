@@ -3,7 +3,10 @@
 //! Sender: a queue of whole messages; the message being sent and every message with
 //! unacknowledged frames are kept whole, and an in-flight frame is (message, fragment
 //! index), so a retransmission re-reads the original message at its offset (thesis
-//! §4.4.1: no extra copy but the one into the datagram).
+//! §4.4.1: no extra copy but the one into the datagram). New frames that fit together go
+//! out in one BATCH datagram ([`WindowConfig::coalesce`]); a retransmission goes alone,
+//! and the receiver takes a BATCH's frames one by one, as if they had arrived back to
+//! back.
 //!
 //! Receiver: selective repeat. Frames in the window but ahead of the next expected one
 //! are buffered in a ring of `window` slots (allocated on the first out-of-order frame,

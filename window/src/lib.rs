@@ -13,10 +13,11 @@
 //! | software timer lists, one per timer kind (§3.2.2) | [`timers`] |
 //! | selective ACK on standalone ACKs (ours: keeps a SEND timeout behind one lost frame from resending the window) | [`wire`], [`Ini`] |
 //! | checksum over each datagram (ours: a keyed MAC and a per-run epoch instead, so forged and replayed datagrams are dropped), fragmentation above the MTU (§3.1, §4.4.1) | [`wire`] |
+//! | several new frames in one BATCH datagram (ours: most of a datagram's cost is per datagram; each frame still acknowledged and retransmitted alone) | [`WindowConfig::coalesce`], [`wire`] |
 //! | statistics (§4.4.2) | [`stats`] |
 //!
 //! Time is [`Micros`]: microseconds on a caller-chosen monotonic clock. Sizes are
-//! bytes; window sizes are frames (one frame = one datagram).
+//! bytes; window sizes are frames (one frame per datagram, or several in a BATCH).
 //!
 //! A deterministic network simulator for tests and benchmarks lives in [`sim`].
 
