@@ -385,3 +385,56 @@ fn peers_bound_to_every_address_are_heard_on_their_port() {
         }
     }
 }
+
+/// Sends 20 bulk messages of 40 fragments from site 0 to site 1 over INIs with a
+/// 8972-byte MTU and returns site 0's (DATA frames sent, BATCH datagrams sent,
+/// datagrams sent).
+fn bulk_stream_counts(coalesce: bool) -> (u64, u64, u64) {
+    let cs = clusters(2, 1, IniPolicy::Static, FaultConfig::default(), |c| {
+        c.window.mtu = 8972;
+        c.window.coalesce = coalesce;
+    });
+    let a = endpoint(&cs[0], 0, 1, 2);
+    let b = endpoint(&cs[1], 1, 0, 2);
+    let big: Vec<u8> = (0..40 * 4080u32).map(|i| (i % 253) as u8).collect();
+    for _ in 0..20 {
+        a.send_bulk(VirtualName(1), Handler(6), &big, Some(TIMEOUT), |_| {})
+            .unwrap();
+        let Message::Bulk(m) = recv(&b, "bulk") else {
+            panic!("not bulk")
+        };
+        assert!(m.data == big);
+    }
+    drop((a, b));
+    let mut it = cs.into_iter();
+    let sender = it.next().unwrap();
+    let r = sender.inis.shutdown(Duration::from_secs(20)).unwrap();
+    let c = &r[0].window.connections;
+    (
+        c.data_frames_sent,
+        c.batches_sent,
+        r[0].window.datagrams_sent,
+    )
+}
+
+#[test]
+fn bulk_fragments_share_datagrams_when_they_fit() {
+    // Two 4 KiB fragments fit one 8972-byte datagram; a bulk message's fragments reach
+    // the INI together (`RemoteRoute::submit`'s `more`), so the pass that sends them
+    // packs them into BATCH datagrams (`ini.coalesce`).
+    let (frames, batches, datagrams) = bulk_stream_counts(true);
+    assert!(frames >= 800, "{frames} frames");
+    assert!(batches > 0, "no BATCH among {datagrams} datagrams");
+    // About two frames per datagram (runs here: 400–416 datagrams for 800 frames).
+    assert!(
+        datagrams * 4 <= frames * 3,
+        "{datagrams} datagrams for {frames} frames"
+    );
+    // Off: one frame per datagram (ACKs add some).
+    let (frames, batches, datagrams) = bulk_stream_counts(false);
+    assert_eq!(batches, 0);
+    assert!(
+        datagrams >= frames,
+        "{datagrams} datagrams for {frames} frames"
+    );
+}
