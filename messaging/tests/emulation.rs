@@ -36,9 +36,13 @@ struct Cluster {
 fn network_pair(emulation: EmulationConfig) -> (Vec<Cluster>, Endpoint, Endpoint) {
     let mut job = JobConfig::local(2, 1);
     job.ini.policy = IniPolicy::Static;
-    job.emulation = emulation;
     job.job.peer_timeout_ms = 20_000;
-    let cfg = NetConfig::from_job(&job);
+    // The emulation is set on the INI settings after they are made from the job, as
+    // `experiment loggp-calibrate` does: what the INIs do under it (one message per
+    // datagram under g and G, whatever `ini.coalesce` says) must not depend on where
+    // it was set.
+    let mut cfg = NetConfig::from_job(&job);
+    cfg.emulation = emulation;
     let sites: Vec<Site> = (0..2)
         .map(|s| {
             Site::new(SiteConfig {

@@ -221,6 +221,9 @@ pub fn run(cfg: Config) -> Result<Measurement> {
     let total = n as u64 * (WARM_UP + cfg.requests);
     let mut net = Pair::net_config(1, IniPolicy::Static);
     net.inline = false;
+    // The thesis's INIs send one message per datagram: its model's service time is per
+    // message, so queued requests must not share datagrams here.
+    net.window.coalesce = false;
     net.spin = Duration::from_micros(cfg.ini_spin_us);
     net.trace = Some(TraceConfig {
         // Never written: the traces are read from memory and the INIs are dropped, not

@@ -118,9 +118,8 @@ impl NetConfig {
         };
         // An ACK at least every 32 frames, and at the latest when the window is full.
         window.ack_every = window.ack_every.min(window.window);
-        // Paper 001's emulated gap g is per message: under it, one message per datagram.
-        window.coalesce =
-            cfg.ini.coalesce && cfg.emulation.gap_us == 0.0 && cfg.emulation.per_byte_gap_ns == 0.0;
+        // Off under an emulated g or G whatever this says (see `BoundInis::start`).
+        window.coalesce = cfg.ini.coalesce;
         window.send_timeout = crate::window::Micros(cfg.ini.send_timeout_us);
         window.ack_timeout = crate::window::Micros(cfg.ini.ack_timeout_us);
         window.peer_timeout = crate::window::Micros::from_millis(cfg.job.peer_timeout_ms);
@@ -574,9 +573,13 @@ impl BoundInis {
         }
         let epoch = Instant::now();
         let mut slots = Vec::with_capacity(k);
+        // Paper 001's emulated gap g (and G) is per message: under it, one message per
+        // datagram, however the configuration was built.
+        let mut window = cfg.window.clone();
+        window.coalesce &= cfg.emulation.gap_us == 0.0 && cfg.emulation.per_byte_gap_ns == 0.0;
         for (i, socket) in self.sockets.into_iter().enumerate() {
             let mut ini =
-                crate::window::Ini::new(IniAddr::new(self.site.0, i as u8), cfg.window.clone())
+                crate::window::Ini::new(IniAddr::new(self.site.0, i as u8), window.clone())
                     .map_err(|e| NetError::Config(e.to_string()))?;
             let mut peer_addrs = Vec::new();
             let mut sources = HashMap::new();

@@ -63,13 +63,17 @@ struct App {
     args: Vec<String>,
 }
 
-/// The `--set` values every point shares: one dedicated INI per cluster over UDP.
+/// The `--set` values every point shares: one dedicated INI per cluster over UDP, one
+/// message per datagram (paper 001's network carries each message in its own packet,
+/// and its *g* and *G* space messages, under which the INIs do not pack them anyway; so
+/// the baseline and every point use the same path).
 fn link_sets() -> Vec<String> {
     vec![
         "ini.substrate=udp".into(),
         "ini.inline=false".into(),
         "ini.per_cluster=1".into(),
         "ini.policy=static".into(),
+        "ini.coalesce=false".into(),
     ]
 }
 
