@@ -68,6 +68,12 @@ impl Params {
         }
     }
 
+    /// Byte range of fragment `index` in a message of `len` bytes.
+    fn fragment(&self, len: usize, index: u16) -> std::ops::Range<usize> {
+        let start = usize::from(index) * self.max_payload;
+        start..(start + self.max_payload).min(len)
+    }
+
     /// Fragments needed for a message of `len` bytes (an empty message is one frame).
     /// `len <= max_message_len` keeps this within `u16` (checked by `validate`).
     fn frag_count(&self, len: usize) -> u16 {
@@ -402,10 +408,9 @@ impl Connection {
     fn next_new_len(&self, p: &Params) -> Option<usize> {
         match self.msgs.back() {
             Some(m) if m.next_frag < m.frag_count => {
-                let start = usize::from(m.next_frag) * p.max_payload;
-                Some((m.data.len() - start).min(p.max_payload))
+                Some(p.fragment(m.data.len(), m.next_frag).len())
             }
-            _ => self.pending.front().map(|d| d.len().min(p.max_payload)),
+            _ => self.pending.front().map(|d| p.fragment(d.len(), 0).len()),
         }
     }
 
@@ -487,13 +492,8 @@ impl Connection {
             count += 1;
         }
         let header = Header {
-            kind: FrameKind::Batch,
-            epoch: p.epoch,
-            conn: self.id,
-            seq,
-            ack: self.rcv_next,
-            frag_index: 0,
             frag_count: count,
+            ..self.header(FrameKind::Batch, seq, p)
         };
         self.stats.batches_sent += 1;
         self.stats.frames_in_batches_sent += u64::from(count);
@@ -506,35 +506,39 @@ impl Connection {
     /// Appends in-flight frame `d` to the BATCH payload in `buf` (`used` bytes so far);
     /// returns the new payload length.
     fn put_batch_frame(&self, d: usize, used: usize, p: &Params, buf: &mut [u8]) -> usize {
+        let (frag_index, frag_count, data) = self.frame(d, p);
+        wire::put_batch_frame(buf, used, frag_index, frag_count, data)
+    }
+
+    /// In-flight frame `d`: its fragment index, its message's fragment count and its
+    /// bytes (read from the message, thesis §4.4.1).
+    fn frame(&self, d: usize, p: &Params) -> (u16, u16, &[u8]) {
         let f = self.frames[d];
         let m = &self.msgs[(f.msg_id - self.front_msg_id) as usize];
-        let start = usize::from(f.frag_index) * p.max_payload;
-        let end = (start + p.max_payload).min(m.data.len());
-        wire::put_batch_frame(buf, used, f.frag_index, m.frag_count, &m.data[start..end])
+        (
+            f.frag_index,
+            m.frag_count,
+            &m.data[p.fragment(m.data.len(), f.frag_index)],
+        )
     }
 
     /// Encodes in-flight frame `d` (sequence number `seq`) from its message.
     fn write_data(&mut self, seq: u32, d: usize, p: &Params, buf: &mut [u8]) -> usize {
-        let f = self.frames[d];
-        let m = &self.msgs[(f.msg_id - self.front_msg_id) as usize];
-        let start = usize::from(f.frag_index) * p.max_payload;
-        let end = (start + p.max_payload).min(m.data.len());
+        let (frag_index, frag_count, data) = self.frame(d, p);
         let header = Header {
-            kind: FrameKind::Data,
-            epoch: p.epoch,
-            conn: self.id,
-            seq,
-            ack: self.rcv_next,
-            frag_index: f.frag_index,
-            frag_count: m.frag_count,
+            frag_index,
+            frag_count,
+            ..self.header(FrameKind::Data, seq, p)
         };
-        let n = wire::write_frame(&header, &m.data[start..end], &p.key, buf);
+        let n = wire::write_frame(&header, data, &p.key, buf);
         self.ack_sent(false);
         self.wrote_data = true;
         n
     }
 
-    fn control_header(&self, kind: FrameKind, seq: u32, p: &Params) -> Header {
+    /// A header of `kind` from this connection, its cumulative ACK current and no
+    /// fragment fields (DATA and BATCH set theirs).
+    fn header(&self, kind: FrameKind, seq: u32, p: &Params) -> Header {
         Header {
             kind,
             epoch: p.epoch,
@@ -547,7 +551,7 @@ impl Connection {
     }
 
     fn write_control(&mut self, kind: FrameKind, seq: u32, p: &Params, buf: &mut [u8]) -> usize {
-        let n = wire::write_frame(&self.control_header(kind, seq, p), &[], &p.key, buf);
+        let n = wire::write_frame(&self.header(kind, seq, p), &[], &p.key, buf);
         self.ack_sent(false);
         n
     }
@@ -570,7 +574,7 @@ impl Connection {
                 }
             }
         }
-        let n = wire::seal(&self.control_header(FrameKind::Ack, 0, p), len, &p.key, buf);
+        let n = wire::seal(&self.header(FrameKind::Ack, 0, p), len, &p.key, buf);
         self.ack_sent(true);
         n
     }
