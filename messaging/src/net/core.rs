@@ -331,7 +331,12 @@ impl IniCore {
         let mut work = false;
         let emulate_gap = !self.gap.is_zero() || self.per_byte_ns > 0.0;
         loop {
-            if emulate_gap && self.next_inject > Instant::now() {
+            // The gap runs from the start of this injection — the INI taking the
+            // datagram from the window, framing and authenticating it, then `sendto`:
+            // LogP's g is the least interval between the starts of two injections, so
+            // the next one's own work fits inside the gap instead of adding to it.
+            let injected = Instant::now();
+            if emulate_gap && self.next_inject > injected {
                 break;
             }
             let Some(t) = self.ini.poll_transmit(now, &mut self.buf) else {
@@ -341,9 +346,6 @@ impl IniCore {
             let traced = t.messages_started > 0 && self.trace.is_some();
             let windowed_ns = if traced { net.now_ns() } else { 0 };
             let addr = self.peer_addrs[t.conn.index()];
-            // The gap runs from the start of this injection: LogP's g is the least
-            // interval between the starts of two injections.
-            let injected = Instant::now();
             if self.faults.is_active() {
                 let Verdict::Send(ds) = self.faults.apply(&self.buf[..t.len]);
                 for d in ds {
