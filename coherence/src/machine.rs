@@ -923,7 +923,13 @@ impl Machine {
                 }
                 self.locks.note_own_time(self.me, &self.time);
                 match self.locks.acquire(lock, from, time, seen, &self.log)? {
-                    Request::Send(msgs) => self.send_manager_messages(msgs, out),
+                    Request::Send(msgs) => {
+                        self.stats.lock_sweep_recalls += msgs
+                            .iter()
+                            .filter(|(_, m)| matches!(m, Message::LockRecall { lock: l, .. } if *l != lock))
+                            .count() as u64;
+                        self.send_manager_messages(msgs, out);
+                    }
                     Request::Stale => self.stats.lock_stale_requests += 1,
                 }
                 Ok(())

@@ -144,6 +144,9 @@ counters! {
     /// Lock recalls sent by this cluster as lock manager (an owning cluster was asked
     /// to give a cached lock back).
     lock_recalls,
+    /// Of `lock_recalls`, those sent ahead of any request: the next locks of a sweep,
+    /// recalled with the one asked for ([`crate::sync::SWEEP_RECALL`]).
+    lock_sweep_recalls,
     /// Contended or pushed locks this cluster gave back at a release without being
     /// asked (eager release).
     lock_eager_releases,

@@ -71,6 +71,14 @@
 //!   The contention history and the predictions survive barriers: a lock that each
 //!   cluster takes once per phase of a loop (Water's per-molecule locks, taken once
 //!   per time step) is pushed from one phase to the next.
+//! * **Sweeps.** Before any lock has moved between two clusters, pushes have nothing
+//!   to follow: a cluster that sweeps locks another cluster took first (and caches)
+//!   would wait for one recall per lock. When it asks for two neighbouring locks of a
+//!   manager in turn, both cached by the same other cluster, the manager recalls the
+//!   next ones that only that cluster took as well ([`SWEEP_RECALL`]) and pushes them
+//!   to the sweeping cluster as they come back. Water's first force computation:
+//!   the cluster that finished its pair forces first sweeps — and caches — most
+//!   molecule locks before the other one starts.
 //! * **Carried diffs.** A release carries the diffs of the releaser's intervals of
 //!   the tenure ([`crate::interval::IntervalDiff`]); the manager keeps the diffs of
 //!   the lock's last few tenures ([`MAX_CARRIED_DIFFS`]) and sends the next holder
@@ -139,6 +147,21 @@ pub const MAX_LOCAL_HANDOFFS: u32 = 8;
 /// Source: this project's bound (a few tenures' worth of a lock's critical section).
 pub const MAX_CARRIED_DIFFS: usize = 16;
 
+/// How many further locks of a sweep a manager recalls with the one requested: once a
+/// cluster has asked, one after the other, for two neighbouring locks of this manager
+/// that only another cluster ever took and keeps cached (uncontended grants, given
+/// back only when recalled), the manager also recalls the next such locks of that
+/// cluster, up to this many among the next `2 × SWEEP_RECALL` locks it manages, and
+/// pushes them to the asking cluster as they come back (the manager-wide successor;
+/// see the module documentation). Locks that two clusters took already move by pushes. Water's first force computation sweeps every molecule lock
+/// in turn, after the cluster that finished its pair forces first has swept — and
+/// cached — most of them: without this the late cluster waited for one recall per lock
+/// (4,096 in a row for 4,096 molecules).
+///
+/// Source: this project's (issue 10), after the sequential-access prefetching of pages
+/// (ArgoDSM fetches 8 pages per miss) applied to lock recalls.
+pub const SWEEP_RECALL: usize = 16;
+
 /// Tenure numbers count the grants of one lock modulo `2^20` (they travel in 20 bits
 /// of an Express payload), skipping 0, which stands for "never granted".
 ///
@@ -187,6 +210,13 @@ struct LockState {
 }
 
 impl LockState {
+    /// No cluster but `c` was ever granted the lock, and `c` keeps it cached (its
+    /// grant was uncontended, not pushed). Locks that several clusters took are moved
+    /// by pushes and their predictions instead of sweeps ([`SWEEP_RECALL`]).
+    fn only_held_by(&self, c: ClusterId) -> bool {
+        self.holder == Some(c) && !self.eager && self.granted.keys().all(|&g| g == c)
+    }
+
     /// The cluster predicted to take the lock after the last two holders: a confirmed
     /// turn, else the other cluster that took it after the last holder last time, else
     /// — if it never did and no push there was wrong — `successor`'s, the cluster that
@@ -249,6 +279,10 @@ pub(crate) struct LockManager {
     /// manager after it: the prediction for a lock that has none of its own yet (locks
     /// taken in sweeps, like Water's, are pushed from their first contended release).
     successor: BTreeMap<ClusterId, ClusterId>,
+    /// The last lock this manager recalled for a request, `(requester, holder, lock)`,
+    /// a sweep's recalls included: a request that follows it with the next lock of the
+    /// same holder is a sweep (see [`SWEEP_RECALL`]).
+    last_recall: Option<(ClusterId, ClusterId, LockId)>,
 }
 
 /// What [`LockManager::acquire`] did with a request.
@@ -374,11 +408,59 @@ impl LockManager {
             // to the push was wrong; stop following it.
             st.forget_prediction();
         }
+        let first = st.only_held_by(holder);
         let tenure = st.tenure;
-        Ok(Request::Send(vec![(
-            holder,
-            Message::LockRecall { lock, tenure },
-        )]))
+        let mut out = vec![(holder, Message::LockRecall { lock, tenure })];
+        if first {
+            self.recall_sweep(lock, from, holder, &mut out);
+        }
+        Ok(Request::Send(out))
+    }
+
+    /// `from` asked for `lock`, which `holder` keeps cached: if the last recall was for
+    /// the same two clusters and the lock just before this one (a sweep), and `from`
+    /// took a lock of this manager after `holder` before (so that the pushes below go
+    /// to `from`: [`LockState::predicted`] falls back on that successor), also recall
+    /// the next locks `holder` keeps cached and nobody waits for ([`SWEEP_RECALL`]).
+    /// Each comes back with its holder's `LockRelease` and, nobody waiting, is pushed
+    /// to `from`; a request of `from` that arrives first simply waits for it.
+    fn recall_sweep(
+        &mut self,
+        lock: LockId,
+        from: ClusterId,
+        holder: ClusterId,
+        out: &mut Vec<(ClusterId, Message)>,
+    ) {
+        let follows = |prev: LockId| prev < lock && self.locks.range(prev..lock).nth(1).is_none();
+        let sweep = matches!(self.last_recall, Some((f, h, prev)) if f == from && h == holder && follows(prev))
+            && self.successor.get(&holder) == Some(&from);
+        let mut last = lock;
+        if sweep {
+            let next = self
+                .locks
+                .range_mut(lock..)
+                .skip(1)
+                .take(2 * SWEEP_RECALL)
+                .filter(|(_, st)| {
+                    st.holder == Some(holder)
+                        && st.only_held_by(holder)
+                        && !st.recalled
+                        && st.waiters.is_empty()
+                })
+                .take(SWEEP_RECALL);
+            for (&l, st) in next {
+                st.recalled = true;
+                out.push((
+                    holder,
+                    Message::LockRecall {
+                        lock: l,
+                        tenure: st.tenure,
+                    },
+                ));
+                last = l;
+            }
+        }
+        self.last_recall = Some((from, holder, last));
     }
 
     /// The release of `tenure` by `from` (with the diffs of its intervals); returns
@@ -702,6 +784,71 @@ mod tests {
         assert_eq!(m.stored(c(1)), 3);
         let g = sent(m.acquire(l(), c(2), z.clone(), 0, &own()).unwrap());
         assert_eq!(grant_of(&g).3, 3);
+    }
+
+    /// A cluster that asks in turn for two neighbouring locks another cluster took
+    /// first (and caches) gets the next ones of that cluster recalled with the second
+    /// and pushed to it as they come back; locks two clusters took already, and asks
+    /// that are not a sweep, recall only what was asked for.
+    #[test]
+    fn a_sweep_over_locks_cached_elsewhere_recalls_the_next_ones() {
+        let mut m = LockManager::default();
+        let z = VectorTime::new();
+        let lk = |n: u32| LockId::new(n).unwrap();
+        let recalled = |v: &[(ClusterId, Message)]| -> Vec<(u16, u32)> {
+            v.iter()
+                .filter_map(|(to, msg)| match msg {
+                    Message::LockRecall { lock, .. } => Some((to.get(), lock.get())),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Cluster 0 takes locks 2, 4, …, 40 first: uncontended grants, cached there.
+        for n in (2..=40).step_by(2) {
+            grant_of(&sent(m.acquire(lk(n), c(0), z.clone(), 0, &own()).unwrap()));
+        }
+        // Cluster 1 asks for lock 2: one recall; given back, it goes to cluster 1, and
+        // cluster 1 becomes cluster 0's successor at this manager.
+        let r = sent(m.acquire(lk(2), c(1), z.clone(), 0, &own()).unwrap());
+        assert_eq!(recalled(&r), vec![(0, 2)]);
+        let g = m
+            .release(lk(2), c(0), 1, &z, &z, vec![], vec![], false, &own())
+            .unwrap();
+        assert_eq!(grant_of(&g).0, c(1));
+        // Lock 4, the next one: a sweep. Lock 4 and the next SWEEP_RECALL locks that
+        // only cluster 0 took are recalled.
+        let r = sent(m.acquire(lk(4), c(1), z.clone(), 0, &own()).unwrap());
+        let want: Vec<(u16, u32)> = (0..=SWEEP_RECALL as u32).map(|i| (0, 4 + 2 * i)).collect();
+        assert_eq!(recalled(&r), want);
+        // A recalled-ahead lock given back with nobody waiting is pushed to cluster 1.
+        let g = m
+            .release(lk(6), c(0), 1, &z, &z, vec![], vec![], false, &own())
+            .unwrap();
+        let (to, _, contended, _) = grant_of(&g);
+        assert_eq!((to, contended), (c(1), true));
+        assert!(m.is_pushed(lk(6)));
+        // A request for a lock already recalled only waits.
+        assert_eq!(
+            sent(m.acquire(lk(8), c(1), z.clone(), 0, &own()).unwrap()),
+            vec![]
+        );
+        // The sweep goes on after the recalled locks: lock 38 follows the last one
+        // recalled (36), so lock 40, the last cached one, comes with it.
+        let r = sent(m.acquire(lk(38), c(1), z.clone(), 0, &own()).unwrap());
+        assert_eq!(recalled(&r), vec![(0, 38), (0, 40)]);
+        // Asks out of order are no sweep.
+        let mut m2 = LockManager::default();
+        for n in [2, 4, 6] {
+            grant_of(&sent(
+                m2.acquire(lk(n), c(0), z.clone(), 0, &own()).unwrap(),
+            ));
+        }
+        let r = sent(m2.acquire(lk(4), c(1), z.clone(), 0, &own()).unwrap());
+        assert_eq!(recalled(&r), vec![(0, 4)]);
+        m2.release(lk(4), c(0), 1, &z, &z, vec![], vec![], false, &own())
+            .unwrap();
+        let r = sent(m2.acquire(lk(2), c(1), z.clone(), 0, &own()).unwrap());
+        assert_eq!(recalled(&r), vec![(0, 2)]);
     }
 
     #[test]

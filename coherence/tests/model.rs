@@ -574,6 +574,55 @@ fn lock_pushes(name: &str, release_batch: u32, expected: usize) {
     );
 }
 
+/// hlrc: a sweep over locks another cluster took first. Cluster 0 takes locks 1, 3
+/// and 5 (managed by cluster 1) and writes the word each protects; cluster 1 takes
+/// them in the same order and reads the words. When cluster 1 asks for lock 3 after
+/// lock 1 while cluster 0 still caches both, lock 5 is recalled ahead and pushed to
+/// cluster 1 (`SWEEP_RECALL`): every read still returns the value released before it.
+#[test]
+fn hlrc_lock_sweep() {
+    let sweep = |write: bool| -> Vec<Op> {
+        [1, 3, 5]
+            .into_iter()
+            .enumerate()
+            .flat_map(|(word, lock)| {
+                [
+                    Op::Acquire(lock),
+                    if write {
+                        w(word, 1 + word as u64)
+                    } else {
+                        r(word)
+                    },
+                    Op::Release(lock),
+                ]
+            })
+            .collect()
+    };
+    let spec = Spec {
+        cfg: cfg(Protocol::Hlrc, 2, 1),
+        words: 3,
+        threads: vec![(0, sweep(true)), (1, sweep(false))],
+    };
+    check(
+        "hlrc_lock_sweep",
+        spec,
+        vec![
+            ("a sweep's next lock is recalled ahead", |_, s| {
+                s.seen.sweep_recall
+            }),
+            (
+                "a lock is pushed to the cluster predicted to want it",
+                |_, s| s.seen.lock_push,
+            ),
+            (
+                "a read after an acquire returns a value released by another cluster",
+                |_, s| s.seen.remote_value,
+            ),
+        ],
+        EXPECTED_HLRC_SWEEP,
+    );
+}
+
 /// hlrc: diffs carried by a lock and versions at the home. Cluster 1 writes the page
 /// (homed at cluster 0; cluster 1 manages the lock) under the lock; cluster 2, which
 /// holds a copy, takes the lock next and applies the diff carried with the grant
@@ -817,5 +866,6 @@ const EXPECTED_HLRC_CARRIED: usize = 1_366;
 const EXPECTED_HLRC_OPEN_INVALIDATED: usize = 2_196;
 const EXPECTED_HLRC_HOME_WAITS: usize = 10_267;
 const EXPECTED_HLRC_PREFETCH: usize = 59_920;
+const EXPECTED_HLRC_SWEEP: usize = 3_876;
 const EXPECTED_SC_RACING: usize = 127_883;
 const EXPECTED_SC_THREADS: usize = 9_201;

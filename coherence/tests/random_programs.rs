@@ -340,6 +340,7 @@ fn random_programs_exercise_the_protocol() {
         seen.runtime_lock_acquire |= s.runtime_lock_acquire;
         seen.runtime_lock_release |= s.runtime_lock_release;
         seen.lock_push |= s.lock_push;
+        seen.sweep_recall |= s.sweep_recall;
         seen.stale_lock_request |= s.stale_lock_request;
         seen.prefetch_installed |= s.prefetch_installed;
         seen.prefetch_dropped |= s.prefetch_dropped;
@@ -354,6 +355,7 @@ fn random_programs_exercise_the_protocol() {
         let mut order = StdRng::seed_from_u64(seed);
         let w = World::run(&spec, |n| order.random_range(0..n)).expect("run");
         seen.lock_push_back |= w.seen.lock_push_back;
+        seen.sweep_recall |= w.seen.sweep_recall;
     }
     eprintln!("checked reads: {reads}, seen: {seen:?}");
     assert!(reads > 1000, "only {reads} race-free reads checked");
@@ -378,6 +380,7 @@ fn random_programs_exercise_the_protocol() {
             && seen.runtime_lock_release
             && seen.lock_push
             && seen.lock_push_back
+            && seen.sweep_recall
             && seen.stale_lock_request,
         "{seen:?}"
     );

@@ -184,6 +184,8 @@ pub struct Seen {
     pub local_lock_acquire: bool,
     /// A lock manager recalled a cached lock.
     pub lock_recall: bool,
+    /// A lock manager recalled the next locks of a sweep ahead of their requests.
+    pub sweep_recall: bool,
     /// A thread took a lock cached by the runtime, without the machine.
     pub runtime_lock_acquire: bool,
     /// The runtime released an idle cached lock that was wanted back.
@@ -642,6 +644,7 @@ impl World {
         self.seen.home_page_shared |= st.home_pages_shared > 0;
         self.seen.local_lock_acquire |= st.lock_local_acquires > 0;
         self.seen.lock_recall |= st.lock_recalls > 0;
+        self.seen.sweep_recall |= st.lock_sweep_recalls > 0;
         self.seen.lock_push |= st.lock_pushes_received > 0;
         self.seen.lock_push_back |= st.lock_pushes_back > 0;
         self.seen.stale_lock_request |= st.lock_stale_requests > 0;

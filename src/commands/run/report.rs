@@ -362,6 +362,12 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "  pushed here before asked", &|c| {
         c.protocol.lock_pushes_received
     });
+    row(&mut s, "lock recalls sent (as manager)", &|c| {
+        c.protocol.lock_recalls
+    });
+    row(&mut s, "  ahead of a sweep's requests", &|c| {
+        c.protocol.lock_sweep_recalls
+    });
     row(&mut s, "lock wait (ms, all threads)", &|c| {
         ms(c.lock_wait_ns)
     });
