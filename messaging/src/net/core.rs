@@ -158,6 +158,10 @@ pub(crate) struct IniCore {
     pub(crate) rx_ns: u64,
 }
 
+/// A datagram held for the emulated latency that is due within this long is waited for
+/// at the end of the pass that finds it (about one pass of an INI here).
+const HELD_SPIN: Duration = Duration::from_micros(2);
+
 impl IniCore {
     /// Advances this INI (see the module docs). Returns whether it did anything.
     pub(crate) fn pass(&mut self, net: &Net, handoff: &Handoff, poll_socket: bool) -> bool {
@@ -169,6 +173,15 @@ impl IniCore {
             work |= self.receive(net, now);
         }
         work |= self.release_delayed(net);
+        // A held datagram due within a pass's length: wait for it here and release it
+        // now, instead of at the end of the next pass — whose socket read and sends
+        // would otherwise add up to a pass (≈ 1 µs here) to L (paper 001 §3.2).
+        if let Some(due) = self.held_due().filter(|&d| d < Instant::now() + HELD_SPIN) {
+            while Instant::now() < due {
+                std::hint::spin_loop();
+            }
+            work |= self.release_delayed(net);
+        }
         if self.ini.poll_timeout().is_some_and(|t| t <= now) {
             self.note_alive(net);
             self.ini.handle_timeout(now);
@@ -208,12 +221,17 @@ impl IniCore {
     /// datagram held for the emulated latency *L* is due, or the emulated gap in progress
     /// ends (its transmit side may then send again). `None`: neither.
     pub(crate) fn next_release(&self) -> Option<Instant> {
-        let held = self.delayed.front().map(|(t, _, _)| *t);
+        let held = self.held_due();
         let gap = (self.next_inject > Instant::now()).then_some(self.next_inject);
         match (held, gap) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// When the first datagram held for the emulated latency *L* is due, if any.
+    fn held_due(&self) -> Option<Instant> {
+        self.delayed.front().map(|(t, _, _)| *t)
     }
 
     /// Nothing queued, in flight, stalled or delayed.
