@@ -353,8 +353,8 @@ impl IniCore {
             // datagram from the window, framing and authenticating it, then `sendto`:
             // LogP's g is the least interval between the starts of two injections, so
             // the next one's own work fits inside the gap instead of adding to it.
-            let injected = Instant::now();
-            if emulate_gap && self.next_inject > injected {
+            let injected = emulate_gap.then(Instant::now);
+            if injected.is_some_and(|t| self.next_inject > t) {
                 break;
             }
             let Some(t) = self.ini.poll_transmit(now, &mut self.buf) else {
@@ -372,7 +372,7 @@ impl IniCore {
             } else {
                 send(&self.socket, addr, &self.buf[..t.len]);
             }
-            if emulate_gap && t.data {
+            if let Some(injected) = injected.filter(|_| t.data) {
                 self.next_inject = injected + gap_after(self.gap, self.per_byte_ns, t.len);
             }
             if traced && let Some(tr) = self.trace.as_mut() {

@@ -13,7 +13,7 @@ use super::loggp_param::Param;
 use super::plot::{Figure, Kind, Series};
 use super::sweep::{Point, Runs, Sweep};
 use super::table::{Cell, Column, Fmt, Table};
-use super::{CommonArgs, Context, Outcome, Shape, water_app};
+use super::{CommonArgs, Context, Link, Outcome, Shape, water_app};
 use crate::commands::run::report::Report;
 use anyhow::Result;
 use multigrain_dsm::ClusterStats;
@@ -68,13 +68,11 @@ struct App {
 /// and its *g* and *G* space messages, under which the INIs do not pack them anyway; so
 /// the baseline and every point use the same path).
 fn link_sets() -> Vec<String> {
-    vec![
-        "ini.substrate=udp".into(),
-        "ini.inline=false".into(),
-        "ini.per_cluster=1".into(),
-        "ini.policy=static".into(),
-        "ini.coalesce=false".into(),
-    ]
+    Link::Inis {
+        inis: 1,
+        policy: "static",
+    }
+    .sets()
 }
 
 /// Messages a cluster handed to its INIs (sent to the other cluster over the network).
