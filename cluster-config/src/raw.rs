@@ -69,6 +69,7 @@ pub(crate) struct RawIni {
     pub queue_capacity: Field<Int>,
     pub inline: Field<bool>,
     pub coalesce: Field<bool>,
+    pub offload: Field<bool>,
     pub trace_dir: Field<Text>,
     pub trace_records: Field<Int>,
     pub poll_interval_min: Field<Int>,

@@ -148,11 +148,11 @@ impl JobConfig {
                 poll_fraction(ini.poll_interval_min, ini.poll_interval_max)
             ),
         ));
-        if !ini.inline || !ini.coalesce || !ini.trace_dir.is_empty() {
+        if !ini.inline || !ini.coalesce || !ini.offload || !ini.trace_dir.is_empty() {
             lines.push((
                 "",
                 format!(
-                    "{}; {}; {}",
+                    "{}; {}; {}; {}",
                     if ini.inline {
                         "compute threads run free INIs' passes (inline)"
                     } else {
@@ -162,6 +162,11 @@ impl JobConfig {
                         "messages that fit share a datagram"
                     } else {
                         "one message per datagram (coalesce = false)"
+                    },
+                    if ini.offload {
+                        "segmentation offload"
+                    } else {
+                        "one system call per datagram (offload = false)"
                     },
                     if ini.trace_dir.is_empty() {
                         "no message trace".to_owned()
@@ -271,7 +276,7 @@ impl JobConfig {
             out,
             "\n[ini]\nper_cluster = {}\npolicy = \"{}\"\nsubstrate = \"{}\"\nwindow = {}\n\
              send_timeout_us = {}\nack_timeout_us = {}\nmtu = {}\nqueue_capacity = {}\n\
-             inline = {}\ncoalesce = {}\ntrace_dir = {}\ntrace_records = {}\n\
+             inline = {}\ncoalesce = {}\noffload = {}\ntrace_dir = {}\ntrace_records = {}\n\
              poll_interval_min = {}\npoll_interval_max = {}",
             ini.per_cluster,
             ini.policy,
@@ -283,6 +288,7 @@ impl JobConfig {
             ini.queue_capacity,
             ini.inline,
             ini.coalesce,
+            ini.offload,
             toml_str(&ini.trace_dir),
             ini.trace_records,
             ini.poll_interval_min,

@@ -105,6 +105,7 @@ pub(crate) fn resolve(raw: RawFile, src: &Source<'_>) -> Result<JobConfig, Confi
             queue_capacity: ini.queue_capacity,
             inline: ini.inline,
             coalesce: ini.coalesce,
+            offload: ini.offload,
             trace_dir: ini.trace_dir,
             trace_records: ini.trace_records,
             poll_interval_min: ini.poll_interval_min.value,
@@ -138,6 +139,7 @@ struct Ini {
     queue_capacity: usize,
     inline: bool,
     coalesce: bool,
+    offload: bool,
     trace_dir: String,
     trace_records: usize,
     poll_interval_min: Val<u32>,
@@ -414,6 +416,7 @@ impl Resolver<'_, '_> {
             queue_capacity: None,
             inline: None,
             coalesce: None,
+            offload: None,
             trace_dir: None,
             trace_records: None,
             poll_interval_min: None,
@@ -477,6 +480,7 @@ impl Resolver<'_, '_> {
                 .value,
             inline: raw.inline.as_ref().map_or(d.inline, |b| *b.get_ref()),
             coalesce: raw.coalesce.as_ref().map_or(d.coalesce, |b| *b.get_ref()),
+            offload: raw.offload.as_ref().map_or(d.offload, |b| *b.get_ref()),
             trace_dir: raw
                 .trace_dir
                 .as_ref()

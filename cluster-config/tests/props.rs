@@ -92,6 +92,7 @@ prop_compose! {
                 queue_capacity: queue,
                 inline,
                 coalesce: (seed >> 20) & 1 == 1,
+                offload: (seed >> 21) & 1 == 1,
                 trace_dir,
                 trace_records,
                 poll_interval_min: poll_min,

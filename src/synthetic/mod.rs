@@ -224,6 +224,7 @@ pub fn run(cfg: Config) -> Result<Measurement> {
     // The thesis's INIs send one message per datagram: its model's service time is per
     // message, so queued requests must not share datagrams here.
     net.window.coalesce = false;
+    net.offload = false;
     net.spin = Duration::from_micros(cfg.ini_spin_us);
     net.trace = Some(TraceConfig {
         // Never written: the traces are read from memory and the INIs are dropped, not

@@ -15,6 +15,7 @@ use super::Net;
 use super::faults::{FaultShim, Verdict};
 use super::frame::{Frame, FrameKind, HEADER};
 use super::handoff::{Handoff, NO_SLOT, OutMsg};
+use super::offload::{self, Offload};
 use super::reseq::{Arrival, Delivery, Ready};
 use super::stats::IniReport;
 use super::tracer::IniTracer;
@@ -24,7 +25,6 @@ use crate::window::{ConnHandle, EnqueueError, Event, Ini, Micros};
 use crate::word::{Word, WordKind};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -115,6 +115,9 @@ pub(crate) struct Counters {
     pub(crate) delivered: u64,
     pub(crate) rejected: u64,
     pub(crate) busy_ns: u64,
+    /// Socket reads that returned several coalesced datagrams, and those datagrams.
+    pub(crate) coalesced_reads: u64,
+    pub(crate) coalesced_datagrams: u64,
 }
 
 /// The protocol state of one INI (see the module docs).
@@ -149,6 +152,8 @@ pub(crate) struct IniCore {
     /// Under the emulated gap, when the transmit side may send again.
     pub(crate) next_inject: Instant,
     pub(crate) buf: Vec<u8>,
+    /// Segmentation offload of `socket` (`ini.offload`).
+    pub(crate) offload: Offload,
     pub(crate) c: Counters,
     pub(crate) started: Instant,
     /// The per-message trace, when the job asks for one (`ini.trace_dir`).
@@ -348,6 +353,12 @@ impl IniCore {
     fn transmit(&mut self, net: &Net, now: Micros) -> bool {
         let mut work = false;
         let emulate_gap = !self.gap.is_zero() || self.per_byte_ns > 0.0;
+        // Datagrams the window releases together leave in segmented sends (module
+        // `offload`; never under an emulated gap or with the fault shim, see
+        // `BoundInis::start`).
+        let batch = self.offload.batching();
+        // Trace records of the batched datagrams, written once the batch is sent.
+        let mut on_wire: Vec<(ConnHandle, u16, u64)> = Vec::new();
         loop {
             // The gap runs from the start of this injection — the INI taking the
             // datagram from the window, framing and authenticating it, then `sendto`:
@@ -364,13 +375,20 @@ impl IniCore {
             let traced = t.messages_started > 0 && self.trace.is_some();
             let windowed_ns = if traced { net.now_ns() } else { 0 };
             let addr = self.peer_addrs[t.conn.index()];
+            if batch {
+                self.offload.push(&self.socket, addr, &self.buf[..t.len]);
+                if traced {
+                    on_wire.push((t.conn, t.messages_started, windowed_ns));
+                }
+                continue;
+            }
             if self.faults.is_active() {
                 let Verdict::Send(ds) = self.faults.apply(&self.buf[..t.len]);
                 for d in ds {
-                    send(&self.socket, addr, &d);
+                    offload::send(&self.socket, addr, &d);
                 }
             } else {
-                send(&self.socket, addr, &self.buf[..t.len]);
+                offload::send(&self.socket, addr, &self.buf[..t.len]);
             }
             if let Some(injected) = injected.filter(|_| t.data) {
                 self.next_inject = injected + gap_after(self.gap, self.per_byte_ns, t.len);
@@ -379,40 +397,53 @@ impl IniCore {
                 tr.on_wire(t.conn, t.messages_started, windowed_ns, net.now_ns());
             }
         }
+        if batch {
+            self.offload.flush(&self.socket);
+            if let Some(tr) = self.trace.as_mut() {
+                let sent_ns = net.now_ns();
+                for (conn, started, windowed_ns) in on_wire {
+                    tr.on_wire(conn, started, windowed_ns, sent_ns);
+                }
+            }
+        }
         work
     }
 
     /// Reads datagrams; a message they complete is delivered at once (so that its trace
-    /// record's arrival is the read of its last datagram).
+    /// record's arrival is the read of its last datagram). A read may return several
+    /// datagrams the kernel coalesced (module `offload`), handled one by one.
     fn receive(&mut self, net: &Net, now: Micros) -> bool {
         let mut got = false;
+        // Taken out for the loop, so that handling a datagram may borrow the INI.
+        let mut buf = std::mem::take(&mut self.buf);
         for _ in 0..RECV_BUDGET {
-            match self.socket.recv_from(&mut self.buf) {
-                Ok((n, addr)) => {
-                    got = true;
-                    let from = self
-                        .sources
-                        .get(&addr)
-                        .or_else(|| self.port_sources.get(&addr.port()))
-                        .copied();
-                    if self.latency.is_zero() {
-                        if self.trace.is_some() {
-                            self.rx_ns = net.now_ns();
-                        }
-                        let _ = self.ini.handle_datagram_from(now, &self.buf[..n], from);
-                        self.events(net);
-                    } else {
-                        self.delayed.push_back((
-                            Instant::now() + self.latency,
-                            from,
-                            self.buf[..n].to_vec(),
-                        ));
+            let Some(read) = self.offload.recv(&self.socket, &mut buf) else {
+                break;
+            };
+            got = true;
+            if read.stride < read.len {
+                self.c.coalesced_reads += 1;
+                self.c.coalesced_datagrams += read.len.div_ceil(read.stride.max(1)) as u64;
+            }
+            let from = self
+                .sources
+                .get(&read.from)
+                .or_else(|| self.port_sources.get(&read.from.port()))
+                .copied();
+            for d in buf[..read.len].chunks(read.stride.max(1)) {
+                if self.latency.is_zero() {
+                    if self.trace.is_some() {
+                        self.rx_ns = net.now_ns();
                     }
+                    let _ = self.ini.handle_datagram_from(now, d, from);
+                    self.events(net);
+                } else {
+                    self.delayed
+                        .push_back((Instant::now() + self.latency, from, d.to_vec()));
                 }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => break,
             }
         }
+        self.buf = buf;
         got
     }
 
@@ -488,7 +519,7 @@ impl IniCore {
     /// A held-back (reordered) datagram, sent before the INI stops.
     pub(crate) fn flush_faults(&mut self) {
         if let (Some(d), Some(&a)) = (self.faults.flush(), self.peer_addrs.first()) {
-            send(&self.socket, a, &d);
+            offload::send(&self.socket, a, &d);
         }
     }
 
@@ -522,6 +553,12 @@ impl IniCore {
         r.rejected_frames = self.c.rejected;
         r.injected = self.faults.counts;
         r.window = self.ini.stats();
+        r.offload = super::stats::OffloadStats {
+            sends: self.offload.batches,
+            sent_datagrams: self.offload.batched,
+            reads: self.c.coalesced_reads,
+            read_datagrams: self.c.coalesced_datagrams,
+        };
         r.elapsed_us = elapsed.as_secs_f64() * 1e6;
     }
 }
@@ -530,19 +567,6 @@ impl IniCore {
 /// §3.2: *G* is a stall "proportional to the fragment size", added to *g*).
 fn gap_after(gap: Duration, per_byte_ns: f64, len: usize) -> Duration {
     gap + Duration::from_nanos((len as f64 * per_byte_ns).round() as u64)
-}
-
-fn send(socket: &UdpSocket, addr: SocketAddr, d: &[u8]) {
-    loop {
-        match socket.send_to(d, addr) {
-            Ok(_) => return,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::yield_now(),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            // Unreachable peers and the like: the datagram is lost; the window resends and
-            // eventually reports the peer unresponsive.
-            Err(_) => return,
-        }
-    }
 }
 
 /// Builds the frame for `m`, reading (and then releasing) its buffer.

@@ -12,13 +12,15 @@
 //! order (per-lane sequence numbers) and deposits it in the destination receive queue — Tag-On data into a slot of the receiving site's pool.
 //!
 //! Also here: paper 000's adaptive network polling (in the queue layer's `poll` module), fault injection
-//! ([`faults`]), the LogGP emulation of paper 001 §3.2 (o, g, L, G from the job's
+//! ([`faults`]), UDP segmentation and receive offload (the `offload` module: one system
+//! call for a run of datagrams, `ini.offload`), the LogGP emulation of paper 001 §3.2 (o, g, L, G from the job's
 //! `[emulation]` section) and per-INI statistics ([`IniReport`]).
 
 mod core;
 pub mod faults;
 pub mod frame;
 pub(crate) mod handoff;
+mod offload;
 mod policy;
 mod reseq;
 mod route;
@@ -27,7 +29,7 @@ mod thread;
 pub mod trace;
 mod tracer;
 
-pub use stats::IniReport;
+pub use stats::{IniReport, OffloadStats};
 
 use crate::layout::MappedSite;
 use crate::names::SiteId;
@@ -77,6 +79,11 @@ pub struct NetConfig {
     /// Compute threads run a free INI's pass themselves (`ini.inline`); `false`: only
     /// the INI threads do (dedicated protocol processors, paper 002 chapter 3).
     pub inline: bool,
+    /// UDP segmentation and receive offload (`ini.offload`, module `offload`): the
+    /// datagrams the window releases together leave in one segmented send per peer,
+    /// and a read takes what the kernel coalesced. Off under an emulated gap, per-byte
+    /// gap or latency and while the fault shim is active, whatever this says.
+    pub offload: bool,
     /// Per-message traces (`ini.trace_dir`, `ini.trace_records`); `None`: off.
     pub trace: Option<TraceConfig>,
     /// Peer INI addresses (as passed to [`BoundInis::start`]) whose INIs are bound to
@@ -136,6 +143,7 @@ impl NetConfig {
             spin: Duration::from_micros(50),
             poll: PollBounds::new(cfg.ini.poll_interval_min, cfg.ini.poll_interval_max),
             inline: cfg.ini.inline,
+            offload: cfg.ini.offload,
             trace: (!cfg.ini.trace_dir.is_empty()).then(|| TraceConfig {
                 dir: cfg.ini.trace_dir.clone().into(),
                 records: cfg.ini.trace_records,
@@ -606,6 +614,17 @@ impl BoundInis {
                     conns[s].push(c);
                 }
             }
+            let faults =
+                faults::FaultShim::new(&cfg.faults, (u64::from(self.site.0) << 8) | i as u64);
+            // Datagrams leave and arrive one by one where their own timing is emulated
+            // (paper 001 §3.2) or the fault shim rearranges them.
+            let e = &cfg.emulation;
+            let offload = cfg.offload
+                && e.gap_us == 0.0
+                && e.per_byte_gap_ns == 0.0
+                && e.latency_us == 0.0
+                && !faults.is_active();
+            let offload = offload::Offload::new(&socket, offload);
             let core = IniCore {
                 index: i as u8,
                 local_inis: k as u8,
@@ -616,10 +635,7 @@ impl BoundInis {
                 port_sources,
                 conns,
                 next_remote: vec![0; remote.len()],
-                faults: faults::FaultShim::new(
-                    &cfg.faults,
-                    (u64::from(self.site.0) << 8) | i as u64,
-                ),
+                faults,
                 gap: Duration::from_secs_f64(cfg.emulation.gap_us / 1e6),
                 per_byte_ns: cfg.emulation.per_byte_gap_ns,
                 latency: Duration::from_secs_f64(cfg.emulation.latency_us / 1e6),
@@ -627,6 +643,7 @@ impl BoundInis {
                 delayed: VecDeque::new(),
                 next_inject: epoch,
                 buf: vec![0; 65_536],
+                offload,
                 c: Counters::default(),
                 started: epoch,
                 trace: None,

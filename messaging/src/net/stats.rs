@@ -46,12 +46,27 @@ pub struct IniReport {
     /// rejected for a bad MAC, another run's epoch, an unregistered source address or a
     /// malformed header…
     pub window: IniStats,
+    /// UDP segmentation and receive offload (`ini.offload`).
+    pub offload: OffloadStats,
     /// Wall time the INI ran, µs.
     pub elapsed_us: f64,
     /// The cluster's liveness thread ([`crate::liveness`]): its probes, answers and the
     /// probes it refused (bad MAC, another run's epoch, unregistered source, malformed
     /// or stale). Reported with INI 0 of each cluster; `None` on the other INIs.
     pub liveness: Option<crate::liveness::LivenessStats>,
+}
+
+/// What one INI's segmentation and receive offload did (`ini.offload`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OffloadStats {
+    /// Segmented sends (GSO): one `sendmsg` each for two or more datagrams to one peer.
+    pub sends: u64,
+    /// Datagrams those sends carried (the rest left one `sendto` each).
+    pub sent_datagrams: u64,
+    /// Socket reads that returned two or more datagrams the kernel coalesced (GRO).
+    pub reads: u64,
+    /// Datagrams those reads returned.
+    pub read_datagrams: u64,
 }
 
 impl IniReport {
@@ -63,7 +78,8 @@ impl IniReport {
     /// `bad` malformed (plus frames that passed the window but did not decode). On the
     /// INI that carries the liveness counters, the same four reasons follow for the
     /// liveness probes (`probes rejected: mac … bad` where `bad` also counts stale
-    /// answers), with the answers received.
+    /// answers), with the answers received. Where segmentation offload batched sends or
+    /// reads, `offload` gives their counts and the datagrams they carried.
     pub fn line(&self) -> String {
         let c = &self.window.connections;
         let w = &self.window;
@@ -73,6 +89,15 @@ impl IniReport {
                 l.answers, l.rejected_mac, l.rejected_epoch, l.rejected_source, l.rejected_bad
             )
         });
+        let o = &self.offload;
+        let offload = if o.sends + o.reads == 0 {
+            String::new()
+        } else {
+            format!(
+                "  offload: {} sends of {} datagrams, {} reads of {}",
+                o.sends, o.sent_datagrams, o.reads, o.read_datagrams
+            )
+        };
         format!(
             "c{}/ini{}  msgs {:>9}  datagrams {:>9}  bytes {:>12}  mean len {:>7.1}  hand-off wait {:>6.1} µs  queue {:>6.2}  util {:>5.1}%  missched {:>7}  retx {:>6}  NAK {:>5}/{:<5}  dup {:>5}  rejected: mac {:>5}  epoch {:>5}  src {:>5}  bad {:>5}",
             self.site,
@@ -94,5 +119,6 @@ impl IniReport {
             w.unknown_source,
             w.decode_failures + w.misdirected + w.unknown_peer + self.rejected_frames,
         ) + &probes
+            + &offload
     }
 }

@@ -288,9 +288,11 @@ pub fn run(ctx: &Context, _a: &LoggpCalibrateArgs) -> Result<Outcome> {
     .context("--set")?;
     // The sweep sets the emulation itself; UDP so that g and G apply. One message per
     // datagram in every setting: g and G space messages (paper 001 §3.2), so under them
-    // the INIs do not pack messages, and the baseline must be that same path.
+    // the INIs do not pack messages, and the baseline must be that same path (nor
+    // batch their system calls: segmentation offload is off under g, G and L).
     job.emulation = EmulationConfig::default();
     job.ini.coalesce = false;
+    job.ini.offload = false;
     let base = NetConfig::from_job(&job);
     let sizes = if ctx.quick {
         Sizes {

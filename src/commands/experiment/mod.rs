@@ -350,11 +350,13 @@ impl Link {
     /// The `--set` values of this link.
     pub fn sets(self) -> Vec<String> {
         match self {
-            // The thesis's apparatus: dedicated INIs, one message per datagram.
+            // The thesis's apparatus: dedicated INIs, one message per datagram, one
+            // system call per datagram.
             Link::Inis { inis, policy } => vec![
                 "ini.substrate=udp".into(),
                 "ini.inline=false".into(),
                 "ini.coalesce=false".into(),
+                "ini.offload=false".into(),
                 format!("ini.per_cluster={inis}"),
                 format!("ini.policy={policy}"),
             ],
