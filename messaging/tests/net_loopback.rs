@@ -386,14 +386,9 @@ fn peers_bound_to_every_address_are_heard_on_their_port() {
     }
 }
 
-/// Sends 20 bulk messages of 40 fragments from site 0 to site 1 over INIs with a
-/// 8972-byte MTU and returns site 0's (DATA frames sent, BATCH datagrams sent,
-/// datagrams sent).
-fn bulk_stream_counts(coalesce: bool) -> (u64, u64, u64) {
-    let cs = clusters(2, 1, IniPolicy::Static, FaultConfig::default(), |c| {
-        c.window.mtu = 8972;
-        c.window.coalesce = coalesce;
-    });
+/// Sends 20 bulk messages of 40 fragments from site 0 to site 1 of `cs` over their INIs,
+/// checks that each arrives intact, and returns every INI's report (site 0's first).
+fn bulk_stream(cs: Vec<Cluster>) -> Vec<net::IniReport> {
     let a = endpoint(&cs[0], 0, 1, 2);
     let b = endpoint(&cs[1], 1, 0, 2);
     let big: Vec<u8> = (0..40 * 4080u32).map(|i| (i % 253) as u8).collect();
@@ -406,9 +401,24 @@ fn bulk_stream_counts(coalesce: bool) -> (u64, u64, u64) {
         assert!(m.data == big);
     }
     drop((a, b));
-    let mut it = cs.into_iter();
-    let sender = it.next().unwrap();
-    let r = sender.inis.shutdown(Duration::from_secs(20)).unwrap();
+    cs.into_iter()
+        .flat_map(|c| c.inis.shutdown(Duration::from_secs(20)).unwrap())
+        .collect()
+}
+
+/// [`bulk_stream`] with a 8972-byte MTU; site 0's (DATA frames sent, BATCH datagrams
+/// sent, datagrams sent).
+fn bulk_stream_counts(coalesce: bool) -> (u64, u64, u64) {
+    let r = bulk_stream(clusters(
+        2,
+        1,
+        IniPolicy::Static,
+        FaultConfig::default(),
+        |c| {
+            c.window.mtu = 8972;
+            c.window.coalesce = coalesce;
+        },
+    ));
     let c = &r[0].window.connections;
     (
         c.data_frames_sent,
@@ -439,29 +449,19 @@ fn bulk_fragments_share_datagrams_when_they_fit() {
     );
 }
 
-/// Streams 20 bulk messages of 40 fragments from site 0 to site 1 at the default
-/// 1,472-byte MTU (three datagrams per 4 KiB fragment) with `ini.offload` as given, and
-/// returns the two INIs' reports (sender first); every message must arrive intact.
+/// [`bulk_stream`] at the default 1,472-byte MTU (three datagrams per 4 KiB fragment)
+/// with `ini.offload` as given: the two INIs' reports, sender first.
 fn offload_stream(offload: bool) -> Vec<net::IniReport> {
-    let cs = clusters(2, 1, IniPolicy::Static, FaultConfig::default(), |c| {
-        c.window.mtu = 1472;
-        c.offload = offload;
-    });
-    let a = endpoint(&cs[0], 0, 1, 2);
-    let b = endpoint(&cs[1], 1, 0, 2);
-    let big: Vec<u8> = (0..40 * 4080u32).map(|i| (i % 251) as u8).collect();
-    for _ in 0..20 {
-        a.send_bulk(VirtualName(1), Handler(6), &big, Some(TIMEOUT), |_| {})
-            .unwrap();
-        let Message::Bulk(m) = recv(&b, "bulk") else {
-            panic!("not bulk")
-        };
-        assert!(m.data == big);
-    }
-    drop((a, b));
-    cs.into_iter()
-        .flat_map(|c| c.inis.shutdown(Duration::from_secs(20)).unwrap())
-        .collect()
+    bulk_stream(clusters(
+        2,
+        1,
+        IniPolicy::Static,
+        FaultConfig::default(),
+        |c| {
+            c.window.mtu = 1472;
+            c.offload = offload;
+        },
+    ))
 }
 
 #[test]
