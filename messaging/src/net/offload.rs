@@ -27,7 +27,7 @@ use nix::sys::socket::{
     sockopt,
 };
 use std::io::{ErrorKind, IoSlice, IoSliceMut};
-use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 
 /// Most datagrams in one segmented send (the kernel's `UDP_MAX_SEGMENTS`).
@@ -230,16 +230,9 @@ impl Offload {
 
 /// `a` as a standard socket address (`None` for a family other than IPv4 and IPv6).
 fn std_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = a.as_sockaddr_in() {
-        return Some(SocketAddr::V4(SocketAddrV4::new(v4.ip(), v4.port())));
-    }
-    let v6 = a.as_sockaddr_in6()?;
-    Some(SocketAddr::V6(SocketAddrV6::new(
-        v6.ip(),
-        v6.port(),
-        v6.flowinfo(),
-        v6.scope_id(),
-    )))
+    a.as_sockaddr_in()
+        .map(|&v4| SocketAddr::V4(v4.into()))
+        .or_else(|| a.as_sockaddr_in6().map(|&v6| SocketAddr::V6(v6.into())))
 }
 
 /// Sends one datagram, waiting out a full socket buffer.
