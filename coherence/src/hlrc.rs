@@ -43,8 +43,13 @@
 //!   its copyset ([`crate::Message::Update`]); each keeps them for the departure,
 //!   whose write notices apply them as diffs carried with the notices (a copy that
 //!   reflects a diff's base stays valid instead of being invalidated and fetched in
-//!   the next phase); the others are dropped. Source: update protocols for
-//!   producer–consumer sharing (Munin, Carter, Bennett, Zwaenepoel, SOSP 1991 §3).
+//!   the next phase); the others are dropped. The same flush also gives back the
+//!   locks other clusters asked for meanwhile (a sum taken under a lock just before
+//!   a barrier, as in every SPLASH program), so a grant may bring the flush's write
+//!   notices before the departure does: the acquire then applies the held updates
+//!   of those notices as it applies carried diffs, and drops the held updates whose
+//!   intervals it now knows. Source: update protocols for producer–consumer
+//!   sharing (Munin, Carter, Bennett, Zwaenepoel, SOSP 1991 §3).
 //! * **Home**: a received diff is applied to the master (and its twin, when open) as
 //!   soon as the master reflects the diff's base — diffs that overtook an earlier
 //!   one wait — then acknowledged; a diff the master already reflects (it came with a
@@ -135,6 +140,9 @@ pub(crate) struct NoticePlan {
     stale: Vec<PageId>,
     /// `(page, owner, index)` of pages homed here still lacking a diff.
     wait: Vec<(PageId, ClusterId, u32)>,
+    /// How many of the diffs to apply are held barrier updates rather than diffs
+    /// carried with the notices.
+    from_held: u64,
 }
 
 /// Whether `known` (at cluster `me`) reflects every entry of `need` except `me`'s.
@@ -590,12 +598,13 @@ impl Machine {
     }
 
     /// Decides what the write notices of `records` (those not seen yet) do to each
-    /// page, given the diffs carried with them (see the module documentation). Pure:
-    /// changes nothing.
+    /// page, given the diffs carried with them and the barrier updates held for the
+    /// next departure (`held`; see the module documentation). Pure: changes nothing.
     pub(crate) fn hlrc_plan_notices(
         &self,
         records: &[IntervalRecord],
         diffs: &[IntervalDiff],
+        held: &[IntervalDiff],
     ) -> Result<NoticePlan, ProtocolError> {
         let me = self.me;
         let mut notices: BTreeMap<PageId, Vec<(ClusterId, u32)>> = BTreeMap::new();
@@ -620,15 +629,20 @@ impl Machine {
             // repeatedly, in the order carried (oldest tenure first).
             let mut known = e.known.clone();
             let mut seq = Vec::new();
+            let mut held_in_seq = 0;
             let copy = matches!(e.access, PageAccess::ReadOnly | PageAccess::ReadWrite);
             if copy {
                 let mut left: Vec<&IntervalDiff> = diffs
                     .iter()
+                    .chain(held)
                     .filter(|d| d.page == page && list.contains(&(d.owner, d.index)))
                     .collect();
                 while let Some(i) = left.iter().position(|d| d.applies_to(&known, me)) {
                     let d = left.remove(i);
                     known.set(d.owner, d.index);
+                    if held.iter().any(|h| std::ptr::eq(h, d)) {
+                        held_in_seq += 1;
+                    }
                     seq.push(d.clone());
                 }
             }
@@ -640,6 +654,7 @@ impl Machine {
             if home {
                 // The master cannot be dropped: apply what can be, wait for the rest.
                 if e.access != PageAccess::Untouched {
+                    plan.from_held += held_in_seq;
                     plan.apply.extend(seq.into_iter().map(|d| (d, e.twin)));
                 }
                 plan.wait.extend(missing.iter().map(|&(o, i)| (page, o, i)));
@@ -648,6 +663,7 @@ impl Machine {
             plan.need.extend(list.iter().map(|&(o, i)| (page, o, i)));
             match e.access {
                 PageAccess::ReadOnly | PageAccess::ReadWrite if missing.is_empty() => {
+                    plan.from_held += held_in_seq;
                     plan.apply.extend(seq.into_iter().map(|d| (d, e.twin)));
                 }
                 PageAccess::ReadWrite if e.twin => plan.flush.push(page),
@@ -693,6 +709,7 @@ impl Machine {
             need,
             stale,
             wait,
+            from_held: _,
         } = plan;
         if !flush.is_empty() {
             return Err(Self::unexpected(
@@ -759,13 +776,41 @@ impl Machine {
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
         let updates = std::mem::take(&mut self.updates);
-        let plan = self.hlrc_plan_notices(records, &updates)?;
+        let plan = self.hlrc_plan_notices(records, &updates, &[])?;
         // The updates are the only diffs this plan was given: every diff it applies
         // is one of them.
         let applied = plan.apply.len() as u64;
         self.stats.updates_applied += applied;
         self.stats.updates_dropped += updates.len() as u64 - applied;
         self.hlrc_apply_plan(plan, out)
+    }
+
+    /// Takes effect after a grant's notices (`plan`, which was given the held
+    /// updates): the updates it applied count as applied, and every held update
+    /// whose interval this cluster now knows is dropped — the departure would find
+    /// no notice for it (its page was updated, or invalidated and will be fetched).
+    ///
+    /// Why: a cluster's barrier flush also releases the locks other clusters asked
+    /// for during the phase (SPLASH's sums under a lock just before a barrier), so
+    /// their grants bring the write notices of the flush's interval before the
+    /// departure does; the updates that came with the same flush then keep those
+    /// pages valid, as the departure would have.
+    pub(crate) fn hlrc_apply_grant_plan(
+        &mut self,
+        plan: NoticePlan,
+        out: &mut Vec<Action>,
+    ) -> Result<(), ProtocolError> {
+        let applied = plan.from_held;
+        self.hlrc_apply_plan(plan, out)?;
+        let before = self.updates.len() as u64;
+        let pages = &self.pages;
+        self.updates
+            .retain(|u| pages[u.page.index()].known.get(u.owner) < u.index);
+        let removed = before - self.updates.len() as u64;
+        self.stats.updates_applied += applied;
+        self.stats.updates_at_grant += applied;
+        self.stats.updates_dropped += removed.saturating_sub(applied);
+        Ok(())
     }
 
     /// An update from `from` for the next barrier departure (see

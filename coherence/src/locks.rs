@@ -211,7 +211,7 @@ impl Machine {
             }
         }
         if self.cfg.protocol == Protocol::Hlrc {
-            let plan = self.hlrc_plan_notices(&g.records, &g.diffs)?;
+            let plan = self.hlrc_plan_notices(&g.records, &g.diffs, &self.updates)?;
             if !plan.flush.is_empty() {
                 let pages = plan
                     .flush
@@ -225,7 +225,7 @@ impl Machine {
                 self.start_flush(pages, plan.flush, Resume::Grant(g), out);
                 return Ok(());
             }
-            self.hlrc_apply_plan(plan, out)?;
+            self.hlrc_apply_grant_plan(plan, out)?;
         }
         self.stats.records_received += g.records.len() as u64;
         for r in g.records {

@@ -156,9 +156,13 @@ counters! {
     /// hlrc: updates sent at barrier arrivals (diffs of home pages to the other
     /// clusters of their copysets; [`crate::Config::barrier_updates`]).
     updates_sent,
-    /// hlrc: updates applied at barrier departures (a copy kept valid instead of
-    /// invalidated).
+    /// hlrc: updates applied (a copy kept valid instead of invalidated), at barrier
+    /// departures or with a lock grant (`updates_at_grant`).
     updates_applied,
+    /// hlrc: of `updates_applied`, those applied with a lock grant that brought their
+    /// write notice before the departure did (the barrier flush that sent them also
+    /// gave back a lock another cluster waited for; see [`crate::hlrc`]).
+    updates_at_grant,
     /// hlrc: updates dropped (no valid copy that reflects their base, stale, or
     /// surplus).
     updates_dropped,

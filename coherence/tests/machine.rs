@@ -233,6 +233,115 @@ fn a_stale_prefetch_is_dropped_and_the_page_fetched_again_on_use() {
     );
 }
 
+/// A barrier flush sends the updates of the pages homed at the flushing cluster, then
+/// gives back the locks other clusters asked for meanwhile (SPLASH's sums under a lock
+/// just before a barrier). A grant that brings the flush's write notice before the
+/// departure does — here without the diff, as when the interval wrote more pages than
+/// a lock carries — applies the held update: the copy stays valid, nothing is fetched
+/// again, and the departure has nothing left to apply.
+#[test]
+fn a_grant_applies_a_held_barrier_update() {
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
+    cfg.prefetch = 0;
+    cfg.barrier_manager = c(1);
+    let mut me = Machine::new(c(0), cfg).unwrap();
+    // a read-only copy of page 1 (homed at cluster 1)
+    run(&mut me, fault(1, 1));
+    run(&mut me, msg(1, page_data(1)));
+    assert_eq!(me.access(p(1)), Some(PageAccess::ReadOnly));
+    // cluster 1's barrier flush: the update of page 1 from its interval 1 ...
+    let data = DiffBytes::new(vec![3, 0, 1, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
+    let update = IntervalDiff {
+        page: p(1),
+        owner: c(1),
+        index: 1,
+        base: VectorTime::new(),
+        data: data.clone(),
+    };
+    assert_eq!(
+        run(&mut me, msg(1, Message::Update { diff: update })),
+        vec![]
+    );
+    // ... then the grant of the lock this cluster waits for, with the notice only
+    run(&mut me, acquire(1, 9));
+    let mut time = VectorTime::new();
+    time.set(c(1), 1);
+    let record = IntervalRecord {
+        owner: c(1),
+        index: 1,
+        pages: vec![p(1)].into(),
+    };
+    let a = run(
+        &mut me,
+        msg(
+            1,
+            Message::LockGrant {
+                lock: l(1),
+                time: time.clone(),
+                records: vec![record.clone()],
+                diffs: vec![],
+                stored: 0,
+                tenure: 1,
+                contended: false,
+            },
+        ),
+    );
+    assert!(
+        a.contains(&Action::ApplyDiff {
+            page: p(1),
+            data,
+            twin: false
+        }),
+        "{a:?}"
+    );
+    assert!(
+        !a.iter().any(|x| matches!(x, Action::Invalidate { .. })),
+        "{a:?}"
+    );
+    assert_eq!(me.access(p(1)), Some(PageAccess::ReadOnly));
+    let st = me.stats();
+    assert_eq!((st.updates_applied, st.updates_at_grant), (1, 1));
+    assert_eq!(st.invalidations, 0);
+    // the departure brings the same notice: already known, nothing to apply or drop
+    run(&mut me, release(1, 10));
+    let a = run(
+        &mut me,
+        Event::Barrier {
+            token: SyncToken(11),
+        },
+    );
+    let episode = a
+        .iter()
+        .find_map(|x| match x {
+            Action::Send {
+                msg: Message::BarrierArrive { episode, .. },
+                ..
+            } => Some(*episode),
+            _ => None,
+        })
+        .expect("an arrival");
+    let a = run(
+        &mut me,
+        msg(
+            1,
+            Message::BarrierDepart {
+                episode,
+                time,
+                records: vec![record],
+                migrations: vec![],
+            },
+        ),
+    );
+    assert!(
+        !a.iter()
+            .any(|x| matches!(x, Action::Invalidate { .. } | Action::ApplyDiff { .. })),
+        "{a:?}"
+    );
+    let st = me.stats();
+    assert_eq!((st.updates_applied, st.updates_dropped), (1, 0));
+    assert_eq!(me.access(p(1)), Some(PageAccess::ReadOnly));
+}
+
 /// A barrier arrival waits until the prefetches in flight have landed (no reply may
 /// cross a home migration at the departure).
 #[test]

@@ -853,19 +853,25 @@ fn sc_threads_and_locks() {
 // `LockWanted`, as the real runtime does (the runtime's cache state and its own
 // releases are new states): transitive 438,318 → 751,660, threads 17,968 → 40,232,
 // first touch 187,879 → 223,008, sc threads 5,143 → 9,201; the models whose threads
-// take no lock twice in a cluster moved least.
+// take no lock twice in a cluster moved least. A grant now also applies the barrier
+// updates held for the departure and drops those whose intervals it made known (the
+// departure would drop them), so a cluster's held updates change at grants too:
+// across barrier 4,896 → 5,238, pushes 28,503 → 26,935, prefetch 59,920 → 62,366,
+// threads 40,232 → 40,216, first touch 224,352 → 243,478. (None of these models
+// applies a held update at a grant — their locks carry every diff; the random
+// programs do.)
 const EXPECTED_HLRC_TRANSITIVE: usize = 751_660;
 const EXPECTED_HLRC_BARRIER: usize = 19_731;
-const EXPECTED_HLRC_THREADS: usize = 40_232;
-const EXPECTED_HLRC_FIRST_TOUCH: usize = 224_352;
-const EXPECTED_HLRC_ACROSS_BARRIER: usize = 4_896;
-const EXPECTED_HLRC_PUSHES: usize = 28_503;
+const EXPECTED_HLRC_THREADS: usize = 40_216;
+const EXPECTED_HLRC_FIRST_TOUCH: usize = 243_478;
+const EXPECTED_HLRC_ACROSS_BARRIER: usize = 5_238;
+const EXPECTED_HLRC_PUSHES: usize = 26_935;
 const EXPECTED_HLRC_PUSHES_UNBATCHED: usize = 6_909;
 const EXPECTED_HLRC_TRANSITIVE_BATCH_2: usize = 757_012;
 const EXPECTED_HLRC_CARRIED: usize = 1_366;
 const EXPECTED_HLRC_OPEN_INVALIDATED: usize = 2_196;
 const EXPECTED_HLRC_HOME_WAITS: usize = 10_267;
-const EXPECTED_HLRC_PREFETCH: usize = 59_920;
+const EXPECTED_HLRC_PREFETCH: usize = 62_366;
 const EXPECTED_HLRC_SWEEP: usize = 3_876;
 const EXPECTED_SC_RACING: usize = 127_883;
 const EXPECTED_SC_THREADS: usize = 9_201;

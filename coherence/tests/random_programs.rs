@@ -346,6 +346,8 @@ fn random_programs_exercise_the_protocol() {
         seen.prefetch_dropped |= s.prefetch_dropped;
         seen.prefetch_hit |= s.prefetch_hit;
         seen.arrival_held |= s.arrival_held;
+        seen.update_at_grant |= s.update_at_grant;
+        seen.update_applied |= s.update_applied;
     }
     // A lock pushed back to its releaser needs a turn seen twice in a row: the long
     // shape's lock sweeps make them.
@@ -355,6 +357,7 @@ fn random_programs_exercise_the_protocol() {
         let mut order = StdRng::seed_from_u64(seed);
         let w = World::run(&spec, |n| order.random_range(0..n)).expect("run");
         seen.lock_push_back |= w.seen.lock_push_back;
+        seen.update_at_grant |= w.seen.update_at_grant;
         seen.sweep_recall |= w.seen.sweep_recall;
     }
     eprintln!("checked reads: {reads}, seen: {seen:?}");
@@ -381,7 +384,9 @@ fn random_programs_exercise_the_protocol() {
             && seen.lock_push
             && seen.lock_push_back
             && seen.sweep_recall
-            && seen.stale_lock_request,
+            && seen.stale_lock_request
+            && seen.update_applied
+            && seen.update_at_grant,
         "{seen:?}"
     );
 }

@@ -161,6 +161,9 @@ pub struct Seen {
     pub carried_diff: bool,
     /// hlrc: a barrier update kept a copy valid at a departure.
     pub update_applied: bool,
+    /// hlrc: a barrier update kept a copy valid at a lock grant that brought its
+    /// write notice before the departure.
+    pub update_at_grant: bool,
     /// hlrc: a diff reached its home before one it depends on and waited.
     pub diff_buffered: bool,
     /// hlrc: a home held a fetch until a diff it needed arrived.
@@ -633,6 +636,7 @@ impl World {
         self.seen.coalesced_fault |= st.coalesced_faults > 0;
         self.seen.carried_diff |= st.carried_diffs_applied > 0;
         self.seen.update_applied |= st.updates_applied > 0;
+        self.seen.update_at_grant |= st.updates_at_grant > 0;
         self.seen.diff_buffered |= st.diffs_buffered > 0;
         self.seen.fetch_deferred |= st.fetches_deferred > 0;
         self.seen.acquire_held |= st.acquires_held > 0;
