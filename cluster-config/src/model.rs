@@ -494,7 +494,9 @@ pub struct DsmConfig {
     pub release_batch: u32,
     /// `barrier_updates`: hlrc only: at a barrier a home sends the diffs of its
     /// changed shared pages to the clusters holding copies, which apply them at the
-    /// departure instead of invalidating and fetching the pages again. Default:
+    /// departure (or at a grant that brings their write notices first) instead of
+    /// invalidating and fetching the pages again; so does a release for the diffs
+    /// its lock cannot carry. Default:
     /// `auto` (on in two-cluster jobs). See
     /// `multigrain_coherence::Config::barrier_updates`.
     pub barrier_updates: BarrierUpdates,

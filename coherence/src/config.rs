@@ -85,7 +85,11 @@ pub struct Config {
     /// in the closing interval to the other clusters of the page's copyset
     /// ([`crate::Message::Update`]); at the departure a copy that reflects the
     /// diff's base applies it instead of being invalidated and fetched again. An
-    /// update that finds no such copy is dropped. Ignored by sc. (Update instead of
+    /// update that finds no such copy is dropped. A release whose flush wrote more
+    /// pages than its lock carries diffs ([`crate::sync::MAX_CARRIED_DIFFS`]) sends
+    /// the older diffs of the pages homed here the same way, ahead of the lock, and
+    /// a grant that brings an update's write notice applies it at once. Ignored by
+    /// sc. (Update instead of
     /// invalidate for producer–consumer sharing across barriers: the competitive
     /// update protocols of Munin, Carter, Bennett, Zwaenepoel, SOSP 1991 §3; issue 10:
     /// EM3D's boundary pages.)

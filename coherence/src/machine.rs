@@ -16,6 +16,7 @@ use crate::locks::{ClusterLock, Grant};
 use crate::message::Message;
 use crate::readahead::Readahead;
 use crate::stats::Stats;
+use crate::sync::MAX_CARRIED_DIFFS;
 use crate::sync::{BarrierManager, LockManager, Request};
 
 /// Local access to a page at one cluster, as the machine has arranged it with the
@@ -746,6 +747,20 @@ impl Machine {
         };
         let updates =
             self.cfg.barrier_updates && matches!(f.then, Resume::Close(Completion::Barrier));
+        // A release carries the newest MAX_CARRIED_DIFFS diffs of its flush to the
+        // next holder; the older ones of pages homed here go to their copysets as
+        // updates, ahead of the release, so that the grant applies them too (see
+        // `crate::hlrc`, updates at barriers).
+        let mut uncarried =
+            if self.cfg.barrier_updates && matches!(f.then, Resume::Close(Completion::Release)) {
+                diffs
+                    .iter()
+                    .filter(|d| !d.is_empty())
+                    .count()
+                    .saturating_sub(MAX_CARRIED_DIFFS)
+            } else {
+                0
+            };
         let mut written = Vec::new();
         for (fp, data) in f.pages.iter().zip(diffs) {
             let home = self.homes.get(fp.page);
@@ -764,6 +779,8 @@ impl Machine {
                 continue;
             }
             e.idle = 0;
+            let update = updates || uncarried > 0;
+            uncarried = uncarried.saturating_sub(1);
             let base = e.known.clone();
             e.known.set(me, index);
             let diff = IntervalDiff {
@@ -775,7 +792,7 @@ impl Machine {
             };
             match home {
                 Some(h) if h == me => {
-                    if updates && let Some(set) = self.copysets.get(&fp.page) {
+                    if update && let Some(set) = self.copysets.get(&fp.page) {
                         let to: Vec<ClusterId> = set.members().filter(|&c| c != me).collect();
                         for c in to {
                             self.stats.updates_sent += 1;

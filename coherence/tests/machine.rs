@@ -342,6 +342,97 @@ fn a_grant_applies_a_held_barrier_update() {
     assert_eq!(me.access(p(1)), Some(PageAccess::ReadOnly));
 }
 
+/// A release whose flush wrote more pages than a lock carries diffs
+/// (`MAX_CARRIED_DIFFS`) sends the older diffs of the pages homed at the releaser to
+/// their copysets as updates, ahead of the grant: the next holder applies all of them
+/// and invalidates nothing (Water's positions, written outside any lock and released
+/// with a sum's lock).
+#[test]
+fn a_release_sends_the_diffs_its_lock_cannot_carry_as_updates() {
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 64);
+    cfg.prefetch = 0;
+    let mut home = Machine::new(c(0), cfg.clone()).unwrap();
+    let mut other = Machine::new(c(1), cfg).unwrap();
+    let n = multigrain_coherence::sync::MAX_CARRIED_DIFFS as u32 + 2;
+    // pages 0, 2, 4, … are homed at cluster 0: written there, then fetched by cluster 1
+    let pages: Vec<u32> = (0..n).map(|i| 2 * i).collect();
+    for (t, &pg) in pages.iter().enumerate() {
+        let t = t as u64;
+        run(
+            &mut home,
+            Event::WriteFault {
+                page: p(pg),
+                token: FaultToken(t),
+            },
+        );
+        run(&mut other, fault(pg, 100 + t));
+        run(&mut home, msg(1, get(pg)));
+        run(&mut other, msg(0, page_data(pg)));
+        assert!(home.has_twin(p(pg)));
+    }
+    // cluster 0 takes lock 0 (managed there) and keeps it cached; cluster 1 asks for
+    // it: the recall flushes every open page
+    run(&mut home, acquire(0, 50));
+    run(&mut home, release(0, 50));
+    let a = run(&mut other, acquire(0, 1));
+    let [Action::Send { msg: req, .. }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    let a = run(&mut home, msg(1, req.clone()));
+    let [Action::Flush { pages: flushed }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    assert_eq!(flushed.len(), n as usize);
+    let diffs: Vec<DiffBytes> = (0..n)
+        .map(|i| DiffBytes::new(vec![0, 0, 1, 0, i as u8 + 1, 0, 0, 0, 0, 0, 0, 0]))
+        .collect();
+    let a = run(&mut home, Event::Flushed { diffs });
+    let updates: Vec<&Message> = a
+        .iter()
+        .filter_map(|x| match x {
+            Action::Send {
+                msg: m @ Message::Update { .. },
+                ..
+            } => Some(m),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(updates.len(), 2, "{a:?}");
+    let grant = a
+        .iter()
+        .find_map(|x| match x {
+            Action::Send {
+                msg: m @ Message::LockGrant { .. },
+                ..
+            } => Some(m.clone()),
+            _ => None,
+        })
+        .expect("a grant");
+    let Message::LockGrant { diffs, .. } = &grant else {
+        unreachable!()
+    };
+    assert_eq!(diffs.len(), n as usize - 2);
+    // cluster 1: the updates first (same sender, in order), then the grant
+    for u in updates {
+        assert_eq!(run(&mut other, msg(0, u.clone())), vec![]);
+    }
+    let a = run(&mut other, msg(0, grant));
+    let applied = a
+        .iter()
+        .filter(|x| matches!(x, Action::ApplyDiff { .. }))
+        .count();
+    assert_eq!(applied, n as usize, "{a:?}");
+    assert!(
+        !a.iter().any(|x| matches!(x, Action::Invalidate { .. })),
+        "{a:?}"
+    );
+    let st = other.stats();
+    assert_eq!((st.updates_at_grant, st.invalidations), (2, 0));
+    for &pg in &pages {
+        assert_eq!(other.access(p(pg)), Some(PageAccess::ReadOnly));
+    }
+}
+
 /// A barrier arrival waits until the prefetches in flight have landed (no reply may
 /// cross a home migration at the departure).
 #[test]
