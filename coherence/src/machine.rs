@@ -16,8 +16,7 @@ use crate::locks::{ClusterLock, Grant};
 use crate::message::Message;
 use crate::readahead::Readahead;
 use crate::stats::Stats;
-use crate::sync::MAX_CARRIED_DIFFS;
-use crate::sync::{BarrierManager, LockManager, Request};
+use crate::sync::{BarrierManager, LockManager, MAX_CARRIED_DIFFS, Request};
 
 /// Local access to a page at one cluster, as the machine has arranged it with the
 /// runtime.
