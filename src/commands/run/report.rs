@@ -352,6 +352,15 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "diff bytes sent", &|c| c.diff_bytes_sent);
     row(&mut s, "diffs applied (as home)", &|c| c.diffs_applied);
     row(&mut s, "invalidations", &|c| c.invalidations);
+    row(&mut s, "updates sent to copies", &|c| {
+        c.protocol.updates_sent
+    });
+    row(&mut s, "  applied instead of invalidating", &|c| {
+        c.protocol.updates_applied
+    });
+    row(&mut s, "    with a lock grant", &|c| {
+        c.protocol.updates_at_grant
+    });
     row(&mut s, "lock acquires", &|c| c.lock_acquires);
     row(&mut s, "  served inside the cluster", &|c| {
         c.lock_local_handoffs
