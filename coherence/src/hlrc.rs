@@ -636,17 +636,17 @@ impl Machine {
             let mut held_in_seq = 0;
             let copy = matches!(e.access, PageAccess::ReadOnly | PageAccess::ReadWrite);
             if copy {
-                let mut left: Vec<&IntervalDiff> = diffs
+                // Each with whether it is a held update.
+                let mut left: Vec<(&IntervalDiff, bool)> = diffs
                     .iter()
-                    .chain(held)
-                    .filter(|d| d.page == page && list.contains(&(d.owner, d.index)))
+                    .map(|d| (d, false))
+                    .chain(held.iter().map(|d| (d, true)))
+                    .filter(|(d, _)| d.page == page && list.contains(&(d.owner, d.index)))
                     .collect();
-                while let Some(i) = left.iter().position(|d| d.applies_to(&known, me)) {
-                    let d = left.remove(i);
+                while let Some(i) = left.iter().position(|(d, _)| d.applies_to(&known, me)) {
+                    let (d, from_held) = left.remove(i);
                     known.set(d.owner, d.index);
-                    if held.iter().any(|h| std::ptr::eq(h, d)) {
-                        held_in_seq += 1;
-                    }
+                    held_in_seq += u64::from(from_held);
                     seq.push(d.clone());
                 }
             }
