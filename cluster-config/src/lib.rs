@@ -41,7 +41,7 @@
 //! | `ini.policy` | `"static"` | `static`, `round-robin`, `least-loaded` |
 //! | `ini.substrate` | `"auto"` | `auto`, `shm`, `udp` |
 //! | `ini.window` | 32 | 1 ..= 32768 (2^15) frames |
-//! | `ini.send_timeout_us` | 2000 | ≥ 1 µs |
+//! | `ini.send_timeout_us` | 2000 | ≥ 1 µs (the least retransmission timeout; each connection adapts its own to its round trip) |
 //! | `ini.ack_timeout_us` | 200 | ≥ 1 µs, < `ini.send_timeout_us` |
 //! | `ini.mtu` | 1472 | 512 ..= 65507 bytes |
 //! | `ini.queue_capacity` | 4096 | 1 ..= 2^32−1 messages |

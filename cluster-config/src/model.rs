@@ -356,8 +356,10 @@ pub struct IniConfig {
     /// `window`: sliding-window size in frames, 1 to [`MAX_WINDOW`].
     /// Default: 32.
     pub window: u32,
-    /// `send_timeout_us`: fixed retransmission (SEND) timeout in µs, > 0.
-    /// Default: 2000.
+    /// `send_timeout_us`: least and initial retransmission (SEND) timeout in µs, > 0.
+    /// Each connection then sets its own from the round trips it measures (RFC 6298;
+    /// doubled after an expiry, at most 64 × this or `job.peer_timeout_ms` / 16; see
+    /// `multigrain_window::WindowConfig::adaptive_timeout`). Default: 2000.
     pub send_timeout_us: u64,
     /// `ack_timeout_us`: delayed-ACK timer in µs when there is no reverse
     /// traffic, > 0 and below `send_timeout_us`. Default: 200.

@@ -28,7 +28,7 @@ use super::ini::{EnqueueError, Event, Rejected};
 use super::stats::ConnStats;
 use super::timers::TimerList;
 use super::wire::{self, ConnId, FrameKind, Header};
-use super::{ConnHandle, IniAddr, Micros, WindowConfig};
+use super::{ConnHandle, IniAddr, MAX_RTO_FACTOR, Micros, WindowConfig};
 use std::collections::VecDeque;
 
 /// Protocol parameters derived once from a validated [`WindowConfig`].
@@ -39,6 +39,9 @@ pub(crate) struct Params {
     pub(crate) window: u32,
     pub(crate) max_payload: usize,
     pub(crate) send_timeout: Micros,
+    /// Largest adaptive retransmission timeout; equal to `send_timeout` when the timeout
+    /// is fixed ([`WindowConfig::adaptive_timeout`] off).
+    pub(crate) max_rto: Micros,
     pub(crate) ack_timeout: Micros,
     pub(crate) ack_every: u32,
     pub(crate) nak: bool,
@@ -57,6 +60,17 @@ impl Params {
             window: c.window,
             max_payload: c.max_payload(),
             send_timeout: c.send_timeout,
+            max_rto: if c.adaptive_timeout {
+                Micros(
+                    c.send_timeout
+                        .0
+                        .saturating_mul(MAX_RTO_FACTOR)
+                        .min(c.peer_timeout.0 / 16)
+                        .max(c.send_timeout.0),
+                )
+            } else {
+                c.send_timeout
+            },
             ack_timeout: c.ack_timeout,
             ack_every: c.ack_every,
             nak: c.nak,
@@ -82,6 +96,65 @@ impl Params {
     }
 }
 
+/// The retransmission timeout of one connection (RFC 6298 §2–5, see
+/// [`WindowConfig::adaptive_timeout`]): smoothed round trip and its mean deviation, µs.
+#[derive(Clone, Copy, Debug)]
+struct Rto {
+    /// Timeout given to the next transmission.
+    current: Micros,
+    /// Smoothed round trip, µs; `None` before the first sample.
+    srtt: Option<u64>,
+    /// Mean deviation of the round trip, µs.
+    rttvar: u64,
+    /// When the timeout last backed off: the expiry of a frame sent before then belongs
+    /// to the same loss episode and does not back off again (RFC 6298 §5.5 doubles once
+    /// per expiry of its single timer; here every frame has its own).
+    backed_off_at: Option<Micros>,
+}
+
+impl Rto {
+    fn new(initial: Micros) -> Rto {
+        Rto {
+            current: initial,
+            srtt: None,
+            rttvar: 0,
+            backed_off_at: None,
+        }
+    }
+
+    /// Takes a round-trip sample `r` (RFC 6298 §2.2–2.3, gains 1/8 and 1/4) and sets the
+    /// timeout to SRTT + 4·RTTVAR within `send_timeout..=max_rto`, ending any back-off.
+    fn sample(&mut self, r: Micros, p: &Params) {
+        let r = r.0;
+        let (srtt, rttvar) = match self.srtt {
+            None => (r, r / 2),
+            Some(s) => (
+                s - s / 8 + r / 8,
+                self.rttvar - self.rttvar / 4 + s.abs_diff(r) / 4,
+            ),
+        };
+        self.srtt = Some(srtt);
+        self.rttvar = rttvar;
+        self.current = Micros(
+            srtt.saturating_add(4 * rttvar.max(1))
+                .clamp(p.send_timeout.0, p.max_rto.0),
+        );
+        self.backed_off_at = None;
+    }
+
+    /// A frame last sent at `sent_at` timed out at `now`: doubles the timeout (at most
+    /// `max_rto`) unless a frame sent after `sent_at` already did. Returns whether it
+    /// doubled.
+    fn back_off(&mut self, sent_at: Micros, now: Micros, p: &Params) -> bool {
+        if self.backed_off_at.is_some_and(|t| sent_at < t) || self.current >= p.max_rto {
+            return false;
+        }
+        self.current = Micros(self.current.0.saturating_mul(2).min(p.max_rto.0));
+        self.backed_off_at = Some(now);
+        true
+    }
+}
+
 /// A SEND timer record: connection index, sequence number, transmission number.
 pub(crate) type SendTimer = (u32, u32, u32);
 /// An ACK timer record: connection index, ACK generation.
@@ -102,6 +175,11 @@ struct SentFrame {
     frag_index: u16,
     /// Transmissions so far; a SEND timer record is current iff it carries this value.
     transmissions: u32,
+    /// When it was last transmitted.
+    sent_at: Micros,
+    /// When its retransmission timeout (the connection's RTO at its last transmission)
+    /// expires; its SEND timer records fire every `send_timeout` until then.
+    due: Micros,
     /// SEND timer expiries so far.
     timeouts: u32,
     /// In `retx` already.
@@ -214,6 +292,8 @@ pub(crate) struct Connection {
     snd_base: u32,
     /// Sequence numbers to retransmit (NAK or SEND timeout), deduplicated by `retx_queued`.
     retx: VecDeque<u32>,
+    /// Retransmission timeout of the next transmission ([`Rto`]).
+    rto: Rto,
     /// Messages whose first fragment the last datagram [`poll_write`](Self::poll_write)
     /// wrote (first transmissions): they entered the window (more than one in a BATCH).
     pub(crate) started_messages: u16,
@@ -260,6 +340,7 @@ impl Connection {
             frames: VecDeque::new(),
             snd_base: p.initial_seq,
             retx: VecDeque::new(),
+            rto: Rto::new(p.send_timeout),
             started_messages: 0,
             wrote_data: false,
             last_progress: Micros::ZERO,
@@ -384,6 +465,8 @@ impl Connection {
                 }
                 f.retx_queued = false;
                 f.transmissions += 1;
+                f.sent_at = now;
+                f.due = now + self.rto.current;
                 let tx = f.transmissions;
                 send_timers.push(now + p.send_timeout, (self.idx, seq, tx));
                 self.stats.retransmissions += 1;
@@ -450,6 +533,8 @@ impl Connection {
             msg_id,
             frag_index,
             transmissions: 1,
+            sent_at: now,
+            due: now + self.rto.current,
             timeouts: 0,
             retx_queued: false,
             sacked: false,
@@ -611,7 +696,7 @@ impl Connection {
         ack_timers: &mut TimerList<AckTimer>,
         events: &mut VecDeque<Event>,
     ) -> Result<(), Rejected> {
-        self.on_cumulative_ack(h.ack, now);
+        self.on_cumulative_ack(h.ack, now, p);
         match h.kind {
             FrameKind::Ack => {
                 self.stats.acks_received += 1;
@@ -650,10 +735,17 @@ impl Connection {
 
     /// Slides the send window to `ack` if it acknowledges in-flight frames (thesis
     /// §3.2.1); older or impossible ACKs are ignored.
-    fn on_cumulative_ack(&mut self, ack: u32, now: Micros) {
+    fn on_cumulative_ack(&mut self, ack: u32, now: Micros, p: &Params) {
         let d = ack.wrapping_sub(self.snd_base) as usize;
         if d == 0 || d > self.frames.len() {
             return;
+        }
+        // Karn's rule: only a frame sent once gives an unambiguous round trip; the last
+        // one acknowledged was sent latest, so its sample is the least inflated by the
+        // receiver's delayed ACK.
+        if let Some(f) = self.frames.range(..d).rev().find(|f| f.transmissions == 1) {
+            self.rto.sample(now.saturating_sub(f.sent_at), p);
+            self.stats.rtt_samples += 1;
         }
         for f in self.frames.drain(..d) {
             if f.msg_id == self.front_msg_id
@@ -830,13 +922,31 @@ impl Connection {
                 .is_some_and(|f| f.transmissions == tx && !f.sacked)
     }
 
-    /// A current SEND timer expired: queue the retransmission. Returns true when the frame
-    /// has used up `max_retransmits` and the peer is to be declared unresponsive.
-    pub(crate) fn on_send_timeout(&mut self, seq: u32, p: &Params) -> bool {
+    /// A current SEND timer record of frame `seq` expired at `now`. Before the frame's
+    /// own retransmission timeout is due (an adaptive RTO above `send_timeout`), the
+    /// record is pushed again for then, or for one `send_timeout` later, whichever comes
+    /// first (so the timer list keeps its fixed-timeout order). Otherwise the frame is
+    /// queued for retransmission and the RTO backs off. Returns true when the frame has
+    /// used up `max_retransmits` and the peer is to be declared unresponsive.
+    pub(crate) fn on_send_timeout(
+        &mut self,
+        seq: u32,
+        tx: u32,
+        now: Micros,
+        p: &Params,
+        send_timers: &mut TimerList<SendTimer>,
+    ) -> bool {
         let d = seq.wrapping_sub(self.snd_base) as usize;
         let Some(f) = self.frames.get_mut(d) else {
             return false;
         };
+        if now < f.due {
+            send_timers.push(f.due.min(now + p.send_timeout), (self.idx, seq, tx));
+            return false;
+        }
+        if self.rto.back_off(f.sent_at, now, p) {
+            self.stats.rto_backoffs += 1;
+        }
         f.timeouts += 1;
         self.stats.send_timeouts += 1;
         if p.max_retransmits.is_some_and(|max| f.timeouts > max) {

@@ -479,7 +479,7 @@ impl Ini {
             if !c.send_timer_live(seq, tx) {
                 continue;
             }
-            if c.on_send_timeout(seq, &self.params) {
+            if c.on_send_timeout(seq, tx, now, &self.params, &mut self.send_timers) {
                 self.fail(idx);
             } else {
                 self.schedule(idx);

@@ -146,9 +146,10 @@ pub struct WindowConfig {
     /// Send and receive window, in frames (thesis §3.2.1; §4.4.1 uses 16). At most this
     /// many frames per connection are unacknowledged. Range 1..=[`MAX_WINDOW`]; default 64.
     pub window: u32,
-    /// Fixed SEND timeout in µs: an unacknowledged frame is retransmitted this long after
-    /// its last transmission (thesis §3.2.1: "several times longer than the average
-    /// RTT", no runtime adjustment). Default 20 000 µs.
+    /// SEND timeout in µs: an unacknowledged frame is retransmitted this long after its
+    /// last transmission (thesis §3.2.1: "several times longer than the average RTT", no
+    /// runtime adjustment). With [`adaptive_timeout`](Self::adaptive_timeout) it is the
+    /// least and the initial retransmission timeout of each connection. Default 20 000 µs.
     pub send_timeout: Micros,
     /// Fixed ACK timeout in µs: a received frame is acknowledged by a standalone ACK at
     /// most this long after arrival when no reverse DATA carries the ACK (thesis §3.2.1:
@@ -184,7 +185,24 @@ pub struct WindowConfig {
     /// datagram's cost. Frames are still acknowledged and retransmitted one by one.
     /// `false`: one frame per datagram (the thesis' protocol, §3.2.1). Default true.
     pub coalesce: bool,
+    /// Adapt each connection's retransmission timeout (RTO) to the round trips it
+    /// measures (ours; RFC 6298 §2–5): RTO = smoothed RTT + 4 × the RTT's mean deviation,
+    /// sampled only from frames acknowledged after one transmission (Karn's rule), never
+    /// below `send_timeout`; a SEND timer expiry doubles it, up to [`MAX_RTO_FACTOR`] ×
+    /// `send_timeout` or `peer_timeout` / 16, whichever is less (so that a frame is still
+    /// resent within a sixteenth of the peer timeout after an outage ends), until the
+    /// next sample. The thesis fixes the timeout (§3.2.1); on a
+    /// loaded host whose round trip exceeds it, every frame of a full window times out
+    /// and is resent each `send_timeout`, the resends crowd out the datagrams that would
+    /// acknowledge them, and throughput collapses. `false`: the thesis' fixed timeout.
+    /// Default true.
+    pub adaptive_timeout: bool,
 }
+
+/// Largest adaptive retransmission timeout, as a multiple of
+/// [`WindowConfig::send_timeout`] (RFC 6298 §2.5 allows a maximum; 64 × the 2 ms of
+/// multigrain's INIs is 128 ms, well inside their peer timeout of seconds).
+pub const MAX_RTO_FACTOR: u64 = 64;
 
 /// Largest window, in frames. Selective repeat needs the window to be at most half the
 /// sequence space (2^31); we also bound the per-connection receive buffer.
@@ -207,6 +225,7 @@ impl Default for WindowConfig {
             max_message_len: 16 << 20,
             initial_seq: 0,
             coalesce: true,
+            adaptive_timeout: true,
         }
     }
 }

@@ -33,6 +33,11 @@ pub struct ConnStats {
     pub retransmissions: u64,
     /// SEND timer expiries of unacknowledged frames (thesis §3.2.1).
     pub send_timeouts: u64,
+    /// Round-trip samples taken for the adaptive retransmission timeout
+    /// ([`crate::WindowConfig::adaptive_timeout`]).
+    pub rtt_samples: u64,
+    /// Times a SEND timer expiry doubled the adaptive retransmission timeout.
+    pub rto_backoffs: u64,
     /// Standalone ACK frames sent (ACK timer expiry, `ack_every`, or a duplicate seen).
     pub acks_sent: u64,
     /// NAK frames sent, one per sequence-number gap found.
@@ -77,6 +82,8 @@ impl ConnStats {
             data_frames_sent,
             retransmissions,
             send_timeouts,
+            rtt_samples,
+            rto_backoffs,
             acks_sent,
             naks_sent,
             batches_sent,
@@ -100,6 +107,8 @@ impl ConnStats {
         self.data_frames_sent += data_frames_sent;
         self.retransmissions += retransmissions;
         self.send_timeouts += send_timeouts;
+        self.rtt_samples += rtt_samples;
+        self.rto_backoffs += rto_backoffs;
         self.acks_sent += acks_sent;
         self.naks_sent += naks_sent;
         self.batches_sent += batches_sent;
@@ -164,6 +173,8 @@ mod tests {
             data_frames_sent: 7,
             retransmissions: 8,
             send_timeouts: 9,
+            rtt_samples: 23,
+            rto_backoffs: 24,
             acks_sent: 10,
             naks_sent: 11,
             batches_sent: 19,
@@ -216,6 +227,6 @@ mod tests {
         assert_eq!(v["connections"]["retransmissions"], 7);
         assert_eq!(v["connections"]["duplicates"], 0);
         assert_eq!(v.as_object().unwrap().len(), 11);
-        assert_eq!(v["connections"].as_object().unwrap().len(), 22);
+        assert_eq!(v["connections"].as_object().unwrap().len(), 24);
     }
 }

@@ -12,6 +12,11 @@
 //! current (for SEND timers: the frame is still unacknowledged and was last sent at
 //! `deadline - timeout`). A record is thus touched once when pushed and once when
 //! popped, and the list holds at most the timers started within one timeout.
+//!
+//! An adaptive retransmission timeout (ours, [`crate::WindowConfig::adaptive_timeout`])
+//! is never shorter than the fixed SEND timeout, so the list keeps its order: a record
+//! is pushed for one fixed timeout, and one that expires before its frame's own timeout
+//! is pushed again (at most one fixed timeout later), until that timeout has passed.
 
 use super::Micros;
 use std::collections::VecDeque;

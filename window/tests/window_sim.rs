@@ -450,12 +450,108 @@ fn dead_peer_is_reported_after_max_retransmits() {
         }
         at.is_some()
     });
+    // Sent at 0; each expiry doubles the retransmission timeout (no round trip was
+    // measured), so the frame is resent at 1, 3 and 7 SEND timeouts, and the 4th expiry,
+    // at 15, gives up (having doubled it a 4th time).
+    assert_eq!(at, Some(Micros(15 * cfg.send_timeout.0)));
+    let s = sim.node(0).conn_stats(conn);
+    assert_eq!(
+        (
+            s.data_frames_sent,
+            s.retransmissions,
+            s.send_timeouts,
+            s.rto_backoffs
+        ),
+        (4, 3, 4, 4)
+    );
+}
+
+/// Streams 2,000 messages of 100 bytes from node 0 to node 1 over a lossless network
+/// whose round trip (6 ms) is three SEND timeouts, and returns the sender's counters.
+fn stream_over_a_slow_link(adaptive_timeout: bool) -> ConnStats {
+    let cfg = WindowConfig {
+        adaptive_timeout,
+        peer_timeout: Micros::from_millis(10_000),
+        ..test_config()
+    };
+    let mut sim = Sim::new(SimConfig {
+        latency: Micros(3_000),
+        ..SimConfig::lossless(8)
+    });
+    let (a, b) = (IniAddr::new(0, 0), IniAddr::new(1, 0));
+    let mut ini_a = Ini::new(a, cfg.clone()).unwrap();
+    let conn = ini_a.add_peer(b).unwrap();
+    let mut ini_b = Ini::new(b, cfg).unwrap();
+    ini_b.add_peer(a).unwrap();
+    sim.add_node(ini_a);
+    sim.add_node(ini_b);
+    let mut next = 0;
+    let mut got = 0;
+    assert!(sim.run_until(|s| {
+        while next < 2_000 && s.node_mut(0).enqueue(conn, make_msg(0, next, 100)).is_ok() {
+            next += 1;
+        }
+        got += s.drain_events(1).len();
+        got == 2_000 && s.node(0).is_idle()
+    }));
+    *sim.node(0).conn_stats(conn)
+}
+
+/// A round trip longer than the SEND timeout: the fixed timeout resends every frame
+/// (the peer holds them all: spurious retransmissions); the adaptive one learns the
+/// round trip within the first loss episode (the first window expires, and its
+/// retransmissions once more before their ACKs, which Karn's rule cannot time) and
+/// resends nothing more.
+#[test]
+fn an_adaptive_timeout_learns_a_round_trip_longer_than_the_send_timeout() {
+    let fixed = stream_over_a_slow_link(false);
+    assert!(
+        fixed.retransmissions >= 2_000,
+        "a fixed 2 ms timeout under a 6 ms round trip resends every frame: {fixed:?}"
+    );
+    assert_eq!(fixed.rto_backoffs, 0);
+    let adaptive = stream_over_a_slow_link(true);
+    assert!(
+        adaptive.retransmissions <= 2 * u64::from(test_config().window),
+        "only the first window is resent: {adaptive:?}"
+    );
+    assert!(
+        adaptive.rto_backoffs >= 1 && adaptive.rtt_samples > 0,
+        "{adaptive:?}"
+    );
+    assert_eq!(adaptive.msgs_acked, 2_000);
+}
+
+/// With the thesis' fixed SEND timeout the frame is resent every timeout.
+#[test]
+fn dead_peer_is_reported_after_max_retransmits_of_a_fixed_timeout() {
+    let cfg = WindowConfig {
+        max_retransmits: Some(3),
+        peer_timeout: Micros::from_millis(60_000),
+        adaptive_timeout: false,
+        ..test_config()
+    };
+    let (mut sim, conn) = dead_peer_sim(&cfg);
+    sim.set_blackhole(1, true);
+    sim.node_mut(0).enqueue(conn, vec![1; 10]).unwrap();
+    let mut at = None;
+    sim.run_until(|s| {
+        if let Some(Event::PeerUnresponsive { .. }) = s.node_mut(0).poll_event() {
+            at = Some(s.now());
+        }
+        at.is_some()
+    });
     // Sent at 0, retransmitted at 1, 2, 3 SEND timeouts; the 4th expiry gives up.
     assert_eq!(at, Some(Micros(4 * cfg.send_timeout.0)));
     let s = sim.node(0).conn_stats(conn);
     assert_eq!(
-        (s.data_frames_sent, s.retransmissions, s.send_timeouts),
-        (4, 3, 4)
+        (
+            s.data_frames_sent,
+            s.retransmissions,
+            s.send_timeouts,
+            s.rto_backoffs
+        ),
+        (4, 3, 4, 0)
     );
 }
 
