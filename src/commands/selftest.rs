@@ -51,6 +51,8 @@ struct Verifier {
     expected_tag_on: u64,
     got_express: u64,
     got_tag_on: u64,
+    /// Express and Tag-On messages expected from each source (cluster × 64 + thread).
+    from_source: Vec<(u64, u64)>,
 }
 
 impl Verifier {
@@ -102,6 +104,32 @@ impl Verifier {
 
     fn done(&self) -> bool {
         self.got_express == self.expected_express && self.got_tag_on == self.expected_tag_on
+    }
+
+    /// What this receiver still waits for: each source with messages missing, and how
+    /// many of its messages arrived.
+    fn waiting_for(&self) -> String {
+        let missing: Vec<String> = self
+            .from_source
+            .iter()
+            .enumerate()
+            .filter(|&(src, &(e, t))| self.next_express[src] < e || self.next_tag_on[src] < t)
+            .map(|(src, &(e, t))| {
+                format!(
+                    "cluster {} thread {}: {} of {e} Express, {} of {t} Tag-On",
+                    src / MAX_THREADS,
+                    src % MAX_THREADS,
+                    self.next_express[src],
+                    self.next_tag_on[src]
+                )
+            })
+            .collect();
+        format!(
+            "cluster {} queue {} waits for messages from {}",
+            self.me,
+            self.queue,
+            missing.join("; ")
+        )
     }
 }
 
@@ -182,9 +210,23 @@ pub fn run(
                             .sum(),
                         got_express: 0,
                         got_tag_on: 0,
+                        from_source: (0..n * MAX_THREADS)
+                            .map(|src| {
+                                let (s, x) = (src / MAX_THREADS, src % MAX_THREADS);
+                                if s == me || x >= threads[s] || x % t_me != t {
+                                    (0, 0)
+                                } else {
+                                    (
+                                        share(opts.express, threads[s], x),
+                                        share(opts.tag_on, threads[s], x),
+                                    )
+                                }
+                            })
+                            .collect(),
                     };
                     let mut err = None;
-                    let check = |err: &Option<anyhow::Error>| -> Result<()> {
+                    // `stage` says what the thread was doing, for the timeout's report.
+                    let check = |err: &Option<anyhow::Error>, stage: &dyn Fn() -> String| -> Result<()> {
                         if failed.load(Ordering::Relaxed) {
                             bail!("stopping: another thread failed");
                         }
@@ -193,8 +235,9 @@ pub fn run(
                         }
                         if Instant::now() > deadline {
                             bail!(
-                                "cluster {me} thread {t}: timed out after {:?}",
-                                opts.timeout
+                                "cluster {me} thread {t}: timed out after {:?} while {}",
+                                opts.timeout,
+                                stage()
                             );
                         }
                         if let Some(e) = err {
@@ -226,7 +269,9 @@ pub fn run(
                                         Ok(()) => break,
                                         Err(SendError::Timeout(m)) => {
                                             msg = m;
-                                            check(&None)?;
+                                            check(&None, &|| {
+                                                format!("sending Express #{i} of {ne} to cluster {d} (no room in its queue or in the INI hand-off)")
+                                            })?;
                                         }
                                         Err(e) => bail!(
                                             "cluster {me} thread {t}: sending to cluster {d}: {e}"
@@ -242,7 +287,9 @@ pub fn run(
                                             while let Some(m) = ep.try_recv() {
                                                 on(m);
                                             }
-                                            check(&None)?;
+                                            check(&None, &|| {
+                                                format!("waiting for a free buffer for Tag-On #{} to cluster {d}", tag_seq[d])
+                                            })?;
                                             std::thread::yield_now();
                                         }
                                     }
@@ -261,7 +308,9 @@ pub fn run(
                                         Ok(()) => break,
                                         Err(SendError::Timeout(back)) => {
                                             data = back;
-                                            check(&None)?;
+                                            check(&None, &|| {
+                                                format!("sending Tag-On #{} of {nt} to cluster {d} (no room in its queue or in the INI hand-off)", tag_seq[d])
+                                            })?;
                                         }
                                         Err(e) => bail!(
                                             "cluster {me} thread {t}: sending to cluster {d}: {e}"
@@ -272,17 +321,17 @@ pub fn run(
                             }
                         }
                         if i % 1024 == 0 {
-                            check(&err)?;
+                            check(&err, &|| format!("sending round {i}"))?;
                         }
                     }
                     while !v.done() {
-                        check(&err)?;
+                        check(&err, &|| v.waiting_for())?;
                         if let Some(m) = ep.recv_timeout(Duration::from_millis(50)) {
                             v.take(m)
                                 .inspect_err(|_| failed.store(true, Ordering::Relaxed))?;
                         }
                     }
-                    check(&err)?;
+                    check(&err, &String::new)?;
                     Ok((v.got_express, v.got_tag_on))
                 })
             })
