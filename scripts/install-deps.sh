@@ -15,8 +15,8 @@ if ((${#need[@]})); then
   fi
   echo "install-deps: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
-    || { $sudo apt-get update >/dev/null && $sudo apt-get install -y --no-install-recommends "${need[@]}"; }
+  $sudo apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
+    || { $sudo apt-get -o DPkg::Lock::Timeout=600 update >/dev/null && $sudo apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${need[@]}"; }
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -11,8 +11,8 @@ if command -v sinfo >/dev/null 2>&1 && ready; then echo "slurm: ready"; exit 0; 
 [ "$(id -u)" -eq 0 ] || { echo "slurm: needs root to install and start Slurm" >&2; exit 1; }
 
 if ! command -v slurmctld >/dev/null 2>&1 || ! command -v munged >/dev/null 2>&1; then
-  apt-get install -y --no-install-recommends slurmd slurmctld slurm-client munge >/dev/null 2>&1 \
-    || { apt-get update >/dev/null && apt-get install -y --no-install-recommends slurmd slurmctld slurm-client munge >/dev/null; }
+  apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends slurmd slurmctld slurm-client munge >/dev/null 2>&1 \
+    || { apt-get -o DPkg::Lock::Timeout=600 update >/dev/null && apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends slurmd slurmctld slurm-client munge >/dev/null; }
 fi
 
 if [ ! -s /etc/munge/munge.key ]; then

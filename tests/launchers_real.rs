@@ -7,7 +7,7 @@
 mod common;
 
 use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use common::{TempDir, bin};
@@ -53,11 +53,16 @@ fn ok(what: &str, out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Held while apt runs for a test of this process (the tests run in parallel and apt
+/// takes one lock); apt's own lock timeout covers other processes.
+static APT: Mutex<()> = Mutex::new(());
+
 /// Slurm is up (started once per test process), or the test fails saying why.
 fn slurm() {
     static UP: OnceLock<Result<(), String>> = OnceLock::new();
     let up = UP.get_or_init(|| {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/slurm-single-node.sh");
+        let _apt = APT.lock().unwrap_or_else(|e| e.into_inner());
         let out = Command::new(script)
             .output()
             .map_err(|e| format!("cannot run {script}: {e}"))?;
@@ -73,7 +78,9 @@ fn slurm() {
 }
 
 /// Installs `packages` with apt unless `present` says they are there; the outcome is
-/// kept per test process in `once`. Panics, loudly naming `what`, when they cannot be had.
+/// kept per test process in `once`. Tests run in parallel and each installs what it
+/// needs, so apt waits (up to 10 min) for another apt's lock instead of failing.
+/// Panics, loudly naming `what`, when they cannot be had.
 fn installed(
     once: &OnceLock<Result<(), String>>,
     what: &str,
@@ -84,12 +91,13 @@ fn installed(
         if present() {
             return Ok(());
         }
+        let _apt = APT.lock().unwrap_or_else(|e| e.into_inner());
         let out = Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "export DEBIAN_FRONTEND=noninteractive; \
-                 apt-get install -y --no-install-recommends {packages} \
-                 || (apt-get update && apt-get install -y --no-install-recommends {packages})"
+                "export DEBIAN_FRONTEND=noninteractive; apt='apt-get -o DPkg::Lock::Timeout=600'; \
+                 $apt install -y --no-install-recommends {packages} \
+                 || ($apt update && $apt install -y --no-install-recommends {packages})"
             ))
             .output()
             .map_err(|e| format!("cannot run apt-get: {e}"))?;
