@@ -136,7 +136,7 @@ impl Rto {
         self.srtt = Some(srtt);
         self.rttvar = rttvar;
         self.current = Micros(
-            srtt.saturating_add(4 * rttvar.max(1))
+            srtt.saturating_add(rttvar.max(1).saturating_mul(4))
                 .clamp(p.send_timeout.0, p.max_rto.0),
         );
         self.backed_off_at = None;
@@ -999,5 +999,72 @@ impl Connection {
         let mut out: Vec<Vec<u8>> = self.msgs.drain(..).map(|m| m.data).collect();
         out.extend(self.pending.drain(..));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(adaptive_timeout: bool) -> Params {
+        Params::new(&WindowConfig {
+            send_timeout: Micros(2_000),
+            ack_timeout: Micros(200),
+            peer_timeout: Micros::from_millis(3_000),
+            adaptive_timeout,
+            ..WindowConfig::default()
+        })
+    }
+
+    /// RFC 6298 §2: the first sample sets SRTT = R and RTTVAR = R/2; the timeout stays
+    /// between `send_timeout` and the cap (64 × 2 ms = 128 ms < 3 s / 16 = 187.5 ms).
+    #[test]
+    fn the_timeout_follows_the_samples_within_its_bounds() {
+        let p = params(true);
+        assert_eq!(p.max_rto, Micros(128_000));
+        let mut rto = Rto::new(p.send_timeout);
+        rto.sample(Micros(100), &p);
+        assert_eq!(
+            rto.current, p.send_timeout,
+            "100 + 4 × 50 µs is below the floor"
+        );
+        rto.sample(Micros(6_000), &p);
+        // SRTT = 100 − 12 + 750 = 838, RTTVAR = 50 − 12 + 5,900 / 4 = 1,513.
+        assert_eq!((rto.srtt, rto.rttvar), (Some(838), 1_513));
+        assert_eq!(rto.current, Micros(838 + 4 * 1_513));
+        rto.sample(Micros(10_000_000), &p);
+        assert_eq!(rto.current, p.max_rto, "capped");
+    }
+
+    /// An expiry doubles the timeout once per loss episode: frames sent before the
+    /// back-off do not double it again, a frame sent after it does, and a sample ends it.
+    #[test]
+    fn an_expiry_backs_off_once_per_episode() {
+        let p = params(true);
+        let mut rto = Rto::new(p.send_timeout);
+        assert!(rto.back_off(Micros(0), Micros(2_000), &p));
+        assert_eq!(rto.current, Micros(4_000));
+        assert!(
+            !rto.back_off(Micros(10), Micros(2_010), &p),
+            "sent before the back-off"
+        );
+        assert!(rto.back_off(Micros(2_000), Micros(6_000), &p));
+        assert_eq!(rto.current, Micros(8_000));
+        rto.sample(Micros(300), &p);
+        assert_eq!(rto.current, Micros(2_000));
+        for i in 0..20 {
+            rto.back_off(Micros(i * 1_000_000), Micros(i * 1_000_000 + 1), &p);
+        }
+        assert_eq!(rto.current, p.max_rto);
+    }
+
+    /// Without the adaptive timeout nothing moves it (the thesis' fixed SEND timeout).
+    #[test]
+    fn a_fixed_timeout_never_moves() {
+        let p = params(false);
+        let mut rto = Rto::new(p.send_timeout);
+        rto.sample(Micros(50_000), &p);
+        assert!(!rto.back_off(Micros(0), Micros(2_000), &p));
+        assert_eq!(rto.current, p.send_timeout);
     }
 }
