@@ -433,11 +433,13 @@ fn dead_peer_is_reported_at_the_peer_timeout() {
     assert_eq!(sim.node_mut(0).poll_timeout(), None);
 }
 
-#[test]
-fn dead_peer_is_reported_after_max_retransmits() {
+/// One frame to a dead peer with `max_retransmits = 3`: when the peer is declared
+/// unresponsive, and the sender's counters then.
+fn give_up_after_three_retransmits(adaptive_timeout: bool) -> (Option<Micros>, ConnStats) {
     let cfg = WindowConfig {
         max_retransmits: Some(3),
         peer_timeout: Micros::from_millis(60_000),
+        adaptive_timeout,
         ..test_config()
     };
     let (mut sim, conn) = dead_peer_sim(&cfg);
@@ -450,11 +452,17 @@ fn dead_peer_is_reported_after_max_retransmits() {
         }
         at.is_some()
     });
+    (at, *sim.node(0).conn_stats(conn))
+}
+
+#[test]
+fn dead_peer_is_reported_after_max_retransmits() {
+    let (at, s) = give_up_after_three_retransmits(true);
+    let st = test_config().send_timeout.0;
     // Sent at 0; each expiry doubles the retransmission timeout (no round trip was
     // measured), so the frame is resent at 1, 3 and 7 SEND timeouts, and the 4th expiry,
     // at 15, gives up (having doubled it a 4th time).
-    assert_eq!(at, Some(Micros(15 * cfg.send_timeout.0)));
-    let s = sim.node(0).conn_stats(conn);
+    assert_eq!(at, Some(Micros(15 * st)));
     assert_eq!(
         (
             s.data_frames_sent,
@@ -525,25 +533,9 @@ fn an_adaptive_timeout_learns_a_round_trip_longer_than_the_send_timeout() {
 /// With the thesis' fixed SEND timeout the frame is resent every timeout.
 #[test]
 fn dead_peer_is_reported_after_max_retransmits_of_a_fixed_timeout() {
-    let cfg = WindowConfig {
-        max_retransmits: Some(3),
-        peer_timeout: Micros::from_millis(60_000),
-        adaptive_timeout: false,
-        ..test_config()
-    };
-    let (mut sim, conn) = dead_peer_sim(&cfg);
-    sim.set_blackhole(1, true);
-    sim.node_mut(0).enqueue(conn, vec![1; 10]).unwrap();
-    let mut at = None;
-    sim.run_until(|s| {
-        if let Some(Event::PeerUnresponsive { .. }) = s.node_mut(0).poll_event() {
-            at = Some(s.now());
-        }
-        at.is_some()
-    });
+    let (at, s) = give_up_after_three_retransmits(false);
     // Sent at 0, retransmitted at 1, 2, 3 SEND timeouts; the 4th expiry gives up.
-    assert_eq!(at, Some(Micros(4 * cfg.send_timeout.0)));
-    let s = sim.node(0).conn_stats(conn);
+    assert_eq!(at, Some(Micros(4 * test_config().send_timeout.0)));
     assert_eq!(
         (
             s.data_frames_sent,
