@@ -186,43 +186,32 @@ pub fn run(
                 let (job, failed, threads) = (&job, &failed, &threads);
                 scope.spawn(move || -> Result<(u64, u64)> {
                     let _keep_table = w;
-                    let senders_to_me = |s: usize| (0..threads[s]).filter(|&x| x % t_me == t);
+                    // Express and Tag-On messages this queue receives from each source
+                    // (cluster × 64 + thread): sender x of cluster s sends to queue
+                    // x mod t_me.
+                    let from_source: Vec<(u64, u64)> = (0..n * MAX_THREADS)
+                        .map(|src| {
+                            let (s, x) = (src / MAX_THREADS, src % MAX_THREADS);
+                            if s == me || x >= threads[s] || x % t_me != t {
+                                (0, 0)
+                            } else {
+                                (
+                                    share(opts.express, threads[s], x),
+                                    share(opts.tag_on, threads[s], x),
+                                )
+                            }
+                        })
+                        .collect();
                     let mut v = Verifier {
                         me,
                         queue: t,
                         next_express: vec![0; n * MAX_THREADS],
                         next_tag_on: vec![0; n * MAX_THREADS],
-                        expected_express: (0..n)
-                            .filter(|&s| s != me)
-                            .map(|s| {
-                                senders_to_me(s)
-                                    .map(|x| share(opts.express, threads[s], x))
-                                    .sum::<u64>()
-                            })
-                            .sum(),
-                        expected_tag_on: (0..n)
-                            .filter(|&s| s != me)
-                            .map(|s| {
-                                senders_to_me(s)
-                                    .map(|x| share(opts.tag_on, threads[s], x))
-                                    .sum::<u64>()
-                            })
-                            .sum(),
+                        expected_express: from_source.iter().map(|&(e, _)| e).sum(),
+                        expected_tag_on: from_source.iter().map(|&(_, t)| t).sum(),
                         got_express: 0,
                         got_tag_on: 0,
-                        from_source: (0..n * MAX_THREADS)
-                            .map(|src| {
-                                let (s, x) = (src / MAX_THREADS, src % MAX_THREADS);
-                                if s == me || x >= threads[s] || x % t_me != t {
-                                    (0, 0)
-                                } else {
-                                    (
-                                        share(opts.express, threads[s], x),
-                                        share(opts.tag_on, threads[s], x),
-                                    )
-                                }
-                            })
-                            .collect(),
+                        from_source,
                     };
                     let mut err = None;
                     // `stage` says what the thread was doing, for the timeout's report.
