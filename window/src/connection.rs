@@ -700,7 +700,7 @@ impl Connection {
         match h.kind {
             FrameKind::Ack => {
                 self.stats.acks_received += 1;
-                self.on_sack(h.ack, payload, p);
+                self.on_sack(h.ack, payload, now, p);
                 Ok(())
             }
             FrameKind::Nak => {
@@ -743,7 +743,12 @@ impl Connection {
         // Karn's rule: only a frame sent once gives an unambiguous round trip; the last
         // one acknowledged was sent latest, so its sample is the least inflated by the
         // receiver's delayed ACK.
-        if let Some(f) = self.frames.range(..d).rev().find(|f| f.transmissions == 1) {
+        if let Some(f) = self
+            .frames
+            .range(..d)
+            .rev()
+            .find(|f| f.transmissions == 1 && !f.sacked)
+        {
             self.rto.sample(now.saturating_sub(f.sent_at), p);
             self.stats.rtt_samples += 1;
         }
@@ -762,19 +767,31 @@ impl Connection {
     }
 
     /// Marks the frames a selective-ACK bitmap (relative to `ack`) reports as held.
-    fn on_sack(&mut self, ack: u32, bitmap: &[u8], p: &Params) {
+    /// The newest of them newly reported and sent once gives a round-trip sample: while
+    /// a lost frame holds the cumulative ACK back, selective ACKs are the only samples,
+    /// and without them the retransmission timeout would keep backing off with every
+    /// later loss (as TCP samples on selective ACKs, RFC 6675 §5).
+    fn on_sack(&mut self, ack: u32, bitmap: &[u8], now: Micros, p: &Params) {
         // No honest bitmap is longer than the window.
         let most = (p.window as usize).div_ceil(8) + 1;
+        let mut newest: Option<Micros> = None;
         for (j, &byte) in bitmap.iter().take(most).enumerate() {
             for i in 0..8 {
                 if byte & (1 << i) != 0 {
                     let seq = ack.wrapping_add(1 + (8 * j + i) as u32);
                     let d = seq.wrapping_sub(self.snd_base) as usize;
                     if let Some(f) = self.frames.get_mut(d) {
+                        if !f.sacked && f.transmissions == 1 {
+                            newest = Some(newest.map_or(f.sent_at, |t| t.max(f.sent_at)));
+                        }
                         f.sacked = true;
                     }
                 }
             }
+        }
+        if let Some(sent_at) = newest {
+            self.rto.sample(now.saturating_sub(sent_at), p);
+            self.stats.rtt_samples += 1;
         }
     }
 
