@@ -66,9 +66,12 @@ pub(crate) enum Pushed {
     /// Its notices took effect when it arrived (pages homed here may still lack some
     /// of their diffs: the first local acquire waits for those).
     Taken,
-    /// It arrived from a manager that has passed a barrier this cluster is still
-    /// waiting at (its records stop at the departure, which this cluster has not
-    /// processed): taken at the first local acquire, after that departure.
+    /// Its records leave a gap in this cluster's log: it arrived from a manager that
+    /// has passed a barrier this cluster is still waiting at (its records stop at the
+    /// departure, which this cluster has not processed), or it overtook an earlier
+    /// push whose records it leaves out (the manager's `pushed_upto` in
+    /// [`crate::sync`]). Taken at the first local acquire if the gap has closed by
+    /// then, else given back untouched and the lock asked for.
     Deferred {
         /// The lock's time.
         time: VectorTime,
@@ -132,6 +135,7 @@ impl Machine {
         // cluster's own up to `stored`.
         self.manager_seen.entry(from).or_default().merge(&time);
         self.note_stored(from, stored);
+        let covered = self.covers(&time, &records);
         let l = self.cluster_locks.entry(lock).or_default();
         l.owned = Some(time.clone());
         l.tenure = tenure;
@@ -155,7 +159,7 @@ impl Machine {
                 l.pushed = Some(Pushed::Taken);
                 return self.give_back_now(lock, out);
             }
-            if !self.covers(&time, &records) {
+            if !covered {
                 let l = self.cluster_locks.entry(lock).or_default();
                 l.pushed = Some(Pushed::Deferred {
                     time,
@@ -178,6 +182,14 @@ impl Machine {
         let Some(token) = token else {
             return Err(unexpected("lock grant without a waiting acquire"));
         };
+        if !covered {
+            // A push that answered this cluster's request (the manager dropped the
+            // request as stale) and left out records of an earlier push that this
+            // cluster has not taken: refused like a pushed lock at its first use.
+            let l = self.cluster_locks.entry(lock).or_default();
+            l.waiters.push_front(token);
+            return self.refuse_push(lock, out);
+        }
         l.requested = false;
         l.busy = true;
         l.recalled = l.early_recalls.contains(&tenure);
@@ -303,7 +315,13 @@ impl Machine {
             self.stats.lock_local_acquires += 1;
             // Released into a batch and taken again before it left: it stays.
             self.deferred_releases.retain(|&d| d != lock);
-            match l.pushed.take() {
+            let pushed = l.pushed.take();
+            let covered = match &pushed {
+                Some(Pushed::Deferred { time, records, .. }) => self.covers(time, records),
+                _ => true,
+            };
+            let l = self.cluster_locks.entry(lock).or_default();
+            match pushed {
                 // The first use of a pushed lock: its notices took effect on arrival,
                 // or take effect now.
                 Some(Pushed::Taken) => {
@@ -316,7 +334,7 @@ impl Machine {
                     time,
                     records,
                     diffs,
-                }) => {
+                }) if covered => {
                     return self.take_grant(
                         Grant {
                             lock,
@@ -328,11 +346,19 @@ impl Machine {
                         out,
                     );
                 }
-                None => {}
+                Some(Pushed::Deferred { .. }) => {
+                    // Its records still leave a gap.
+                    self.stats.lock_local_acquires -= 1;
+                    l.waiters.push_back(token);
+                    return self.refuse_push(lock, out);
+                }
+                None => {
+                    out.push(Action::AcquireDone { lock, token });
+                    return Ok(());
+                }
             }
-            out.push(Action::AcquireDone { lock, token });
-            return Ok(());
         }
+        let l = self.cluster_locks.entry(lock).or_default();
         l.waiters.push_back(token);
         if l.busy {
             // The holder may be passing it among local threads without the machine.
@@ -508,6 +534,27 @@ impl Machine {
             l.wanted = true;
         }
         self.give_back_now(lock, out)
+    }
+
+    /// Gives back untouched a pushed lock whose records leave a gap in this cluster's
+    /// log — an earlier push that carried the missing ones was given back before it
+    /// took effect, or has not arrived yet (the manager leaves out of a push what its
+    /// earlier pushes to the same cluster carried) — and asks for it again: the
+    /// manager's grant to a request carries every record the request's time lacks. The
+    /// local threads waiting for the lock (at least one) stay queued.
+    fn refuse_push(&mut self, lock: LockId, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
+        self.stats.lock_pushes_refused += 1;
+        let l = held_lock(&mut self.cluster_locks, lock)?;
+        l.busy = false;
+        l.used = false;
+        l.requested = false;
+        self.give_back_now(lock, out)?;
+        let l = held_lock(&mut self.cluster_locks, lock)?;
+        l.requested = true;
+        self.request_lock(lock, out);
+        // This thread waits for another cluster, which may wait for a lock of the
+        // batch: the batch goes now (as for any request).
+        self.give_back_deferred(out)
     }
 
     /// Gives `lock` back: a pushed lock no thread took goes at once, untouched (its

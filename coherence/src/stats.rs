@@ -179,6 +179,10 @@ counters! {
     /// Pushed locks this cluster gave back unused (recalled before any of its
     /// threads took them).
     lock_pushes_returned,
+    /// Pushed locks this cluster gave back at their first local acquire, because
+    /// their records still left a gap in its log (an earlier push that carried the
+    /// missing ones was given back before it took effect), and asked for instead.
+    lock_pushes_refused,
     /// Barriers completed.
     barriers,
     /// hlrc single-writer home migrations applied at this cluster (counted at the

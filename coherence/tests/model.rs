@@ -859,14 +859,16 @@ fn sc_threads_and_locks() {
 // across barrier 4,896 → 5,238, pushes 28,503 → 26,935, prefetch 59,920 → 62,366,
 // threads 40,232 → 40,216, first touch 224,352 → 243,478. (None of these models
 // applies a held update at a grant — their locks carry every diff; the random
-// programs do.)
+// programs do.) A manager leaves out of a push what its earlier pushes to the same
+// cluster carried, and forgets that at an unused release (its state tells more
+// apart): pushes 26,935 → 27,261, unbatched 6,909 → 7,407.
 const EXPECTED_HLRC_TRANSITIVE: usize = 751_660;
 const EXPECTED_HLRC_BARRIER: usize = 19_731;
 const EXPECTED_HLRC_THREADS: usize = 40_216;
 const EXPECTED_HLRC_FIRST_TOUCH: usize = 243_478;
 const EXPECTED_HLRC_ACROSS_BARRIER: usize = 5_238;
-const EXPECTED_HLRC_PUSHES: usize = 26_935;
-const EXPECTED_HLRC_PUSHES_UNBATCHED: usize = 6_909;
+const EXPECTED_HLRC_PUSHES: usize = 27_261;
+const EXPECTED_HLRC_PUSHES_UNBATCHED: usize = 7_407;
 const EXPECTED_HLRC_TRANSITIVE_BATCH_2: usize = 757_012;
 const EXPECTED_HLRC_CARRIED: usize = 1_366;
 const EXPECTED_HLRC_OPEN_INVALIDATED: usize = 2_196;

@@ -199,6 +199,9 @@ pub struct Seen {
     pub lock_push_back: bool,
     /// A lock manager dropped a request that a push had answered.
     pub stale_lock_request: bool,
+    /// A cluster gave a pushed lock back at its first use because the push's records
+    /// left a gap, and asked for the lock instead.
+    pub push_refused: bool,
     /// hlrc: a prefetched page was installed with no fault waiting for it.
     pub prefetch_installed: bool,
     /// hlrc: a prefetch made stale by a write notice was dropped on arrival.
@@ -652,6 +655,7 @@ impl World {
         self.seen.lock_push |= st.lock_pushes_received > 0;
         self.seen.lock_push_back |= st.lock_pushes_back > 0;
         self.seen.stale_lock_request |= st.lock_stale_requests > 0;
+        self.seen.push_refused |= st.lock_pushes_refused > 0;
         self.seen.prefetch_installed |= st.prefetches_installed > 0;
         self.seen.prefetch_dropped |= st.prefetches_dropped > 0;
         self.seen.prefetch_hit |= st.prefetch_hits > 0;

@@ -371,6 +371,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "  pushed here before asked", &|c| {
         c.protocol.lock_pushes_received
     });
+    row(&mut s, "    given back for missing records", &|c| {
+        c.protocol.lock_pushes_refused
+    });
     row(&mut s, "lock recalls sent (as manager)", &|c| {
         c.protocol.lock_recalls
     });
