@@ -43,7 +43,12 @@
 //!   its copyset ([`crate::Message::Update`]); each keeps them for the departure,
 //!   whose write notices apply them as diffs carried with the notices (a copy that
 //!   reflects a diff's base stays valid instead of being invalidated and fetched in
-//!   the next phase); the others are dropped. A release flush that wrote more pages
+//!   the next phase); the others are dropped. A cluster whose arrival is sent
+//!   applies such an update at once — those it holds when it arrives, and those
+//!   that come while it waits — when nothing but that application would happen to
+//!   the page at the departure (a valid copy reflecting the base): no local thread
+//!   runs until the departure, which then finds the notice reflected, so the copies
+//!   are brought up to date while the cluster waits instead of after it. A release flush that wrote more pages
 //!   than its lock carries diffs ([`crate::sync::MAX_CARRIED_DIFFS`]; Water's
 //!   positions, written outside any lock and released with a sum's lock) sends the
 //!   older diffs of pages homed here the same way, ahead of its `LockRelease`. The
@@ -825,6 +830,7 @@ impl Machine {
         &mut self,
         from: ClusterId,
         diff: IntervalDiff,
+        out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
         self.check_page(diff.page)?;
         if diff.owner != from {
@@ -838,8 +844,73 @@ impl Machine {
             self.stats.updates_dropped += 1;
             return Ok(());
         }
+        if self.at_barrier() && self.hlrc_apply_update_now(&diff, out)? {
+            return Ok(());
+        }
         self.updates.push(diff);
         Ok(())
+    }
+
+    /// Applies the held updates that can be applied now (see
+    /// [`Machine::hlrc_apply_update_now`]), in the order they arrived, once this
+    /// cluster's arrival is sent: those that came while its threads still computed
+    /// the phase are applied while it waits for the departure, not after it.
+    pub(crate) fn hlrc_apply_held_updates(&mut self, out: &mut Vec<Action>) {
+        if !self.at_barrier() {
+            return;
+        }
+        for u in std::mem::take(&mut self.updates) {
+            // A plan error (a malformed update) leaves it for the departure, which
+            // reports it.
+            if !matches!(self.hlrc_apply_update_now(&u, out), Ok(true)) {
+                self.updates.push(u);
+            }
+        }
+    }
+
+    /// Whether this cluster waits at a barrier with its arrival sent and no flush
+    /// under way: no local thread runs until the departure, and every copy but the
+    /// pages homed here is closed.
+    fn at_barrier(&self) -> bool {
+        self.barrier.waiting.is_some() && !self.barrier.arrival_held && self.flushing.is_none()
+    }
+
+    /// Applies an update at once, as the departure's notice of its interval would
+    /// (see [`Machine::hlrc_depart_notices`]), when this cluster waits at the barrier
+    /// and the copy is valid and reflects the update's base: returns whether it did.
+    /// Nothing else would happen to the page at the departure, and no local thread
+    /// reads it before then (they all wait at the barrier), so the departure finds
+    /// the notice reflected; the cluster applies the updates while it waits instead
+    /// of after the departure (EM3D on 2 × 1: ≈ 40 updates of 4 KiB per phase each
+    /// way). Anything else — no valid copy, a base not yet reflected (an earlier
+    /// update held), a fetch in flight — keeps the update for the departure.
+    fn hlrc_apply_update_now(
+        &mut self,
+        diff: &IntervalDiff,
+        out: &mut Vec<Action>,
+    ) -> Result<bool, ProtocolError> {
+        let notice = IntervalRecord {
+            owner: diff.owner,
+            index: diff.index,
+            pages: std::sync::Arc::from([diff.page]),
+        };
+        let plan = self.hlrc_plan_notices(
+            std::slice::from_ref(&notice),
+            &[],
+            std::slice::from_ref(diff),
+        )?;
+        let pure = plan.flush.is_empty()
+            && plan.invalidate.is_empty()
+            && plan.stale.is_empty()
+            && plan.wait.is_empty()
+            && plan.apply.len() == 1;
+        if !pure {
+            return Ok(false);
+        }
+        self.stats.updates_applied += 1;
+        self.stats.updates_early += 1;
+        self.hlrc_apply_plan(plan, out)?;
+        Ok(true)
     }
 
     /// Pages of `records` (this cluster's own since the last barrier) that it wrote

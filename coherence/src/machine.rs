@@ -871,6 +871,9 @@ impl Machine {
             migratable,
         };
         self.send(self.cfg.barrier_manager, msg, out);
+        if self.cfg.protocol == Protocol::Hlrc {
+            self.hlrc_apply_held_updates(out);
+        }
     }
 
     // ----- messages -----------------------------------------------------------------
@@ -903,7 +906,7 @@ impl Machine {
                 self.on_page_data_hlrc(from, page, zero, out)
             }
             Message::Diff { diff } if hlrc => self.on_diff(from, diff, out),
-            Message::Update { diff } if hlrc => self.on_update(from, diff),
+            Message::Update { diff } if hlrc => self.on_update(from, diff, out),
             Message::GetPage { .. } | Message::Diff { .. } | Message::Update { .. } => {
                 wrong("hlrc message in an sc job")
             }

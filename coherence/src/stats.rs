@@ -163,6 +163,10 @@ counters! {
     /// write notice before the departure did (the barrier flush that sent them also
     /// gave back a lock another cluster waited for; see [`crate::hlrc`]).
     updates_at_grant,
+    /// hlrc: of `updates_applied`, those applied when they arrived, while this cluster
+    /// waited at the barrier whose departure would have applied them (see
+    /// [`crate::hlrc`]).
+    updates_early,
     /// hlrc: updates dropped (no valid copy that reflects their base, stale, or
     /// surplus).
     updates_dropped,

@@ -346,6 +346,7 @@ fn random_programs_exercise_the_protocol() {
         seen.sweep_recall |= s.sweep_recall;
         seen.stale_lock_request |= s.stale_lock_request;
         seen.push_refused |= s.push_refused;
+        seen.update_early |= s.update_early;
         seen.prefetch_installed |= s.prefetch_installed;
         seen.prefetch_dropped |= s.prefetch_dropped;
         seen.prefetch_hit |= s.prefetch_hit;
@@ -391,6 +392,7 @@ fn random_programs_exercise_the_protocol() {
             && seen.sweep_recall
             && seen.stale_lock_request
             && seen.push_refused
+            && seen.update_early
             && seen.update_applied
             && seen.update_at_grant,
         "{seen:?}"

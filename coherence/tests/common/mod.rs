@@ -202,6 +202,9 @@ pub struct Seen {
     /// A cluster gave a pushed lock back at its first use because the push's records
     /// left a gap, and asked for the lock instead.
     pub push_refused: bool,
+    /// hlrc: a barrier update was applied while its cluster waited at the barrier,
+    /// before the departure.
+    pub update_early: bool,
     /// hlrc: a prefetched page was installed with no fault waiting for it.
     pub prefetch_installed: bool,
     /// hlrc: a prefetch made stale by a write notice was dropped on arrival.
@@ -656,6 +659,7 @@ impl World {
         self.seen.lock_push_back |= st.lock_pushes_back > 0;
         self.seen.stale_lock_request |= st.lock_stale_requests > 0;
         self.seen.push_refused |= st.lock_pushes_refused > 0;
+        self.seen.update_early |= st.updates_early > 0;
         self.seen.prefetch_installed |= st.prefetches_installed > 0;
         self.seen.prefetch_dropped |= st.prefetches_dropped > 0;
         self.seen.prefetch_hit |= st.prefetch_hits > 0;

@@ -361,6 +361,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "    with a lock grant", &|c| {
         c.protocol.updates_at_grant
     });
+    row(&mut s, "    on arrival, waiting at the barrier", &|c| {
+        c.protocol.updates_early
+    });
     row(&mut s, "lock acquires", &|c| c.lock_acquires);
     row(&mut s, "  served inside the cluster", &|c| {
         c.lock_local_handoffs
