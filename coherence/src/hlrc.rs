@@ -39,26 +39,25 @@
 //!   for the home: the versions in the fetches make that unnecessary. The departure
 //!   makes every master copy current (below).
 //! * **Updates at barriers** ([`crate::Config::barrier_updates`]): the barrier flush
-//!   sends the diff of each page homed here that changed to the other clusters of
-//!   its copyset ([`crate::Message::Update`]); each keeps them for the departure,
-//!   whose write notices apply them as diffs carried with the notices (a copy that
-//!   reflects a diff's base stays valid instead of being invalidated and fetched in
-//!   the next phase); the others are dropped. A cluster whose arrival is sent
-//!   applies such an update at once — those it holds when it arrives, and those
-//!   that come while it waits — when nothing but that application would happen to
-//!   the page at the departure (a valid copy reflecting the base): no local thread
-//!   runs until the departure, which then finds the notice reflected, so the copies
-//!   are brought up to date while the cluster waits instead of after it. A release flush that wrote more pages
-//!   than its lock carries diffs ([`crate::sync::MAX_CARRIED_DIFFS`]; Water's
+//!   sends the diff of each page homed here that changed to the other clusters of its
+//!   copyset ([`crate::Message::Update`]); each keeps them for the departure, whose
+//!   write notices apply them as diffs carried with the notices (a copy that reflects a
+//!   diff's base stays valid instead of being invalidated and fetched in the next
+//!   phase); the others are dropped. A cluster whose arrival is sent applies such an
+//!   update at once — those it holds when it arrives, and those that come while it
+//!   waits — when nothing but that application would happen to the page at the
+//!   departure (a valid copy reflecting the base): no local thread runs until the
+//!   departure, which then finds the notice reflected, so the copies are brought up to
+//!   date while the cluster waits instead of after it. A release flush that wrote more
+//!   pages than its lock carries diffs ([`crate::sync::MAX_CARRIED_DIFFS`]; Water's
 //!   positions, written outside any lock and released with a sum's lock) sends the
 //!   older diffs of pages homed here the same way, ahead of its `LockRelease`. The
-//!   barrier flush also gives back the locks other clusters asked for meanwhile (a
-//!   sum taken under a lock just before a barrier, as in every SPLASH program), so
-//!   a grant may bring write notices before the departure does: the acquire then
-//!   applies the held updates of those notices as it applies carried diffs, and
-//!   drops the held updates whose intervals it now knows. Source: update protocols
-//!   for producer–consumer sharing (Munin, Carter, Bennett, Zwaenepoel, SOSP 1991
-//!   §3).
+//!   barrier flush also gives back the locks other clusters asked for meanwhile (a sum
+//!   taken under a lock just before a barrier, as in every SPLASH program), so a grant
+//!   may bring write notices before the departure does: the acquire then applies the
+//!   held updates of those notices as it applies carried diffs, and drops the held
+//!   updates whose intervals it now knows. Source: update protocols for
+//!   producer–consumer sharing (Munin, Carter, Bennett, Zwaenepoel, SOSP 1991 §3).
 //! * **Home**: a received diff is applied to the master (and its twin, when open) as
 //!   soon as the master reflects the diff's base — diffs that overtook an earlier
 //!   one wait — then acknowledged; a diff the master already reflects (it came with a

@@ -183,9 +183,10 @@ counters! {
     /// Pushed locks this cluster gave back unused (recalled before any of its
     /// threads took them).
     lock_pushes_returned,
-    /// Pushed locks this cluster gave back at their first local acquire, because
-    /// their records still left a gap in its log (an earlier push that carried the
-    /// missing ones was given back before it took effect), and asked for instead.
+    /// Pushed locks this cluster gave back unused and asked for instead, because
+    /// their records left a gap in its log (an earlier push that carried the missing
+    /// ones had not arrived or was given back before it took effect): at their first
+    /// local acquire, or on arrival when the push answered a request.
     lock_pushes_refused,
     /// Barriers completed.
     barriers,

@@ -43,44 +43,43 @@
 //!   caching). The releasing thread never waits: the release completes at once, and
 //!   the lock leaves when the homes have acknowledged the diffs (in order).
 //! * **Pushes.** When a cluster gives a lock back and nobody waits, the manager grants
-//!   it at once — unrequested — to the cluster predicted to take it next: the one
-//!   that followed the same last two holders the last two times (a *confirmed turn*,
-//!   so that a lock taken in turns A, B, B — Water's per-molecule locks on 2 clusters
-//!   of 2 threads — is predicted as well as one taken A, B), else the other cluster
-//!   that took it after the releaser last time, else — for a lock that has no such
-//!   history yet — the cluster that most recently took any lock of the same manager
-//!   after the releaser (Water's locks are taken in sweeps: from the first time step
-//!   on, each lock is pushed from its first contended release). A confirmed turn may
-//!   lead back to the releaser itself while another cluster held one of the two
-//!   tenures (an uncontended lock is not pushed back: its next request makes the
-//!   releaser its caching owner); one unconfirmed observation does not, so that the
-//!   odd repeat of a lock taken A, B, A, B (two clusters out of step for a phase) does
-//!   not send it back. Locks taken in turns go where they are wanted next before they
-//!   are asked for. A pushed lock waits in that cluster's
-//!   cache: the next local acquire takes it without a message; it goes back after
-//!   that use. The grant's records and time take effect when it arrives (earlier
-//!   than an acquire needs, which is always allowed), so that the cluster's time
-//!   stays current; a push whose records leave a gap in the cluster's log waits for
-//!   its first use instead (see below). A manager leaves out of a push the records
-//!   its earlier pushes to the same cluster carried (besides those the cluster
-//!   reported in its last request or release): a sweep's locks are pushed long before
-//!   the cluster reports again, and each push used to resend every record since
-//!   (Water 4096 × 3 on 2 × 1: 0.3–2.6 million records per run, 98 % held already).
-//!   A push that overtook an earlier one, or follows one given back unused, then
-//!   leaves a gap: at its first use (or on arrival, if it answers a request) the
-//!   cluster gives it back unused and asks for the lock, and the manager, at an
-//!   unused release, forgets what its pushes to that cluster carried, so the grant
-//!   to the request carries every record the requester lacks. If another cluster asks first, the
-//!   manager recalls the push and stops following that prediction; a push recalled
+//!   it at once — unrequested — to the cluster predicted to take it next: the one that
+//!   followed the same last two holders the last two times (a *confirmed turn*, so that
+//!   a lock taken in turns A, B, B — Water's per-molecule locks on 2 clusters of 2
+//!   threads — is predicted as well as one taken A, B), else the other cluster that
+//!   took it after the releaser last time, else — for a lock that has no such history
+//!   yet — the cluster that most recently took any lock of the same manager after the
+//!   releaser (Water's locks are taken in sweeps: from the first time step on, each
+//!   lock is pushed from its first contended release). A confirmed turn may lead back
+//!   to the releaser itself while another cluster held one of the two tenures (an
+//!   uncontended lock is not pushed back: its next request makes the releaser its
+//!   caching owner); one unconfirmed observation does not, so that the odd repeat of a
+//!   lock taken A, B, A, B (two clusters out of step for a phase) does not send it
+//!   back. Locks taken in turns go where they are wanted next before they are asked
+//!   for. A pushed lock waits in that cluster's cache: the next local acquire takes it
+//!   without a message; it goes back after that use. The grant's records and time take
+//!   effect when it arrives (earlier than an acquire needs, which is always allowed),
+//!   so that the cluster's time stays current; a push whose records leave a gap in the
+//!   cluster's log waits for its first use instead (see below). A manager leaves out of
+//!   a push the records its earlier pushes to the same cluster carried (besides those
+//!   the cluster reported in its last request or release): a sweep's locks are pushed
+//!   long before the cluster reports again, and each push used to resend every record
+//!   since (Water 4096 × 3 on 2 × 1: 0.3–2.6 million records per run, 98 % held
+//!   already). A push that overtook an earlier one, or follows one given back unused,
+//!   then leaves a gap: at its first use (or on arrival, if it answers a request) the
+//!   cluster gives it back unused and asks for the lock, and the manager, at an unused
+//!   release, forgets what its pushes to that cluster carried, so the grant to the
+//!   request carries every record the requester lacks. If another cluster asks first,
+//!   the manager recalls the push and stops following that prediction; a push recalled
 //!   before any use goes back at once, *unused* (unchanged time, no records), and an
 //!   unused release neither teaches the manager nor is pushed on, so pushes cannot
 //!   circle between clusters that wait at a barrier. A request that crosses a push to
 //!   its sender names an older tenure than the manager last granted that sender: the
-//!   push answers it, and the manager drops it. A recall of a tenure already given
-//!   back is ignored; one that overtakes its grant is kept until the grant arrives.
-//!   The contention history and the predictions survive barriers: a lock that each
-//!   cluster takes once per phase of a loop (Water's per-molecule locks, taken once
-//!   per time step) is pushed from one phase to the next.
+//!   push answers it, and the manager drops it. A recall of a tenure already given back
+//!   is ignored; one that overtakes its grant is kept until the grant arrives. The
+//!   contention history and the predictions survive barriers: a lock that each cluster
+//!   takes once per phase of a loop (Water's per-molecule locks, taken once per time
+//!   step) is pushed from one phase to the next.
 //! * **Sweeps.** Before any lock has moved between two clusters, pushes have nothing
 //!   to follow: a cluster that sweeps locks another cluster took first (and caches)
 //!   would wait for one recall per lock. When it asks for two neighbouring locks of a
