@@ -298,7 +298,7 @@ fn a_rank_on_the_wrong_host_stops_the_whole_job_at_once() {
 fn a_coordinator_that_cannot_start_stops_the_members_at_once() {
     // Cluster 0's INI port is taken: it cannot start, answers the member's registration
     // with the cause, and both exit long before the 20 s start-up timeout.
-    let busy = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let busy = common::busy_udp_port();
     let port = busy.local_addr().unwrap().port();
     let dir = TempDir::new("srun-c0-fails");
     let cfg = dir.write(
@@ -339,9 +339,7 @@ fn a_coordinator_and_a_member_that_both_cannot_start_stop_at_once() {
     // Both INI ports are taken: the member reports that it cannot start to the
     // coordinator, which cannot start either and answers it; both exit long before the
     // 20 s start-up timeout (the coordinator used to wait for a registration).
-    let busy: Vec<std::net::UdpSocket> = (0..2)
-        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
-        .collect();
+    let busy: Vec<std::net::UdpSocket> = (0..2).map(|_| common::busy_udp_port()).collect();
     let ports: Vec<u16> = busy
         .iter()
         .map(|b| b.local_addr().unwrap().port())

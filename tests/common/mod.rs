@@ -68,6 +68,22 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A UDP socket on 127.0.0.1 that keeps its port busy, for a cluster whose INI must
+/// fail to bind: a port whose TCP twin was free when chosen. A coordinator listens for
+/// its members on the TCP port of the same number, and an ephemeral port (UDP) can
+/// collide with a TCP connection another test holds, which then takes that listener's
+/// place (seen once: the members waited out the start-up timeout).
+pub fn busy_udp_port() -> std::net::UdpSocket {
+    for _ in 0..100 {
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP socket");
+        let port = udp.local_addr().expect("its address").port();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return udp;
+        }
+    }
+    panic!("no UDP port whose TCP twin is free on 127.0.0.1 in 100 tries");
+}
+
 /// Which stream a line came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stream {
