@@ -310,17 +310,22 @@ impl Machine {
         self.stats.lock_acquires += 1;
         let l = self.cluster_locks.entry(lock).or_default();
         if l.owned.is_some() && !l.busy && !l.returning {
-            l.busy = true;
-            l.used = true;
-            self.stats.lock_local_acquires += 1;
+            let pushed = l.pushed.take();
             // Released into a batch and taken again before it left: it stays.
             self.deferred_releases.retain(|&d| d != lock);
-            let pushed = l.pushed.take();
             let covered = match &pushed {
                 Some(Pushed::Deferred { time, records, .. }) => self.covers(time, records),
                 _ => true,
             };
             let l = self.cluster_locks.entry(lock).or_default();
+            if !covered {
+                // A deferred push whose records still leave a gap.
+                l.waiters.push_back(token);
+                return self.refuse_push(lock, out);
+            }
+            l.busy = true;
+            l.used = true;
+            self.stats.lock_local_acquires += 1;
             match pushed {
                 // The first use of a pushed lock: its notices took effect on arrival,
                 // or take effect now.
@@ -334,7 +339,7 @@ impl Machine {
                     time,
                     records,
                     diffs,
-                }) if covered => {
+                }) => {
                     return self.take_grant(
                         Grant {
                             lock,
@@ -345,12 +350,6 @@ impl Machine {
                         },
                         out,
                     );
-                }
-                Some(Pushed::Deferred { .. }) => {
-                    // Its records still leave a gap.
-                    self.stats.lock_local_acquires -= 1;
-                    l.waiters.push_back(token);
-                    return self.refuse_push(lock, out);
                 }
                 None => {
                     out.push(Action::AcquireDone { lock, token });

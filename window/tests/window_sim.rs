@@ -477,9 +477,20 @@ fn dead_peer_is_reported_after_max_retransmits() {
 /// Streams 5,000 messages of 100 bytes from node 0 to node 1 over `net`; returns the
 /// simulated time it took and the sender's counters.
 fn stream(net: SimConfig, adaptive_timeout: bool) -> (Micros, ConnStats) {
+    stream_msgs(net, adaptive_timeout, 5_000, Micros::from_millis(60_000))
+}
+
+/// Streams `msgs` messages of 100 bytes from node 0 to node 1 over `net` with the
+/// given peer timeout; returns the simulated time it took and the sender's counters.
+fn stream_msgs(
+    net: SimConfig,
+    adaptive_timeout: bool,
+    msgs: u64,
+    peer_timeout: Micros,
+) -> (Micros, ConnStats) {
     let cfg = WindowConfig {
         adaptive_timeout,
-        peer_timeout: Micros::from_millis(60_000),
+        peer_timeout,
         ..test_config()
     };
     let mut sim = Sim::new(net);
@@ -492,11 +503,11 @@ fn stream(net: SimConfig, adaptive_timeout: bool) -> (Micros, ConnStats) {
     sim.add_node(ini_b);
     let (mut next, mut got) = (0, 0);
     assert!(sim.run_until(|s| {
-        while next < 5_000 && s.node_mut(0).enqueue(conn, make_msg(0, next, 100)).is_ok() {
+        while next < msgs && s.node_mut(0).enqueue(conn, make_msg(0, next, 100)).is_ok() {
             next += 1;
         }
         got += s.drain_events(1).len();
-        got == 5_000 && s.node(0).is_idle()
+        got == msgs as usize && s.node(0).is_idle()
     }));
     (sim.now(), *sim.node(0).conn_stats(conn))
 }
@@ -520,32 +531,11 @@ fn random_loss_costs_the_adaptive_timeout_little_more_than_the_fixed_one() {
 /// Streams 2,000 messages of 100 bytes from node 0 to node 1 over a lossless network
 /// whose round trip (6 ms) is three SEND timeouts, and returns the sender's counters.
 fn stream_over_a_slow_link(adaptive_timeout: bool) -> ConnStats {
-    let cfg = WindowConfig {
-        adaptive_timeout,
-        peer_timeout: Micros::from_millis(10_000),
-        ..test_config()
-    };
-    let mut sim = Sim::new(SimConfig {
+    let net = SimConfig {
         latency: Micros(3_000),
         ..SimConfig::lossless(8)
-    });
-    let (a, b) = (IniAddr::new(0, 0), IniAddr::new(1, 0));
-    let mut ini_a = Ini::new(a, cfg.clone()).unwrap();
-    let conn = ini_a.add_peer(b).unwrap();
-    let mut ini_b = Ini::new(b, cfg).unwrap();
-    ini_b.add_peer(a).unwrap();
-    sim.add_node(ini_a);
-    sim.add_node(ini_b);
-    let mut next = 0;
-    let mut got = 0;
-    assert!(sim.run_until(|s| {
-        while next < 2_000 && s.node_mut(0).enqueue(conn, make_msg(0, next, 100)).is_ok() {
-            next += 1;
-        }
-        got += s.drain_events(1).len();
-        got == 2_000 && s.node(0).is_idle()
-    }));
-    *sim.node(0).conn_stats(conn)
+    };
+    stream_msgs(net, adaptive_timeout, 2_000, Micros::from_millis(10_000)).1
 }
 
 /// A round trip longer than the SEND timeout: the fixed timeout resends every frame
