@@ -15,6 +15,7 @@
 use crate::basic::BasicRing;
 use crate::basic::BasicTooLong;
 use crate::bulk::{FRAGMENT_HEADER, FragmentHeader, FragmentReject};
+use crate::deadline::Deadline;
 use crate::message::{BasicSendError, BulkMsg, BulkSendError, Message, SendError, TagOnMsg};
 use crate::names::{Destination, DestinationTable, QueueId, SiteId, VirtualName};
 use crate::poll::AdaptivePoller;
@@ -296,7 +297,8 @@ impl Endpoint {
 
     /// Sends an Express message, waiting while the destination queue is full; while it
     /// waits it polls this endpoint's own queues and passes what arrives to `on_message`
-    /// (paper 000 §3.3). `timeout` `None` waits indefinitely.
+    /// (paper 000 §3.3), for at most `timeout` (counted from the first wait; `None`
+    /// waits indefinitely).
     ///
     /// # Errors
     /// As [`Endpoint::send_express`], plus `Timeout`.
@@ -307,7 +309,9 @@ impl Endpoint {
         timeout: Option<Duration>,
         on_message: impl FnMut(Message),
     ) -> Result<(), SendError<Express>> {
-        self.blocking(msg, timeout, on_message, |m| self.send_express(name, m))
+        self.blocking(msg, &mut Deadline::new(timeout), on_message, |m| {
+            self.send_express(name, m)
+        })
     }
 
     /// Allocates a Tag-On buffer from this site's pool.
@@ -353,7 +357,7 @@ impl Endpoint {
         timeout: Option<Duration>,
         on_message: impl FnMut(Message),
     ) -> Result<(), SendError<TagOnData>> {
-        self.blocking(data.into(), timeout, on_message, |d| {
+        self.blocking(data.into(), &mut Deadline::new(timeout), on_message, |d| {
             self.send_tag_on(name, handler, d)
         })
     }
@@ -492,7 +496,8 @@ impl Endpoint {
 
     /// Sends a payload of any length up to the site's `max_bulk` (1 MiB by default) as
     /// fragments in Tag-On slots, reassembled at the destination queue. Waits while the
-    /// pool is exhausted or the queue full, polling own queues into `on_message`.
+    /// pool is exhausted or the queue full, polling own queues into `on_message`, for at
+    /// most `timeout` in all (counted from the first wait; `None`: indefinitely).
     ///
     /// # Errors
     /// [`BulkSendError`]; on an error after some fragments were sent, the receiver discards
@@ -514,28 +519,21 @@ impl Endpoint {
             });
         }
         let (dest, route) = self.resolve(name)?;
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut deadline = Deadline::new(timeout);
         let per = self.site.config.slot_size - FRAGMENT_HEADER;
         let sequence = self.site.next_bulk_sequence();
-        let chunks: Box<dyn Iterator<Item = &[u8]>> = if data.is_empty() {
-            Box::new(std::iter::once(&data[..0]))
-        } else {
-            Box::new(data.chunks(per))
-        };
+        // An empty payload still travels as one (empty) fragment.
+        let count = data.len().div_ceil(per).max(1);
         let mut fragments = 0u64;
-        let count = if data.is_empty() {
-            1
-        } else {
-            data.len().div_ceil(per)
-        };
-        for (i, chunk) in chunks.enumerate() {
+        for i in 0..count {
+            let chunk = &data[(i * per).min(data.len())..((i + 1) * per).min(data.len())];
             let mut backoff = Backoff::default();
             let mut buf = loop {
                 match self.alloc() {
                     Ok(b) => break b,
                     Err(e) => {
                         self.drain_into(&mut on_message);
-                        if deadline.is_some_and(|d| Instant::now() >= d) {
+                        if deadline.passed() {
                             return Err(e.into());
                         }
                         backoff.snooze();
@@ -552,12 +550,9 @@ impl Endpoint {
             header.encode(&mut space[..FRAGMENT_HEADER]);
             space[FRAGMENT_HEADER..FRAGMENT_HEADER + chunk.len()].copy_from_slice(chunk);
             buf.set_len(FRAGMENT_HEADER + chunk.len());
-            self.blocking(
-                buf.freeze(),
-                deadline.map(|d| d.saturating_duration_since(Instant::now())),
-                &mut on_message,
-                |d| self.push_buffer(dest, route, WordKind::Bulk, handler, d, i + 1 < count),
-            )
+            self.blocking(buf.freeze(), &mut deadline, &mut on_message, |d| {
+                self.push_buffer(dest, route, WordKind::Bulk, handler, d, i + 1 < count)
+            })
             .map_err(|e| e.map(drop))?;
             fragments += 1;
         }
@@ -579,18 +574,17 @@ impl Endpoint {
     fn blocking<M>(
         &self,
         mut msg: M,
-        timeout: Option<Duration>,
+        deadline: &mut Deadline,
         mut on_message: impl FnMut(Message),
         mut attempt: impl FnMut(M) -> Result<(), SendError<M>>,
     ) -> Result<(), SendError<M>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
         let mut backoff = Backoff::default();
         loop {
             match attempt(msg) {
                 Err(SendError::Full(m)) => {
                     msg = m;
                     self.drain_into(&mut on_message);
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                    if deadline.passed() {
                         return Err(SendError::Timeout(msg));
                     }
                     if backoff.is_completed() {

@@ -31,6 +31,7 @@ pub use multigrain_window as window;
 
 mod basic;
 pub mod bulk;
+mod deadline;
 mod delay;
 pub mod dispatch;
 mod doorbell;
