@@ -471,23 +471,10 @@ impl Machine {
         for lock in std::mem::take(&mut self.leaving) {
             self.give_back(lock, out)?;
         }
-        self.prune_carried();
         // Diffs for a manager none of the leaving locks went to cannot remain: the
         // carriers were exactly those managers.
         debug_assert!(self.for_release.is_empty());
         Ok(())
-    }
-
-    /// Forgets the carried marks of diffs no longer in [`Machine::recent`]. It holds
-    /// this cluster's diffs in interval order and loses them oldest first (full, or at
-    /// a barrier), so a mark older than its oldest interval names a diff gone from it;
-    /// a mark of that interval whose diff left already matches nothing (indices only
-    /// grow) and goes with the interval.
-    pub(crate) fn prune_carried(&mut self) {
-        match self.recent.front().map(|d| d.index) {
-            Some(oldest) => self.carried.retain(|&(_, _, index)| index >= oldest),
-            None => self.carried.clear(),
-        }
     }
 
     /// The manager wants `lock` back for `tenure`: give it back now if this cluster
@@ -642,12 +629,10 @@ impl Machine {
         after.set(mgr, after.get(mgr).max(self.time.get(mgr)));
         let time = self.time.clone();
         let records = self.log.between(&after, &time)?;
-        let skip = self
-            .recent
-            .iter()
-            .filter(|d| d.index > since)
-            .count()
-            .saturating_sub(MAX_CARRIED_DIFFS);
+        // `recent` is in interval order: the tenure's diffs are its tail, of which the
+        // release carries the newest MAX_CARRIED_DIFFS.
+        let first = self.recent.partition_point(|r| r.diff.index <= since);
+        let from = first + (self.recent.len() - first).saturating_sub(MAX_CARRIED_DIFFS);
         // First the diffs this release carries to the manager as their pages' home
         // (the first release of the flush to that manager takes them), then the
         // others of the tenure.
@@ -656,29 +641,32 @@ impl Machine {
                 .into_iter()
                 .partition(|d| self.homes.get(d.page) == Some(mgr));
         self.for_release = rest;
-        let homed = diffs.len() as u32;
+        let homed = diffs.len();
+        let is_homed = |d: &IntervalDiff, diffs: &[IntervalDiff]| {
+            diffs[..homed]
+                .iter()
+                .any(|h| h.page == d.page && h.index == d.index)
+        };
         // A diff goes once to each manager: the releases of one batch leave together,
         // and the manager hands their grants out in that order, so the first one's
         // grant brings the diff wherever the others' go next; a later batch's release
         // need not carry it again (a cluster its grant reaches without the diff has
         // the interval's write notice and fetches the page from its home instead).
-        let carried = &self.carried;
-        let older: Vec<IntervalDiff> = self
-            .recent
-            .iter()
-            .filter(|d| d.index > since)
-            .skip(skip)
-            .filter(|d| {
-                !diffs[..homed as usize]
-                    .iter()
-                    .any(|h| h.page == d.page && h.index == d.index)
-                    && !carried.contains(&(mgr, d.page, d.index))
-            })
-            .cloned()
-            .collect();
-        diffs.extend(older);
-        self.carried
-            .extend(diffs.iter().map(|d| (mgr, d.page, d.index)));
+        for (i, r) in self.recent.iter_mut().enumerate() {
+            let homed_here = homed > 0 && is_homed(&r.diff, &diffs);
+            if i < from && !homed_here {
+                continue;
+            }
+            // Kept sorted: the same marks are the same state, whatever their order.
+            let Err(at) = r.carried_to.binary_search(&mgr) else {
+                continue;
+            };
+            r.carried_to.insert(at, mgr);
+            if !homed_here {
+                diffs.push(r.diff.clone());
+            }
+        }
+        let homed = homed as u32;
         self.stats.carried_diffs_sent += diffs.len() as u64;
         self.send(
             mgr,

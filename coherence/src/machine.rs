@@ -3,8 +3,10 @@
 //! ([`crate::hlrc`], [`crate::sc`]) and the cluster side of the locks
 //! ([`crate::locks`]) share.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::mem;
+
+use smallvec::SmallVec;
 
 use crate::action::{Action, Event, FlushPage};
 use crate::config::{Config, ConfigError, Protocol};
@@ -158,6 +160,17 @@ pub(crate) struct Txn {
 /// Source: this project's bound (see [`crate::sync`], carried diffs).
 pub(crate) const MAX_RECENT_DIFFS: usize = 64;
 
+/// hlrc: one of [`Machine::recent`]'s diffs and the managers a `LockRelease` has
+/// carried it to already: each goes once to each manager, not again with every later
+/// release whose tenure it falls in.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct RecentDiff {
+    /// The diff.
+    pub(crate) diff: IntervalDiff,
+    /// The managers it was carried to, sorted.
+    pub(crate) carried_to: SmallVec<[ClusterId; 2]>,
+}
+
 /// An open page unchanged at this many flushes in a row is closed at the next one
 /// (write-protected, diffed a last time, twin dropped). 2 keeps a page written every
 /// other interval — EM3D's E and H pages, written in alternate barrier phases — open
@@ -230,9 +243,9 @@ pub struct Machine {
     pub(crate) readahead: Readahead,
     /// hlrc: pages with a twin (writable, diffed at every flush), in opening order.
     pub(crate) open: Vec<PageId>,
-    /// hlrc: this cluster's recent diffs, newest last, carried by the locks it gives
-    /// back (at most [`MAX_RECENT_DIFFS`]; dropped at barriers).
-    pub(crate) recent: VecDeque<IntervalDiff>,
+    /// hlrc: this cluster's recent diffs in interval order, newest last, carried by
+    /// the locks it gives back (at most [`MAX_RECENT_DIFFS`]; dropped at barriers).
+    pub(crate) recent: VecDeque<RecentDiff>,
     /// hlrc, at the home: received diffs that cannot be applied yet (their base is
     /// not reflected), by page.
     pub(crate) home_pending: BTreeMap<PageId, Vec<IntervalDiff>>,
@@ -254,10 +267,6 @@ pub struct Machine {
     /// The locks given back by the flush in progress (or just done): their
     /// `LockRelease`s go out when it completes.
     pub(crate) leaving: Vec<LockId>,
-    /// `(manager, page, interval)` of the [`Machine::recent`] diffs already carried to
-    /// each manager by a `LockRelease`: each goes once to each manager, not again with
-    /// every later release whose tenure it falls in (entries leave with their diffs).
-    pub(crate) carried: BTreeSet<(ClusterId, PageId, u32)>,
     /// During one [`Machine::handle`] call: per destination and message kind
     /// (grant: `false`, release: `true`), the highest interval record index per owner
     /// that a message of the call already carries there.
@@ -328,7 +337,6 @@ impl Machine {
             for_release: Vec::new(),
             deferred_releases: Vec::new(),
             leaving: Vec::new(),
-            carried: BTreeSet::new(),
             event_sent: Vec::new(),
             updates: Vec::new(),
             flushing: None,
@@ -819,7 +827,10 @@ impl Machine {
             if self.recent.len() >= MAX_RECENT_DIFFS {
                 self.recent.pop_front();
             }
-            self.recent.push_back(diff);
+            self.recent.push_back(RecentDiff {
+                diff,
+                carried_to: SmallVec::new(),
+            });
             written.push(fp.page);
         }
         self.open.retain(|p| self.pages[p.index()].twin);
@@ -1115,8 +1126,8 @@ impl Machine {
         // waited at the barrier closes an interval after its arrival).
         self.log.collect_garbage(&time);
         self.locks.collect_garbage(&time);
-        self.recent.retain(|d| d.index > time.get(d.owner));
-        self.prune_carried();
+        self.recent
+            .retain(|r| r.diff.index > time.get(r.diff.owner));
         self.barrier.episode = self.barrier.episode.wrapping_add(1);
         self.stats.barriers += 1;
         if let Some(token) = self.barrier.waiting.take() {

@@ -1048,9 +1048,14 @@ impl Core {
                     cluster: self.me,
                     source,
                 })?;
-            let mut out = Vec::new();
+            // Room for the largest diff up front (it grew by doubling, ten reallocations
+            // for a page rewritten whole), the rest given back for a small one.
+            let mut out = Vec::with_capacity(diff::MAX_ENCODED);
             diff::encode(&twin[..], &st.scratch[..], &mut out)
                 .map_err(|e| self.internal(format!("diff of {:?}: {e}", fp.page)))?;
+            if out.len() < diff::MAX_ENCODED / 2 {
+                out.shrink_to_fit();
+            }
             if fp.keep_open {
                 if !out.is_empty() {
                     // The contents just diffed become the twin; the old twin, the next
