@@ -652,7 +652,10 @@ impl Machine {
         // grant brings the diff wherever the others' go next; a later batch's release
         // need not carry it again (a cluster its grant reaches without the diff has
         // the interval's write notice and fetches the page from its home instead).
-        for (i, r) in self.recent.iter_mut().enumerate() {
+        // (Only a diff carried as its page's home may lie before `from`.)
+        let start = if homed > 0 { 0 } else { from };
+        for (i, r) in self.recent.range_mut(start..).enumerate() {
+            let i = start + i;
             let homed_here = homed > 0 && is_homed(&r.diff, &diffs);
             if i < from && !homed_here {
                 continue;
