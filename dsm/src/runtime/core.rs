@@ -120,6 +120,8 @@ pub(crate) struct State {
     spare: Vec<Box<[u8; PAGE_SIZE]>>,
     /// A page's current contents while its diff is encoded.
     scratch: Box<[u8; PAGE_SIZE]>,
+    /// The diff being encoded, with room for the largest ([`diff::MAX_ENCODED`]).
+    diff_buf: Vec<u8>,
     /// Bulk messages held back by the event being handled, by destination cluster (see
     /// [`Core::handle_one`]); all empty between events.
     outbox: Vec<wire::Bundle>,
@@ -246,6 +248,7 @@ impl Core {
                 twins: HashMap::new(),
                 spare: Vec::new(),
                 scratch: Box::new([0; PAGE_SIZE]),
+                diff_buf: Vec::with_capacity(diff::MAX_ENCODED),
                 outbox: (0..clusters).map(|_| wire::Bundle::default()).collect(),
                 reclaim: Vec::new(),
             }),
@@ -1048,14 +1051,18 @@ impl Core {
                     cluster: self.me,
                     source,
                 })?;
-            // Room for the largest diff up front (it grew by doubling, ten reallocations
-            // for a page rewritten whole), the rest given back for a small one.
-            let mut out = Vec::with_capacity(diff::MAX_ENCODED);
-            diff::encode(&twin[..], &st.scratch[..], &mut out)
+            // Encoded into a buffer with room for the largest diff (a vector grown by
+            // doubling took ten reallocations for a page rewritten whole): an unchanged
+            // page allocates nothing, a small diff is copied out, a large one takes the
+            // buffer along.
+            st.diff_buf.clear();
+            diff::encode(&twin[..], &st.scratch[..], &mut st.diff_buf)
                 .map_err(|e| self.internal(format!("diff of {:?}: {e}", fp.page)))?;
-            if out.len() < diff::MAX_ENCODED / 2 {
-                out.shrink_to_fit();
-            }
+            let out = if st.diff_buf.len() < diff::MAX_ENCODED / 2 {
+                st.diff_buf.clone()
+            } else {
+                std::mem::replace(&mut st.diff_buf, Vec::with_capacity(diff::MAX_ENCODED))
+            };
             if fp.keep_open {
                 if !out.is_empty() {
                     // The contents just diffed become the twin; the old twin, the next
