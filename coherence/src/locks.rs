@@ -6,10 +6,12 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use smallvec::SmallVec;
+
 use crate::action::{Action, FlushPage};
 use crate::config::Protocol;
 use crate::error::ProtocolError;
-use crate::ids::{ClusterId, LockId, SyncToken};
+use crate::ids::{ClusterId, LockId, PageId, SyncToken};
 use crate::interval::{IntervalDiff, IntervalRecord, VectorTime};
 use crate::machine::{Completion, Held, Machine, Resume};
 use crate::message::Message;
@@ -641,22 +643,16 @@ impl Machine {
                 .into_iter()
                 .partition(|d| self.homes.get(d.page) == Some(mgr));
         self.for_release = rest;
-        let homed = diffs.len();
-        let is_homed = |d: &IntervalDiff, diffs: &[IntervalDiff]| {
-            diffs[..homed]
-                .iter()
-                .any(|h| h.page == d.page && h.index == d.index)
-        };
+        let homed: SmallVec<[(PageId, u32); 4]> = diffs.iter().map(|d| (d.page, d.index)).collect();
         // A diff goes once to each manager: the releases of one batch leave together,
         // and the manager hands their grants out in that order, so the first one's
         // grant brings the diff wherever the others' go next; a later batch's release
         // need not carry it again (a cluster its grant reaches without the diff has
         // the interval's write notice and fetches the page from its home instead).
         // (Only a diff carried as its page's home may lie before `from`.)
-        let start = if homed > 0 { 0 } else { from };
-        for (i, r) in self.recent.range_mut(start..).enumerate() {
-            let i = start + i;
-            let homed_here = homed > 0 && is_homed(&r.diff, &diffs);
+        let start = if homed.is_empty() { from } else { 0 };
+        for (i, r) in self.recent.iter_mut().enumerate().skip(start) {
+            let homed_here = homed.contains(&(r.diff.page, r.diff.index));
             if i < from && !homed_here {
                 continue;
             }
@@ -669,7 +665,7 @@ impl Machine {
                 diffs.push(r.diff.clone());
             }
         }
-        let homed = homed as u32;
+        let homed = homed.len() as u32;
         self.stats.carried_diffs_sent += diffs.len() as u64;
         self.send(
             mgr,
