@@ -644,11 +644,10 @@ impl Machine {
                 .partition(|d| self.homes.get(d.page) == Some(mgr));
         self.for_release = rest;
         let homed: SmallVec<[(PageId, u32); 4]> = diffs.iter().map(|d| (d.page, d.index)).collect();
-        // A diff goes once to each manager: the releases of one batch leave together,
-        // and the manager hands their grants out in that order, so the first one's
-        // grant brings the diff wherever the others' go next; a later batch's release
-        // need not carry it again (a cluster its grant reaches without the diff has
-        // the interval's write notice and fetches the page from its home instead).
+        // A diff goes once to each manager: the manager keeps the diffs carried to it
+        // for every one of its locks and sends them with any grant whose records hold
+        // their interval (see `crate::sync`), so a later release of the same batch or
+        // a later batch need not carry it again.
         // (Only a diff carried as its page's home may lie before `from`.)
         let start = if homed.is_empty() { from } else { 0 };
         for (i, r) in self.recent.iter_mut().enumerate().skip(start) {

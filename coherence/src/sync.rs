@@ -89,13 +89,21 @@
 //!   the cluster that finished its pair forces first sweeps — and caches — most
 //!   molecule locks before the other one starts.
 //! * **Carried diffs.** A release carries the diffs of the releaser's intervals of
-//!   the tenure ([`crate::interval::IntervalDiff`]); the manager keeps the diffs of
-//!   the lock's last few tenures ([`MAX_CARRIED_DIFFS`]) and sends the next holder
-//!   those of the intervals it has not seen with the grant, so that it applies them
-//!   to its copies instead of invalidating the pages and fetching them again
-//!   (lock–data association: the data a lock protects moves with the lock, as in
-//!   Midway's entry consistency; Yun et al., CCGrid 2001, for HLRC). The release does
-//!   not wait for the homes to acknowledge the diffs (see [`crate::hlrc`]).
+//!   the tenure ([`crate::interval::IntervalDiff`], at most [`MAX_CARRIED_DIFFS`]);
+//!   the manager keeps the diffs carried to it by the releases of *any* of its locks
+//!   (at most [`MAX_MANAGER_DIFFS`], until a barrier makes them useless) and sends
+//!   with a grant those of the intervals whose records the grant carries, so that the
+//!   acquirer applies them to its copies instead of invalidating the pages and
+//!   fetching them again (lock–data association: the data a lock protects moves with
+//!   the lock, as in Midway's entry consistency; Yun et al., CCGrid 2001, for HLRC).
+//!   Kept per manager rather than per lock because one interval's diffs travel with
+//!   only one of the locks a batch releases together (each diff goes once to each
+//!   manager, see [`crate::locks`]), while its write notice reaches every later
+//!   acquirer of every lock of that manager; with several threads per cluster an
+//!   interval also holds another thread's writes under another lock (Water 512 × 50
+//!   on 2×2: about 1,400 pages per run invalidated at grants that carried none of
+//!   their diffs, then fetched again). The release does not wait for the homes to
+//!   acknowledge the diffs (see [`crate::hlrc`]).
 //!
 //! Every happens-before chain from a write to another cluster's acquire leaves the
 //! writer's cluster through a `LockRelease` or a barrier, each of which flushes every
@@ -121,7 +129,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::ids::{ClusterId, LockId, PageId};
+use crate::ids::{ClusterId, LockId, MAX_PAGES, PageId};
 use crate::interval::{GapError, IntervalDiff, IntervalLog, IntervalRecord, VectorTime};
 use crate::message::Message;
 
@@ -150,11 +158,20 @@ impl From<GapError> for SyncError {
 /// §3: fairness between SMP nodes; the bound is this project's choice).
 pub const MAX_LOCAL_HANDOFFS: u32 = 8;
 
-/// How many diffs a lock manager keeps per lock, newest first, to send with the next
-/// grant (older ones are dropped; their pages are then invalidated and fetched).
+/// How many diffs of its tenure a lock release carries to the manager, newest first
+/// (older ones of pages homed elsewhere reach acquirers as write notices only; their
+/// pages are then invalidated and fetched).
 ///
 /// Source: this project's bound (a few tenures' worth of a lock's critical section).
 pub const MAX_CARRIED_DIFFS: usize = 16;
+
+/// How many carried diffs a lock manager keeps, over all its locks, to send with
+/// grants (see the module documentation); beyond it the lowest (owner, interval)
+/// keys are dropped first. Diffs of intervals every cluster has seen are dropped at
+/// each release and barrier.
+///
+/// Source: this project's bound (issue 10; Water 4096 × 3 on 2×2 keeps a few hundred).
+pub const MAX_MANAGER_DIFFS: usize = 4096;
 
 /// How many further locks of a sweep a manager recalls with the one requested: once a
 /// cluster has asked, one after the other, for two neighbouring locks of this manager
@@ -215,8 +232,6 @@ struct LockState {
     /// last time, which may be the newer one again, and whether it did so the time
     /// before too (a confirmed turn, which a push follows).
     turns: BTreeMap<(Option<ClusterId>, ClusterId), (ClusterId, bool)>,
-    /// Diffs of the last tenures, oldest first (at most [`MAX_CARRIED_DIFFS`]).
-    diffs: Vec<IntervalDiff>,
 }
 
 impl LockState {
@@ -277,6 +292,9 @@ impl LockState {
 pub(crate) struct LockManager {
     locks: BTreeMap<LockId, LockState>,
     store: IntervalLog,
+    /// The diffs releases carried here, by (owner, interval, page): a grant sends
+    /// those of the records it carries (see the module documentation).
+    diffs: BTreeMap<(ClusterId, u32, PageId), IntervalDiff>,
     /// The latest vector time each cluster reported in a request or release (to any
     /// lock of this manager): it has seen every record up to it, so grants and pushes
     /// need not send those again.
@@ -363,13 +381,18 @@ impl LockManager {
         let recall = !implied && !st.waiters.is_empty();
         st.recalled = implied || recall;
         let (tenure, time) = (st.tenure, st.time.clone());
-        let diffs: Vec<IntervalDiff> = st
-            .diffs
-            .iter()
-            .filter(|d| their.get(d.owner) < d.index && d.owner != to)
-            .cloned()
-            .collect();
         let records = self.store.between_with(own, their, &time)?;
+        let diffs: Vec<IntervalDiff> = records
+            .iter()
+            .filter(|r| r.owner != to)
+            .flat_map(|r| {
+                let (lo, hi) = (PageId::new(0), PageId::new(MAX_PAGES - 1));
+                let (lo, hi) = (lo.expect("page 0"), hi.expect("the last page"));
+                self.diffs
+                    .range((r.owner, r.index, lo)..=(r.owner, r.index, hi))
+                    .map(|(_, d)| d.clone())
+            })
+            .collect();
         if pushed {
             self.pushed_upto.entry(to).or_default().merge(&time);
         }
@@ -529,14 +552,19 @@ impl LockManager {
             self.seen.entry(from).or_default().merge(time);
         }
         let base = self.store.base();
+        // Diffs of intervals every cluster has seen are of no use to anyone: not
+        // kept (those kept before are dropped at the next barrier's garbage
+        // collection; grants never select them, as they carry no such record).
+        for d in diffs {
+            if d.index > base.get(d.owner) {
+                self.diffs.insert((d.owner, d.index, d.page), d);
+            }
+        }
+        while self.diffs.len() > MAX_MANAGER_DIFFS {
+            self.diffs.pop_first();
+        }
         let st = self.locks.get_mut(&lock).expect("checked above");
         st.time.merge(time);
-        // Diffs of intervals every cluster has seen are of no use to anyone.
-        st.diffs.retain(|d| d.index > base.get(d.owner));
-        st.diffs
-            .extend(diffs.into_iter().filter(|d| d.index > base.get(d.owner)));
-        let extra = st.diffs.len().saturating_sub(MAX_CARRIED_DIFFS);
-        st.diffs.drain(..extra);
         if st.pushed
             && !unused
             // The push was right: `from` took the lock after the last two holders.
@@ -577,9 +605,8 @@ impl LockManager {
     /// module documentation).
     pub(crate) fn collect_garbage(&mut self, upto: &VectorTime) {
         self.store.collect_garbage(upto);
-        for st in self.locks.values_mut() {
-            st.diffs.retain(|d| d.index > upto.get(d.owner));
-        }
+        self.diffs
+            .retain(|&(owner, index, _), _| index > upto.get(owner));
     }
 
     /// The newest record held (or discarded) per owner: a release to this manager
@@ -808,6 +835,55 @@ mod tests {
         assert_eq!(m.stored(c(1)), 3);
         let g = sent(m.acquire(l(), c(2), z.clone(), 0, &own()).unwrap());
         assert_eq!(grant_of(&g).3, 3);
+    }
+
+    /// The diffs a release carries serve the grant of any lock of the manager whose
+    /// records hold their interval: cluster 1 releases lock 3 carrying the diff of
+    /// its interval 1, then lock 5 (same interval, no diff: a diff goes once to each
+    /// manager); cluster 2's grant of lock 5 carries the diff all the same, and a
+    /// grant whose records the acquirer has seen carries none.
+    #[test]
+    fn a_grant_carries_the_diffs_of_its_records_whatever_lock_brought_them() {
+        let mut m = LockManager::default();
+        let z = VectorTime::new();
+        let (l3, l5) = (LockId::new(3).unwrap(), LockId::new(5).unwrap());
+        let diff = IntervalDiff {
+            page: p(7),
+            owner: c(1),
+            index: 1,
+            base: VectorTime::new(),
+            data: crate::interval::DiffBytes::new(vec![1, 2, 3]),
+        };
+        let time = VectorTime::from_entries(vec![0, 1]);
+        for (lock, diffs) in [(l3, vec![diff.clone()]), (l5, vec![])] {
+            let (_, tenure, _, _) =
+                grant_of(&sent(m.acquire(lock, c(1), z.clone(), 0, &own()).unwrap()));
+            m.release(
+                lock,
+                c(1),
+                tenure,
+                &time,
+                &z,
+                if lock == l3 {
+                    vec![rec(1, 1, &[7])]
+                } else {
+                    vec![]
+                },
+                diffs,
+                false,
+                &own(),
+            )
+            .unwrap();
+        }
+        let carried = |v: &[(ClusterId, Message)]| match v {
+            [(_, Message::LockGrant { diffs, .. }), ..] => diffs.clone(),
+            other => panic!("no grant: {other:?}"),
+        };
+        let g = sent(m.acquire(l5, c(2), z.clone(), 0, &own()).unwrap());
+        assert_eq!(carried(&g), vec![diff]);
+        // Cluster 0 reports that it has seen interval 1 of cluster 1.
+        let g = sent(m.acquire(l3, c(0), time.clone(), 0, &own()).unwrap());
+        assert_eq!(carried(&g), vec![]);
     }
 
     /// A cluster that asks in turn for two neighbouring locks another cluster took
