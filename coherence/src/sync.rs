@@ -98,7 +98,7 @@
 //!   the lock, as in Midway's entry consistency; Yun et al., CCGrid 2001, for HLRC).
 //!   Kept per manager rather than per lock because one interval's diffs travel with
 //!   only one of the locks a batch releases together (each diff goes once to each
-//!   manager, see [`crate::locks`]), while its write notice reaches every later
+//!   manager, see `coherence/src/locks.rs`), while its write notice reaches every later
 //!   acquirer of every lock of that manager; with several threads per cluster an
 //!   interval also holds another thread's writes under another lock (Water 512 × 50
 //!   on 2×2: about 1,400 pages per run invalidated at grants that carried none of
