@@ -167,11 +167,19 @@ pub const MAX_CARRIED_DIFFS: usize = 16;
 
 /// How many carried diffs a lock manager keeps, over all its locks, to send with
 /// grants (see the module documentation); beyond it the lowest (owner, interval)
-/// keys are dropped first. Diffs of intervals every cluster has seen are dropped at
-/// each release and barrier.
+/// keys are dropped first. Diffs of intervals every cluster has seen are not kept
+/// at a release and are dropped at barriers.
 ///
-/// Source: this project's bound (issue 10; Water 4096 × 3 on 2×2 keeps a few hundred).
+/// Source: this project's bound (issue 10).
 pub const MAX_MANAGER_DIFFS: usize = 4096;
+
+/// The most diffs one grant carries: those of the newest intervals of its records
+/// (a diff is at most [`crate::diff::MAX_ENCODED`] bytes, so a grant's diffs stay
+/// near 256 KiB, well inside a bulk message). The pages of the others are
+/// invalidated and fetched, as without a diff.
+///
+/// Source: this project's bound (issue 10).
+pub const MAX_GRANT_DIFFS: usize = 64;
 
 /// How many further locks of a sweep a manager recalls with the one requested: once a
 /// cluster has asked, one after the other, for two neighbouring locks of this manager
@@ -382,17 +390,22 @@ impl LockManager {
         st.recalled = implied || recall;
         let (tenure, time) = (st.tenure, st.time.clone());
         let records = self.store.between_with(own, their, &time)?;
-        let diffs: Vec<IntervalDiff> = records
+        let (first, last) = (PageId::new(0), PageId::new(MAX_PAGES - 1));
+        let (first, last) = (first.expect("page 0"), last.expect("the last page"));
+        let mut diffs: Vec<IntervalDiff> = records
             .iter()
             .filter(|r| r.owner != to)
             .flat_map(|r| {
-                let (lo, hi) = (PageId::new(0), PageId::new(MAX_PAGES - 1));
-                let (lo, hi) = (lo.expect("page 0"), hi.expect("the last page"));
                 self.diffs
-                    .range((r.owner, r.index, lo)..=(r.owner, r.index, hi))
+                    .range((r.owner, r.index, first)..=(r.owner, r.index, last))
                     .map(|(_, d)| d.clone())
             })
             .collect();
+        if diffs.len() > MAX_GRANT_DIFFS {
+            // Records come in interval order per owner: the newest diffs last.
+            diffs.sort_by_key(|d| d.index);
+            diffs.drain(..diffs.len() - MAX_GRANT_DIFFS);
+        }
         if pushed {
             self.pushed_upto.entry(to).or_default().merge(&time);
         }
@@ -884,6 +897,42 @@ mod tests {
         // Cluster 0 reports that it has seen interval 1 of cluster 1.
         let g = sent(m.acquire(l3, c(0), time.clone(), 0, &own()).unwrap());
         assert_eq!(carried(&g), vec![]);
+    }
+
+    /// A grant carries at most MAX_GRANT_DIFFS diffs, those of the newest intervals.
+    #[test]
+    fn a_grant_carries_at_most_the_newest_max_grant_diffs() {
+        let mut m = LockManager::default();
+        let z = VectorTime::new();
+        let n = MAX_GRANT_DIFFS as u32 + 6;
+        let diff = |index: u32| IntervalDiff {
+            page: p(index),
+            owner: c(1),
+            index,
+            base: VectorTime::new(),
+            data: crate::interval::DiffBytes::new(vec![0; 12]),
+        };
+        let (_, tenure, _, _) =
+            grant_of(&sent(m.acquire(l(), c(1), z.clone(), 0, &own()).unwrap()));
+        m.release(
+            l(),
+            c(1),
+            tenure,
+            &VectorTime::from_entries(vec![0, n]),
+            &z,
+            (1..=n).map(|i| rec(1, i, &[i])).collect(),
+            (1..=n).map(diff).collect(),
+            false,
+            &own(),
+        )
+        .unwrap();
+        let g = sent(m.acquire(l(), c(2), z.clone(), 0, &own()).unwrap());
+        let Some((_, Message::LockGrant { diffs, records, .. })) = g.first() else {
+            panic!("no grant: {g:?}");
+        };
+        assert_eq!(records.len(), n as usize);
+        let carried: Vec<u32> = diffs.iter().map(|d| d.index).collect();
+        assert_eq!(carried, (7..=n).collect::<Vec<_>>());
     }
 
     /// A cluster that asks in turn for two neighbouring locks another cluster took
