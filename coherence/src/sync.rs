@@ -181,6 +181,11 @@ pub const MAX_MANAGER_DIFFS: usize = 4096;
 /// Source: this project's bound (issue 10).
 pub const MAX_GRANT_DIFFS: usize = 64;
 
+/// The lowest and highest page numbers: the bounds of one interval's keys in
+/// [`LockManager`]'s diff store.
+const FIRST_PAGE: PageId = PageId::new(0).expect("page 0 exists");
+const LAST_PAGE: PageId = PageId::new(MAX_PAGES - 1).expect("the last page exists");
+
 /// How many further locks of a sweep a manager recalls with the one requested: once a
 /// cluster has asked, one after the other, for two neighbouring locks of this manager
 /// that only another cluster ever took and keeps cached (uncontended grants, given
@@ -390,14 +395,12 @@ impl LockManager {
         st.recalled = implied || recall;
         let (tenure, time) = (st.tenure, st.time.clone());
         let records = self.store.between_with(own, their, &time)?;
-        let (first, last) = (PageId::new(0), PageId::new(MAX_PAGES - 1));
-        let (first, last) = (first.expect("page 0"), last.expect("the last page"));
         let mut diffs: Vec<IntervalDiff> = records
             .iter()
             .filter(|r| r.owner != to)
             .flat_map(|r| {
                 self.diffs
-                    .range((r.owner, r.index, first)..=(r.owner, r.index, last))
+                    .range((r.owner, r.index, FIRST_PAGE)..=(r.owner, r.index, LAST_PAGE))
                     .map(|(_, d)| d.clone())
             })
             .collect();
