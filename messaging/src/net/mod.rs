@@ -782,16 +782,20 @@ impl std::fmt::Debug for IniGroup {
 }
 
 impl IniGroup {
-    /// The statistics of each INI (refreshed every 100 ms while running, exact after
-    /// [`IniGroup::shutdown`]).
+    /// The statistics of each INI, current: each INI's counters are copied under its
+    /// core's lock, waiting for a pass in progress to end (microseconds). It tried the
+    /// lock once and otherwise returned the copy the INI thread publishes every 100 ms,
+    /// so a job shorter than that reported all zeros when a thread was in a pass at
+    /// that moment (`multigrain run water`: 1 run in 7). Exact after
+    /// [`IniGroup::shutdown`]. Not to be called from a thread running an INI pass
+    /// (it would wait for itself); the statistics are read after the computation, from
+    /// the main thread.
     pub fn reports(&self) -> Vec<IniReport> {
         self.net
             .slots
             .iter()
             .map(|s| {
-                if let Some(core) = s.core.try_lock() {
-                    core.publish(&s.handoff, &mut s.report.lock());
-                }
+                s.core.lock().publish(&s.handoff, &mut s.report.lock());
                 s.report.lock().clone()
             })
             .collect()
