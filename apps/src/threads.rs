@@ -366,6 +366,53 @@ where
     Ok(results)
 }
 
+/// A threads runtime whose thread `late` starts its body `delay` after the others: a
+/// cluster process that joins late (it built its graph more slowly, it was started
+/// later). Tests check that such start-up skew stays out of the apps' timed phases.
+#[cfg(test)]
+pub(crate) struct LateStart {
+    pub(crate) inner: ThreadsRuntime,
+    pub(crate) late: usize,
+    pub(crate) delay: std::time::Duration,
+}
+
+#[cfg(test)]
+impl Runtime for LateStart {
+    type F64s = AtomicF64s;
+    type U64s = AtomicU64s;
+    type Team<'t> = ThreadsTeam;
+
+    fn topology(&self) -> &Topology {
+        self.inner.topology()
+    }
+
+    fn alloc_f64s(&mut self, len: usize) -> Result<AtomicF64s, RuntimeError> {
+        self.inner.alloc_f64s(len)
+    }
+
+    fn alloc_u64s(&mut self, len: usize) -> Result<AtomicU64s, RuntimeError> {
+        self.inner.alloc_u64s(len)
+    }
+
+    fn alloc_locks(&mut self, count: usize) -> Result<usize, RuntimeError> {
+        self.inner.alloc_locks(count)
+    }
+
+    fn run<T, F>(&mut self, body: F) -> Result<Vec<T>, RuntimeError>
+    where
+        T: Send,
+        F: Fn(&Self::Team<'_>) -> T + Sync,
+    {
+        let (late, delay) = (self.late, self.delay);
+        self.inner.run(|team| {
+            if team.thread_id() == late {
+                std::thread::sleep(delay);
+            }
+            body(team)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

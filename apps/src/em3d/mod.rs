@@ -531,6 +531,11 @@ impl<F: F64Words + Sync, U: U64Words + Sync> Job<'_, F, U> {
         let progress: &dyn Progress = if me == 0 { self.progress } else { &Silent };
 
         progress.begin(PHASES[1], 0);
+        // The start line: the clock starts when every thread is here. Cluster processes
+        // build their graphs and start at different times (tens of ms apart), and that
+        // skew is start-up, not computation (SPLASH-2's LU and Cholesky likewise pass a
+        // barrier, then read the clock).
+        team.barrier();
         let t = Instant::now();
         for kind in [E, H] {
             for i in nodes.clone() {

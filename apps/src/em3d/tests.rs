@@ -275,3 +275,24 @@ fn progress_reports_the_phases_and_every_iteration() {
     run_parallel_with(&mut ThreadsRuntime::with_clusters(2, 2).unwrap(), &p, &par).unwrap();
     assert_eq!(*par.0.lock().unwrap(), want);
 }
+
+/// A partition whose cluster process starts late (it built its graph more slowly) must
+/// not count its start-up in the timed phases: the clock starts at a start barrier.
+#[test]
+fn a_late_starting_thread_is_not_timed() {
+    let delay = std::time::Duration::from_millis(400);
+    let mut rt = crate::threads::LateStart {
+        inner: ThreadsRuntime::new(2).unwrap(),
+        late: 1,
+        delay,
+    };
+    let p = small();
+    let r = run_parallel(&mut rt, &p).unwrap();
+    assert_eq!(r.checksum, run_sequential(&p, 2).unwrap().checksum);
+    let timed = r.times.init_s + r.times.compute_s;
+    assert!(
+        timed < delay.as_secs_f64() / 2.0,
+        "thread 0 timed {timed:.3} s (initial values {:.3} s): the other thread's {delay:?} late start was counted",
+        r.times.init_s
+    );
+}

@@ -515,6 +515,11 @@ impl<A: F64Words + Sync> Shared<'_, A> {
 
         // Initial state: each thread writes its own molecules; thread 0 the sums.
         progress.begin(PHASES[0], 0);
+        // The start line: the clock starts when every thread is here, so that cluster
+        // processes started at different times do not count their start-up skew as
+        // computation (SPLASH-2's LU and Cholesky likewise pass a barrier, then read the
+        // clock).
+        team.barrier();
         let t = Instant::now();
         for w in mols.start * MOL_WORDS..mols.end * MOL_WORDS {
             var.set(w, self.init[w]);

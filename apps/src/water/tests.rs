@@ -355,3 +355,25 @@ fn check_inputs_reads_the_velocity_file() {
     let e = p.check_inputs().unwrap_err();
     assert!(e.to_string().contains("/nonexistent/random.in"), "{e}");
 }
+
+/// A thread whose cluster process starts late must not count its start-up in the timed
+/// phases: the clock starts at a start barrier.
+#[test]
+fn a_late_starting_thread_is_not_timed() {
+    let delay = std::time::Duration::from_millis(400);
+    let mut rt = crate::threads::LateStart {
+        inner: ThreadsRuntime::new(2).unwrap(),
+        late: 1,
+        delay,
+    };
+    let params = splash_params(64, 2);
+    let r = run_parallel(&mut rt, &params).unwrap();
+    assert_eq!(printed(&r), printed(&run_sequential(&params).unwrap()));
+    let t = &r.times;
+    let timed = t.init_s + t.initial_forces_s + t.steps_s;
+    assert!(
+        timed < delay.as_secs_f64() / 2.0,
+        "thread 0 timed {timed:.3} s (initial state {:.3} s): the other thread's {delay:?} late start was counted",
+        t.init_s
+    );
+}
