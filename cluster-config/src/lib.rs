@@ -56,7 +56,7 @@
 //! | `dsm.region_size` | 1073741824 | bytes or `"1GiB"`-style string; multiple of 4096; at most 64 GiB (2^24 pages); base + size ≤ 2^47 |
 //! | `dsm.page_size` | 4096 | 4096 only |
 //! | `dsm.prefetch` | 7 | 0 ..= 64 pages after a faulting one, fetched with it (hlrc; doubles along a sweep, up to 63) |
-//! | `dsm.barrier_updates` | `"auto"` | `auto` (on with exactly 2 clusters), `on`, `off`: hlrc homes send their changed shared pages' diffs to the copies at barriers, and at releases those the lock cannot carry (update instead of invalidate) |
+//! | `dsm.barrier_updates` | `"auto"` | `auto` (= `on`), `on`, `off`: hlrc homes send their changed shared pages' diffs to the copies at barriers, and at releases those the lock cannot carry (update instead of invalidate) |
 //! | `dsm.release_batch` | 16 | 1 ..= 1024 contended or pushed locks given back together after one flush (1: each at its release) |
 //! | `dsm.protocol_priority` | `"auto"` | `auto`, `realtime`, `normal` |
 //! | `emulation.send_overhead_us`, `recv_overhead_us`, `latency_us` | 0 | finite, ≥ 0 µs (*o_s*, *o_r*, *L*; see [`EmulationConfig`]) |

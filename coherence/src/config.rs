@@ -88,8 +88,10 @@ pub struct Config {
     /// update that finds no such copy is dropped. A release whose flush wrote more
     /// pages than its lock carries diffs ([`crate::sync::MAX_CARRIED_DIFFS`]) sends
     /// the older diffs of the pages homed here the same way, ahead of the lock, and
-    /// a grant that brings an update's write notice applies it at once. Ignored by
-    /// sc. (Update instead of
+    /// a grant that brings an update's write notice applies it at once. Arrivals
+    /// count the updates sent to each cluster, and a departure that overtook some
+    /// (it comes from the barrier manager, they from a third cluster) waits for
+    /// them ([`crate::Message::BarrierDepart`]). Ignored by sc. (Update instead of
     /// invalidate for producer–consumer sharing across barriers: the competitive
     /// update protocols of Munin, Carter, Bennett, Zwaenepoel, SOSP 1991 §3; issue 10:
     /// EM3D's boundary pages.)

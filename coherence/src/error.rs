@@ -89,6 +89,11 @@ impl From<SyncError> for ProtocolError {
                 from,
                 page: None,
             },
+            SyncError::BadUpdateCounts(from) => ProtocolError::Unexpected {
+                what: "barrier arrival counting updates to itself or to no cluster",
+                from,
+                page: None,
+            },
         }
     }
 }

@@ -56,7 +56,14 @@
 //!   taken under a lock just before a barrier, as in every SPLASH program), so a grant
 //!   may bring write notices before the departure does: the acquire then applies the
 //!   held updates of those notices as it applies carried diffs, and drops the held
-//!   updates whose intervals it now knows. Source: update protocols for
+//!   updates whose intervals it now knows. With more than two clusters the departure
+//!   (from the barrier manager) can reach a cluster before a third cluster's updates:
+//!   each arrival counts the updates its cluster has sent to each other one, and a
+//!   departure waits until its receiver has received as many as the departure lists
+//!   ([`crate::Message::BarrierDepart`]). A copy reflects everything up to the last
+//!   departure, so a diff's base is compared with the copy's versions merged with that
+//!   departure's time: a migrated home's versions (its copy reflects the whole
+//!   departure time) name clusters that never wrote the page. Source: update protocols for
 //!   producer–consumer sharing (Munin, Carter, Bennett, Zwaenepoel, SOSP 1991 §3).
 //! * **Home**: a received diff is applied to the master (and its twin, when open) as
 //!   soon as the master reflects the diff's base — diffs that overtook an earlier
@@ -634,8 +641,15 @@ impl Machine {
             let e = &self.pages[page.index()];
             let home = self.homes.get(page) == Some(me);
             // Apply the carried diffs of these notices whose base the copy reflects,
-            // repeatedly, in the order carried (oldest tenure first).
+            // repeatedly, in the order carried (oldest tenure first). A copy reflects
+            // everything up to the last departure too (see `BarrierState::depart_time`):
+            // a diff's base may name other clusters' intervals that never wrote the
+            // page (a migrated home's copy reflects the whole departure time), which
+            // the copy's own versions do not list.
             let mut known = e.known.clone();
+            if !home {
+                known.merge(&self.barrier.depart_time);
+            }
             let mut seq = Vec::new();
             let mut held_in_seq = 0;
             let copy = matches!(e.access, PageAccess::ReadOnly | PageAccess::ReadWrite);

@@ -134,6 +134,27 @@ pub(crate) struct BarrierState {
     /// cross a home migration at the departure).
     pub(crate) arrival_held: bool,
     pub(crate) deferred: Vec<(ClusterId, Message)>,
+    /// hlrc: a departure received before every update the other clusters had sent
+    /// here when they arrived (see [`Message::BarrierDepart`]); it completes when the
+    /// last of them is received.
+    pub(crate) held_depart: Option<HeldDepart>,
+    /// hlrc: the time of the last departure completed here. Every copy this cluster
+    /// holds valid (not homed here) reflects every write up to it: the departure
+    /// applied or invalidated on each notice it covers, and a copy fetched since
+    /// came from a home that reflected the notices this cluster had seen.
+    pub(crate) depart_time: VectorTime,
+}
+
+/// A barrier departure waiting for updates ([`BarrierState::held_depart`]): the
+/// fields of its [`Message::BarrierDepart`] and its sender.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct HeldDepart {
+    pub(crate) from: ClusterId,
+    pub(crate) episode: u32,
+    pub(crate) time: VectorTime,
+    pub(crate) records: Vec<IntervalRecord>,
+    pub(crate) migrations: Vec<(PageId, ClusterId)>,
+    pub(crate) updates_due: Vec<(ClusterId, u64)>,
 }
 
 /// sc directory entry at the home.
@@ -274,6 +295,12 @@ pub struct Machine {
     /// hlrc: updates received for the next barrier departure (see
     /// [`Config::barrier_updates`]), at most [`MAX_HELD_UPDATES`].
     pub(crate) updates: Vec<IntervalDiff>,
+    /// hlrc: [`Message::Update`]s sent to each cluster since the job began (reported
+    /// in barrier arrivals).
+    pub(crate) updates_out: BTreeMap<ClusterId, u64>,
+    /// hlrc: [`Message::Update`]s received from each cluster since the job began (a
+    /// departure waits until they reach what it says each sender had sent).
+    pub(crate) updates_in: BTreeMap<ClusterId, u64>,
     /// hlrc: the flush in progress (between [`Action::Flush`] and
     /// [`Event::Flushed`]).
     pub(crate) flushing: Option<Flushing>,
@@ -339,6 +366,8 @@ impl Machine {
             leaving: Vec::new(),
             event_sent: Vec::new(),
             updates: Vec::new(),
+            updates_out: BTreeMap::new(),
+            updates_in: BTreeMap::new(),
             flushing: None,
             copysets: BTreeMap::new(),
             dirs: BTreeMap::new(),
@@ -803,6 +832,7 @@ impl Machine {
                         let to: Vec<ClusterId> = set.members().filter(|&c| c != me).collect();
                         for c in to {
                             self.stats.updates_sent += 1;
+                            *self.updates_out.entry(c).or_default() += 1;
                             self.send(c, Message::Update { diff: diff.clone() }, out);
                         }
                     }
@@ -880,6 +910,7 @@ impl Machine {
             time: self.time.clone(),
             records,
             migratable,
+            updates_sent: self.updates_out.iter().map(|(&c, &n)| (c, n)).collect(),
         };
         self.send(self.cfg.barrier_manager, msg, out);
         if self.cfg.protocol == Protocol::Hlrc {
@@ -917,7 +948,11 @@ impl Machine {
                 self.on_page_data_hlrc(from, page, zero, out)
             }
             Message::Diff { diff } if hlrc => self.on_diff(from, diff, out),
-            Message::Update { diff } if hlrc => self.on_update(from, diff, out),
+            Message::Update { diff } if hlrc => {
+                *self.updates_in.entry(from).or_default() += 1;
+                self.on_update(from, diff, out)?;
+                self.resume_held_departure(out)
+            }
             Message::GetPage { .. } | Message::Diff { .. } | Message::Update { .. } => {
                 wrong("hlrc message in an sc job")
             }
@@ -1028,14 +1063,21 @@ impl Machine {
                 time,
                 records,
                 migratable,
+                updates_sent,
             } => {
                 let migrate = hlrc && self.cfg.migrate_single_writer;
                 let Some(mgr) = self.barrier_mgr.as_mut() else {
                     return wrong("barrier arrival at a cluster that is not the barrier manager");
                 };
-                if let Some(departures) =
-                    mgr.arrive(from, episode, time, records, migratable, migrate)?
-                {
+                if let Some(departures) = mgr.arrive(
+                    from,
+                    episode,
+                    time,
+                    records,
+                    migratable,
+                    updates_sent,
+                    migrate,
+                )? {
                     for (to, m) in departures {
                         self.send(to, m, out);
                     }
@@ -1047,7 +1089,18 @@ impl Machine {
                 time,
                 records,
                 migrations,
-            } => self.on_barrier_depart(from, episode, time, records, migrations, out),
+                updates_due,
+            } => self.on_barrier_depart(
+                HeldDepart {
+                    from,
+                    episode,
+                    time,
+                    records,
+                    migrations,
+                    updates_due,
+                },
+                out,
+            ),
         }
     }
 
@@ -1070,15 +1123,23 @@ impl Machine {
         Ok(())
     }
 
+    /// Completes a barrier departure `d` — or holds it, if an update another cluster
+    /// had sent here when it arrived has not been received yet (the departure, from
+    /// the manager, overtook it; see [`Message::BarrierDepart`]): the update then
+    /// keeps its copy valid instead of the departure's notice invalidating it.
     fn on_barrier_depart(
         &mut self,
-        from: ClusterId,
-        episode: u32,
-        time: VectorTime,
-        records: Vec<IntervalRecord>,
-        migrations: Vec<(PageId, ClusterId)>,
+        d: HeldDepart,
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
+        let HeldDepart {
+            from,
+            episode,
+            time,
+            records,
+            migrations,
+            updates_due,
+        } = d;
         if from != self.cfg.barrier_manager || self.barrier.waiting.is_none() {
             return Err(ProtocolError::Unexpected {
                 what: "barrier departure",
@@ -1111,6 +1172,32 @@ impl Machine {
                 page: None,
             });
         }
+        for &(c, _) in &updates_due {
+            if c == self.me || !self.cfg.has_cluster(c) {
+                return Err(ProtocolError::Unexpected {
+                    what: "barrier departure awaiting updates from this cluster or from no cluster",
+                    from,
+                    page: None,
+                });
+            }
+        }
+        let missing = updates_due
+            .iter()
+            .any(|&(c, n)| self.updates_in.get(&c).copied().unwrap_or(0) < n);
+        if missing {
+            if self.barrier.held_depart.is_none() {
+                self.stats.departures_held_for_updates += 1;
+            }
+            self.barrier.held_depart = Some(HeldDepart {
+                from,
+                episode,
+                time,
+                records,
+                migrations,
+                updates_due,
+            });
+            return Ok(());
+        }
         if self.cfg.protocol == Protocol::Hlrc {
             self.hlrc_migrate(from, &migrations, &time, out)?;
             self.hlrc_depart_notices(&records, out)?;
@@ -1129,6 +1216,7 @@ impl Machine {
         self.recent
             .retain(|r| r.diff.index > time.get(r.diff.owner));
         self.barrier.episode = self.barrier.episode.wrapping_add(1);
+        self.barrier.depart_time = time.clone();
         self.stats.barriers += 1;
         if let Some(token) = self.barrier.waiting.take() {
             // Pages homed here whose diffs are still on their way: the local threads
@@ -1144,6 +1232,23 @@ impl Machine {
         let deferred = mem::take(&mut self.barrier.deferred);
         self.inbox.extend(deferred);
         Ok(())
+    }
+
+    /// Completes the held barrier departure (see [`BarrierState::held_depart`]) once
+    /// every update it waits for has been received.
+    fn resume_held_departure(&mut self, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
+        let ready = self.barrier.held_depart.as_ref().is_some_and(|d| {
+            d.updates_due
+                .iter()
+                .all(|&(c, n)| self.updates_in.get(&c).copied().unwrap_or(0) >= n)
+        });
+        match self.barrier.held_depart.take() {
+            Some(d) if ready => self.on_barrier_depart(d, out),
+            held => {
+                self.barrier.held_depart = held;
+                Ok(())
+            }
+        }
     }
 
     /// For a request only the home may serve: `Ok(true)` to serve it here,

@@ -284,6 +284,10 @@ pub enum Message {
         /// Pages the cluster wrote as a non-home since the previous barrier and still
         /// holds valid: candidates for single-writer home migration.
         migratable: Vec<PageId>,
+        /// For each cluster this one has sent [`Message::Update`]s to, how many it has
+        /// sent there since the job began (cumulative, so that a departure can say how
+        /// many each receiver must have had before it proceeds).
+        updates_sent: Vec<(ClusterId, u64)>,
     },
     /// Barrier departure, from the manager. Opcode 0x39, bits 0..32 the episode,
     /// bulk. Source: [`crate::interval`] and [`crate::hlrc`] (migration).
@@ -296,6 +300,12 @@ pub enum Message {
         records: Vec<IntervalRecord>,
         /// Home migrations, applied by every cluster.
         migrations: Vec<(PageId, ClusterId)>,
+        /// For each other cluster that sent the receiver [`Message::Update`]s, how many
+        /// it had sent when it arrived (cumulative): the receiver completes the
+        /// departure once it has received that many from each, so that an update
+        /// from a third cluster, overtaken by the departure, is applied instead of its
+        /// copy being invalidated. Source: issue 10 (EM3D on 4 × 1).
+        updates_due: Vec<(ClusterId, u64)>,
     },
 }
 
@@ -461,7 +471,9 @@ impl Message {
     /// byte;
     /// `LockRelease` = time, gc, records, diffs, `u32` homed, `u32` stored, one flag
     /// byte; `BarrierArrive` =
-    /// time, records, page list; `BarrierDepart` = time, records, migration list.
+    /// time, records, page list, update counts; `BarrierDepart` = time, records,
+    /// migration list, update counts. An update-count list is `u32 count` then `count ×
+    /// (u16 cluster, u64 updates)`.
     ///
     /// Source: see the module documentation.
     pub fn to_parts(&self) -> Parts {
@@ -595,11 +607,13 @@ impl Message {
                 time,
                 records,
                 migratable,
+                updates_sent,
             } => {
                 let mut w = Writer(&mut *out);
                 w.time(time);
                 w.records(records);
                 w.pages(migratable);
+                w.update_counts(updates_sent);
                 bulk(op::BARRIER_ARRIVE, u64::from(*episode), w)
             }
             BarrierDepart {
@@ -607,6 +621,7 @@ impl Message {
                 time,
                 records,
                 migrations,
+                updates_due,
             } => {
                 let mut w = Writer(&mut *out);
                 w.time(time);
@@ -616,6 +631,7 @@ impl Message {
                     w.u32(p.get());
                     w.u16(c.get());
                 }
+                w.update_counts(updates_due);
                 bulk(op::BARRIER_DEPART, u64::from(*episode), w)
             }
         }
@@ -779,6 +795,7 @@ impl Message {
                         time: r.time()?,
                         records: r.records()?,
                         migratable: r.pages()?,
+                        updates_sent: r.update_counts()?,
                     }
                 } else {
                     let time = r.time()?;
@@ -793,6 +810,7 @@ impl Message {
                         time,
                         records,
                         migrations,
+                        updates_due: r.update_counts()?,
                     }
                 };
                 r.finish()?;
@@ -826,6 +844,13 @@ impl Writer<'_> {
         self.u16(e.len() as u16);
         for &v in e {
             self.u32(v);
+        }
+    }
+    fn update_counts(&mut self, counts: &[(ClusterId, u64)]) {
+        self.u32(counts.len() as u32);
+        for &(c, n) in counts {
+            self.u16(c.get());
+            self.0.extend_from_slice(&n.to_le_bytes());
         }
     }
     fn pages(&mut self, pages: &[PageId]) {
@@ -916,6 +941,19 @@ impl Reader<'_> {
             v.push(self.u32()?);
         }
         Ok(VectorTime::from_entries(v))
+    }
+    /// An update-count list: at most one entry per cluster, in increasing cluster order.
+    fn update_counts(&mut self) -> Result<Vec<(ClusterId, u64)>, DecodeError> {
+        let n = self.count(10)?;
+        let mut v: Vec<(ClusterId, u64)> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let c = self.cluster()?;
+            if v.last().is_some_and(|&(prev, _)| prev >= c) {
+                return Err(DecodeError::BadCluster(u32::from(c.get())));
+            }
+            v.push((c, u64::from_le_bytes(self.take()?)));
+        }
+        Ok(v)
     }
     fn pages(&mut self) -> Result<Vec<PageId>, DecodeError> {
         let n = self.count(4)?;
@@ -1137,12 +1175,14 @@ mod tests {
                 time: t.clone(),
                 records: recs.clone(),
                 migratable: vec![p(3)],
+                updates_sent: vec![(c(0), 7), (c(2), u64::MAX)],
             },
             Message::BarrierDepart {
                 episode: 1,
                 time: t,
                 records: recs,
                 migrations: vec![(p(3), c(2))],
+                updates_due: vec![(c(1), 40)],
             },
         ] {
             roundtrip(m);

@@ -170,6 +170,9 @@ counters! {
     /// hlrc: updates dropped (no valid copy that reflects their base, stale, or
     /// surplus).
     updates_dropped,
+    /// hlrc: barrier departures that waited for updates still on their way from other
+    /// clusters (the departure overtook them; see [`crate::Message::BarrierDepart`]).
+    departures_held_for_updates,
     /// Locks pushed to this cluster by their manager without a request (predicted to
     /// be wanted here next).
     lock_pushes_received,

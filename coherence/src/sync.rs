@@ -139,9 +139,14 @@ pub(crate) enum SyncError {
     NotHolder(LockId, ClusterId),
     RequestFromHolder(LockId, ClusterId),
     Gap(GapError),
-    Episode { expected: u32, got: u32 },
+    Episode {
+        expected: u32,
+        got: u32,
+    },
     DuplicateArrival(ClusterId),
     ForeignRecord(ClusterId),
+    /// An arrival's update counts name a cluster outside the job or the sender itself.
+    BadUpdateCounts(ClusterId),
 }
 
 impl From<GapError> for SyncError {
@@ -668,6 +673,7 @@ struct Arrival {
     time: VectorTime,
     records: Vec<IntervalRecord>,
     migratable: Vec<PageId>,
+    updates_sent: Vec<(ClusterId, u64)>,
 }
 
 /// The barrier manager (on one configured cluster).
@@ -685,7 +691,11 @@ impl BarrierManager {
         }
     }
 
-    /// An arrival; when it is the last one, returns the departures to send.
+    /// An arrival; when it is the last one, returns the departures to send. Each
+    /// departure tells its receiver how many updates every other cluster had sent it
+    /// when it arrived (from the arrivals' `updates_sent`; see
+    /// [`Message::BarrierDepart`]).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn arrive(
         &mut self,
         from: ClusterId,
@@ -693,6 +703,7 @@ impl BarrierManager {
         time: VectorTime,
         records: Vec<IntervalRecord>,
         migratable: Vec<PageId>,
+        updates_sent: Vec<(ClusterId, u64)>,
         migrate: bool,
     ) -> Result<Option<Vec<(ClusterId, Message)>>, SyncError> {
         if episode != self.episode {
@@ -703,6 +714,12 @@ impl BarrierManager {
         }
         if records.iter().any(|r| r.owner != from) {
             return Err(SyncError::ForeignRecord(from));
+        }
+        if updates_sent
+            .iter()
+            .any(|&(c, _)| c == from || c.index() >= self.arrivals.len())
+        {
+            return Err(SyncError::BadUpdateCounts(from));
         }
         let slot = self
             .arrivals
@@ -715,6 +732,7 @@ impl BarrierManager {
             time,
             records,
             migratable,
+            updates_sent,
         });
         if self.arrivals.iter().any(Option::is_none) {
             return Ok(None);
@@ -759,6 +777,16 @@ impl BarrierManager {
                 .filter(|r| r.owner != to && r.index > a.time.get(r.owner))
                 .cloned()
                 .collect();
+            // In cluster order, as the wire format wants.
+            let updates_due: Vec<(ClusterId, u64)> = arrivals
+                .iter()
+                .enumerate()
+                .filter_map(|(from, b)| {
+                    let n = b.updates_sent.iter().find(|&&(c, _)| c == to)?.1;
+                    Some((ClusterId::new(from as u16)?, n))
+                })
+                .filter(|&(_, n)| n > 0)
+                .collect();
             out.push((
                 to,
                 Message::BarrierDepart {
@@ -766,6 +794,7 @@ impl BarrierManager {
                     time: max.clone(),
                     records,
                     migrations: migrations.clone(),
+                    updates_due,
                 },
             ));
         }
@@ -1347,13 +1376,14 @@ mod tests {
                 t(vec![1]),
                 vec![rec(0, 1, &[1, 2])],
                 vec![p(1), p(2)],
+                vec![(c(2), 5)],
                 true
             )
             .unwrap(),
             None
         );
         assert_eq!(
-            b.arrive(c(0), 0, t(vec![]), vec![], vec![], true),
+            b.arrive(c(0), 0, t(vec![]), vec![], vec![], vec![], true),
             Err(SyncError::DuplicateArrival(c(0)))
         );
         assert_eq!(
@@ -1363,15 +1393,24 @@ mod tests {
                 t(vec![1, 1]),
                 vec![rec(1, 1, &[2])],
                 vec![p(2)],
+                vec![(c(0), 3), (c(2), 4)],
                 true
             )
             .unwrap(),
             None
         );
         let out = b
-            .arrive(c(2), 0, t(vec![]), vec![], vec![], true)
+            .arrive(c(2), 0, t(vec![]), vec![], vec![], vec![], true)
             .unwrap()
             .unwrap();
+        let due = |i: usize| match &out[i].1 {
+            Message::BarrierDepart { updates_due, .. } => updates_due.clone(),
+            m => panic!("{m:?}"),
+        };
+        // each receiver waits for what the others had sent it when they arrived
+        assert_eq!(due(0), vec![(c(1), 3)]);
+        assert_eq!(due(1), vec![]);
+        assert_eq!(due(2), vec![(c(0), 5), (c(1), 4)]);
         let depart = |i: usize| match &out[i].1 {
             Message::BarrierDepart {
                 records,
@@ -1397,11 +1436,18 @@ mod tests {
         assert_eq!(depart(2).0, vec![p(1), p(2)]);
         assert_eq!(depart(2).2, t(vec![1, 1]));
         assert_eq!(
-            b.arrive(c(0), 0, t(vec![]), vec![], vec![], true),
+            b.arrive(c(0), 0, t(vec![]), vec![], vec![], vec![], true),
             Err(SyncError::Episode {
                 expected: 1,
                 got: 0
             })
         );
+        // update counts for the sender itself or for a cluster outside the job
+        for bad in [vec![(c(1), 1)], vec![(c(3), 1)]] {
+            assert_eq!(
+                b.arrive(c(1), 1, t(vec![]), vec![], vec![], bad, true),
+                Err(SyncError::BadUpdateCounts(c(1)))
+            );
+        }
     }
 }

@@ -230,29 +230,33 @@ fn message() -> impl Strategy<Value = Message> {
             any::<u32>(),
             time(),
             records(),
-            proptest::collection::vec(page(), 0..4)
+            proptest::collection::vec(page(), 0..4),
+            proptest::collection::btree_map(cluster(), any::<u64>(), 0..3)
         )
-            .prop_map(
-                |(episode, time, records, migratable)| Message::BarrierArrive {
+            .prop_map(|(episode, time, records, migratable, counts)| {
+                Message::BarrierArrive {
                     episode,
                     time,
                     records,
-                    migratable
+                    migratable,
+                    updates_sent: counts.into_iter().collect(),
                 }
-            ),
+            }),
         (
             any::<u32>(),
             time(),
             records(),
-            proptest::collection::vec((page(), cluster()), 0..3)
+            proptest::collection::vec((page(), cluster()), 0..3),
+            proptest::collection::btree_map(cluster(), any::<u64>(), 0..3)
         )
-            .prop_map(
-                |(episode, time, records, migrations)| Message::BarrierDepart {
+            .prop_map(|(episode, time, records, migrations, counts)| {
+                Message::BarrierDepart {
                     episode,
                     time,
                     records,
-                    migrations
+                    migrations,
+                    updates_due: counts.into_iter().collect(),
                 }
-            ),
+            }),
     ]
 }

@@ -329,6 +329,7 @@ fn a_grant_applies_a_held_barrier_update() {
                 time,
                 records: vec![record],
                 migrations: vec![],
+                updates_due: vec![],
             },
         ),
     );
@@ -1395,30 +1396,34 @@ fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
             0u32..2,
             time.clone(),
             proptest::collection::vec(rec.clone(), 0..2),
-            proptest::collection::vec(page.clone(), 0..2)
+            proptest::collection::vec(page.clone(), 0..2),
+            proptest::collection::btree_map(from.clone(), 0u64..3, 0..2)
         )
-            .prop_map(
-                |(episode, time, records, migratable)| Message::BarrierArrive {
+            .prop_map(|(episode, time, records, migratable, counts)| {
+                Message::BarrierArrive {
                     episode,
                     time,
                     records,
-                    migratable
+                    migratable,
+                    updates_sent: counts.into_iter().collect(),
                 }
-            ),
+            }),
         (
             0u32..2,
             time,
             proptest::collection::vec(rec, 0..2),
-            proptest::collection::vec((page.clone(), from.clone()), 0..2)
+            proptest::collection::vec((page.clone(), from.clone()), 0..2),
+            proptest::collection::btree_map(from.clone(), 0u64..3, 0..2)
         )
-            .prop_map(
-                |(episode, time, records, migrations)| Message::BarrierDepart {
+            .prop_map(|(episode, time, records, migrations, counts)| {
+                Message::BarrierDepart {
                     episode,
                     time,
                     records,
-                    migrations
+                    migrations,
+                    updates_due: counts.into_iter().collect(),
                 }
-            ),
+            }),
     ];
     prop_oneof![
         (page.clone(), 0u64..3).prop_map(|(page, t)| Event::ReadFault {

@@ -205,6 +205,9 @@ pub struct Seen {
     /// hlrc: a barrier update was applied while its cluster waited at the barrier,
     /// before the departure.
     pub update_early: bool,
+    /// hlrc: a barrier departure overtook an update from a third cluster and waited
+    /// for it.
+    pub departure_held: bool,
     /// hlrc: a prefetched page was installed with no fault waiting for it.
     pub prefetch_installed: bool,
     /// hlrc: a prefetch made stale by a write notice was dropped on arrival.
@@ -660,6 +663,7 @@ impl World {
         self.seen.stale_lock_request |= st.lock_stale_requests > 0;
         self.seen.push_refused |= st.lock_pushes_refused > 0;
         self.seen.update_early |= st.updates_early > 0;
+        self.seen.departure_held |= st.departures_held_for_updates > 0;
         self.seen.prefetch_installed |= st.prefetches_installed > 0;
         self.seen.prefetch_dropped |= st.prefetches_dropped > 0;
         self.seen.prefetch_hit |= st.prefetch_hits > 0;

@@ -171,7 +171,7 @@ fn coherence_config(cfg: &JobConfig, me: usize) -> Result<Config, DsmError> {
     let mut c = Config::new(protocol, cfg.clusters.len() as u16, pages);
     c.prefetch = cfg.dsm.prefetch;
     c.release_batch = cfg.dsm.release_batch;
-    c.barrier_updates = cfg.dsm.barrier_updates.enabled(cfg.clusters.len());
+    c.barrier_updates = cfg.dsm.barrier_updates.enabled();
     c.home_policy = match cfg.dsm.home {
         HomePolicy::RoundRobin => Homes::RoundRobin,
         HomePolicy::Block => Homes::Block,

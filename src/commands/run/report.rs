@@ -364,6 +364,12 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "    on arrival, waiting at the barrier", &|c| {
         c.protocol.updates_early
     });
+    row(&mut s, "  dropped (no copy they apply to)", &|c| {
+        c.protocol.updates_dropped
+    });
+    row(&mut s, "  departures that waited for them", &|c| {
+        c.protocol.departures_held_for_updates
+    });
     row(&mut s, "lock acquires", &|c| c.lock_acquires);
     row(&mut s, "  served inside the cluster", &|c| {
         c.lock_local_handoffs
