@@ -377,6 +377,18 @@ pub(crate) struct LateStart {
 }
 
 #[cfg(test)]
+impl LateStart {
+    /// Two threads in one cluster, thread 1 starting `delay` late.
+    pub(crate) fn second_of_two(delay: std::time::Duration) -> Self {
+        Self {
+            inner: ThreadsRuntime::new(2).expect("two threads"),
+            late: 1,
+            delay,
+        }
+    }
+}
+
+#[cfg(test)]
 impl Runtime for LateStart {
     type F64s = AtomicF64s;
     type U64s = AtomicU64s;

@@ -281,11 +281,7 @@ fn progress_reports_the_phases_and_every_iteration() {
 #[test]
 fn a_late_starting_thread_is_not_timed() {
     let delay = std::time::Duration::from_millis(400);
-    let mut rt = crate::threads::LateStart {
-        inner: ThreadsRuntime::new(2).unwrap(),
-        late: 1,
-        delay,
-    };
+    let mut rt = crate::threads::LateStart::second_of_two(delay);
     let p = small();
     let r = run_parallel(&mut rt, &p).unwrap();
     assert_eq!(r.checksum, run_sequential(&p, 2).unwrap().checksum);

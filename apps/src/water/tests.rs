@@ -361,11 +361,7 @@ fn check_inputs_reads_the_velocity_file() {
 #[test]
 fn a_late_starting_thread_is_not_timed() {
     let delay = std::time::Duration::from_millis(400);
-    let mut rt = crate::threads::LateStart {
-        inner: ThreadsRuntime::new(2).unwrap(),
-        late: 1,
-        delay,
-    };
+    let mut rt = crate::threads::LateStart::second_of_two(delay);
     let params = splash_params(64, 2);
     let r = run_parallel(&mut rt, &params).unwrap();
     assert_eq!(printed(&r), printed(&run_sequential(&params).unwrap()));
