@@ -1084,6 +1084,9 @@ impl Machine {
                 }
                 Ok(())
             }
+            Message::BarrierDepart { .. } if self.barrier.held_depart.is_some() => {
+                wrong("second barrier departure while one waits for updates")
+            }
             Message::BarrierDepart {
                 episode,
                 time,

@@ -1521,3 +1521,55 @@ proptest! {
         }
     }
 }
+
+/// A departure that comes before an update another cluster had sent here when it
+/// arrived (the departure, from the manager, overtook it) waits for the update, and a
+/// second departure meanwhile is a protocol error. Cluster 1 of three, manager 0.
+#[test]
+fn a_departure_waits_for_the_updates_it_overtook() {
+    let depart = |episode| Message::BarrierDepart {
+        episode,
+        time: VectorTime::new(),
+        records: vec![],
+        migrations: vec![],
+        updates_due: vec![(c(2), 1)],
+    };
+    let token = SyncToken(5);
+    let arrive = |m: &mut Machine| {
+        run(m, Event::Barrier { token })
+            .iter()
+            .find_map(|x| match x {
+                Action::Send {
+                    msg: Message::BarrierArrive { episode, .. },
+                    ..
+                } => Some(*episode),
+                _ => None,
+            })
+            .expect("an arrival")
+    };
+    let mut me = Machine::new(c(1), Config::new(Protocol::Hlrc, 3, 4)).unwrap();
+    let episode = arrive(&mut me);
+    let a = run(&mut me, msg(0, depart(episode)));
+    assert!(
+        !a.iter().any(|x| matches!(x, Action::BarrierDone { .. })),
+        "{a:?}"
+    );
+    assert_eq!(me.stats().departures_held_for_updates, 1);
+    // a second departure while the first waits
+    let mut twice = me.clone();
+    let mut out = Vec::new();
+    assert!(matches!(
+        twice.handle(msg(0, depart(episode)), &mut out),
+        Err(ProtocolError::Unexpected { .. })
+    ));
+    // cluster 2's update (of a page not homed there: counted, then dropped) completes it
+    let update = IntervalDiff {
+        page: p(0),
+        owner: c(2),
+        index: 1,
+        base: VectorTime::new(),
+        data: DiffBytes::new(vec![]),
+    };
+    let a = run(&mut me, msg(2, Message::Update { diff: update }));
+    assert!(a.contains(&Action::BarrierDone { token }), "{a:?}");
+}
