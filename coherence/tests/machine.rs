@@ -34,6 +34,20 @@ fn msg(from: u16, msg: Message) -> Event {
     }
 }
 
+/// The episode of the barrier arrival among `actions`.
+fn arrival_episode(actions: &[Action]) -> u32 {
+    actions
+        .iter()
+        .find_map(|x| match x {
+            Action::Send {
+                msg: Message::BarrierArrive { episode, .. },
+                ..
+            } => Some(*episode),
+            _ => None,
+        })
+        .expect("an arrival")
+}
+
 fn get(page: u32) -> Message {
     Message::GetPage {
         page: p(page),
@@ -310,16 +324,7 @@ fn a_grant_applies_a_held_barrier_update() {
             token: SyncToken(11),
         },
     );
-    let episode = a
-        .iter()
-        .find_map(|x| match x {
-            Action::Send {
-                msg: Message::BarrierArrive { episode, .. },
-                ..
-            } => Some(*episode),
-            _ => None,
-        })
-        .expect("an arrival");
+    let episode = arrival_episode(&a);
     let a = run(
         &mut me,
         msg(
@@ -1535,20 +1540,8 @@ fn a_departure_waits_for_the_updates_it_overtook() {
         updates_due: vec![(c(2), 1)],
     };
     let token = SyncToken(5);
-    let arrive = |m: &mut Machine| {
-        run(m, Event::Barrier { token })
-            .iter()
-            .find_map(|x| match x {
-                Action::Send {
-                    msg: Message::BarrierArrive { episode, .. },
-                    ..
-                } => Some(*episode),
-                _ => None,
-            })
-            .expect("an arrival")
-    };
     let mut me = Machine::new(c(1), Config::new(Protocol::Hlrc, 3, 4)).unwrap();
-    let episode = arrive(&mut me);
+    let episode = arrival_episode(&run(&mut me, Event::Barrier { token }));
     let a = run(&mut me, msg(0, depart(episode)));
     assert!(
         !a.iter().any(|x| matches!(x, Action::BarrierDone { .. })),
