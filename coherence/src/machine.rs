@@ -1135,14 +1135,7 @@ impl Machine {
         d: HeldDepart,
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
-        let HeldDepart {
-            from,
-            episode,
-            time,
-            records,
-            migrations,
-            updates_due,
-        } = d;
+        let from = d.from;
         if from != self.cfg.barrier_manager || self.barrier.waiting.is_none() {
             return Err(ProtocolError::Unexpected {
                 what: "barrier departure",
@@ -1150,32 +1143,33 @@ impl Machine {
                 page: None,
             });
         }
-        if episode != self.barrier.episode {
+        if d.episode != self.barrier.episode {
             return Err(ProtocolError::BarrierEpisode {
                 expected: self.barrier.episode,
-                got: episode,
+                got: d.episode,
             });
         }
-        for &p in records
+        for &p in d
+            .records
             .iter()
             .flat_map(|r| r.pages.iter())
-            .chain(migrations.iter().map(|(p, _)| p))
+            .chain(d.migrations.iter().map(|(p, _)| p))
         {
             self.check_page(p)?;
         }
-        for &(_, c) in &migrations {
+        for &(_, c) in &d.migrations {
             if !self.cfg.has_cluster(c) {
                 return Err(ProtocolError::NoSuchCluster(c));
             }
         }
-        if records.iter().any(|r| r.owner == self.me) {
+        if d.records.iter().any(|r| r.owner == self.me) {
             return Err(ProtocolError::Unexpected {
                 what: "barrier departure with this cluster's own records",
                 from,
                 page: None,
             });
         }
-        for &(c, _) in &updates_due {
+        for &(c, _) in &d.updates_due {
             if c == self.me || !self.cfg.has_cluster(c) {
                 return Err(ProtocolError::Unexpected {
                     what: "barrier departure awaiting updates from this cluster or from no cluster",
@@ -1184,23 +1178,18 @@ impl Machine {
                 });
             }
         }
-        let missing = updates_due
-            .iter()
-            .any(|&(c, n)| self.updates_in.get(&c).copied().unwrap_or(0) < n);
-        if missing {
-            if self.barrier.held_depart.is_none() {
-                self.stats.departures_held_for_updates += 1;
-            }
-            self.barrier.held_depart = Some(HeldDepart {
-                from,
-                episode,
-                time,
-                records,
-                migrations,
-                updates_due,
-            });
+        if !self.updates_received(&d.updates_due) {
+            // (A second departure meanwhile is refused in `on_message`.)
+            self.stats.departures_held_for_updates += 1;
+            self.barrier.held_depart = Some(d);
             return Ok(());
         }
+        let HeldDepart {
+            time,
+            records,
+            migrations,
+            ..
+        } = d;
         if self.cfg.protocol == Protocol::Hlrc {
             self.hlrc_migrate(from, &migrations, &time, out)?;
             self.hlrc_depart_notices(&records, out)?;
@@ -1240,11 +1229,11 @@ impl Machine {
     /// Completes the held barrier departure (see [`BarrierState::held_depart`]) once
     /// every update it waits for has been received.
     fn resume_held_departure(&mut self, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
-        let ready = self.barrier.held_depart.as_ref().is_some_and(|d| {
-            d.updates_due
-                .iter()
-                .all(|&(c, n)| self.updates_in.get(&c).copied().unwrap_or(0) >= n)
-        });
+        let ready = self
+            .barrier
+            .held_depart
+            .as_ref()
+            .is_some_and(|d| self.updates_received(&d.updates_due));
         match self.barrier.held_depart.take() {
             Some(d) if ready => self.on_barrier_depart(d, out),
             held => {
@@ -1252,6 +1241,13 @@ impl Machine {
                 Ok(())
             }
         }
+    }
+
+    /// Whether every update a departure lists (`(sender, count)`, cumulative) has
+    /// been received here.
+    fn updates_received(&self, due: &[(ClusterId, u64)]) -> bool {
+        due.iter()
+            .all(|&(c, n)| self.updates_in.get(&c).copied().unwrap_or(0) >= n)
     }
 
     /// For a request only the home may serve: `Ok(true)` to serve it here,

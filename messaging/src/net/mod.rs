@@ -783,13 +783,11 @@ impl std::fmt::Debug for IniGroup {
 
 impl IniGroup {
     /// The statistics of each INI, current: each INI's counters are copied under its
-    /// core's lock, waiting for a pass in progress to end (microseconds). It tried the
-    /// lock once and otherwise returned the copy the INI thread publishes every 100 ms,
-    /// so a job shorter than that reported all zeros when a thread was in a pass at
-    /// that moment (`multigrain run water`: 1 run in 7). Exact after
-    /// [`IniGroup::shutdown`]. Not to be called from a thread running an INI pass
-    /// (it would wait for itself); the statistics are read after the computation, from
-    /// the main thread.
+    /// core's lock, waiting for a pass in progress to end (microseconds), not taken
+    /// from the copy the INI thread publishes every 100 ms (a job shorter than that
+    /// would report zeros). Exact after [`IniGroup::shutdown`]. Not to be called from
+    /// a thread running an INI pass (it would wait for itself); the statistics are
+    /// read after the computation, from the main thread.
     pub fn reports(&self) -> Vec<IniReport> {
         self.net
             .slots
