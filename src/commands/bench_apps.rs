@@ -18,7 +18,7 @@ use crate::measure::{Summary, Target, ratio, secs, spread, write_json};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use multigrain_apps::{em3d, water};
-use multigrain_cluster_config::JobConfig;
+use multigrain_cluster_config::{EMBEDDED_DEFAULT_TOML, JobConfig, Override};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -100,6 +100,15 @@ pub struct BenchAppsArgs {
     /// Also write every run, configuration and ratio as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Change one configuration value of every DSM run, e.g. `--set dsm.protocol=sc` or
+    /// `--set dsm.release_batch=64` (repeatable; later wins), to compare protocols and
+    /// parameters on the same tables. Applied after the topology's own settings and
+    /// checked against each topology's configuration before anything runs. Keys that
+    /// would change what a topology is (`local.*`, `cluster.*`, `ini.substrate`) are
+    /// refused: pick topologies with --topologies. --sequential and --threads 2 do not
+    /// use the DSM and ignore it.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<Override>,
 }
 
 /// The applications of `bench apps`.
@@ -581,6 +590,24 @@ pub struct Plan {
     pub topologies: Vec<Topology>,
     /// Per-run time limit, s.
     pub timeout_s: u64,
+    /// The `--set` values of every DSM run, `KEY=VALUE` as given.
+    pub sets: Vec<String>,
+}
+
+/// Refuses a `--set` key that would change what a topology is.
+fn check_set(o: &Override) -> Result<()> {
+    let key = o.key.join(".");
+    let topology_key = matches!(o.key.first().map(String::as_str), Some("local" | "cluster"))
+        || key == "ini.substrate";
+    if topology_key {
+        bail!(
+            "{}: {key} sets the topology, which each row of the tables fixes; \
+             choose the rows with --topologies (allowed keys: those of [job], [ini] but \
+             substrate, [dsm], [emulation], [faults], [launch])",
+            o.flag()
+        );
+    }
+    Ok(())
 }
 
 impl Plan {
@@ -628,11 +655,19 @@ impl Plan {
         if problems.is_empty() {
             bail!("--water-small none and --water-large none with --only em3d… nothing to run");
         }
+        for o in &a.set {
+            check_set(o)?;
+        }
         Ok(Plan {
             repeat: usize::try_from(a.repeat)?,
             problems,
             topologies,
             timeout_s: a.timeout_s,
+            sets: a
+                .set
+                .iter()
+                .map(|o| format!("{}={}", o.key.join("."), o.value))
+                .collect(),
         })
     }
 
@@ -954,6 +989,13 @@ pub fn render(report: &AppsReport) -> String {
          speedups and ratios are taken per round, then median (min–max)",
         report.plan.repeat
     );
+    if !report.plan.sets.is_empty() {
+        let _ = writeln!(
+            out,
+            "every DSM run with --set {}",
+            report.plan.sets.join(" --set ")
+        );
+    }
     for p in &report.problems {
         let _ = writeln!(out, "\n{}", p.title);
         let rows: Vec<[String; 4]> = p
@@ -1041,19 +1083,32 @@ pub fn render(report: &AppsReport) -> String {
     out
 }
 
+/// The arguments of `multigrain run` for `problem` on `setup`: the app's, where it
+/// runs, and — for DSM runs only — `--set` for each of `sets`.
+fn run_args(dir: &Path, problem: &Problem, setup: Setup, sets: &[String]) -> Vec<String> {
+    let dsm = matches!(setup, Setup::Dsm { .. });
+    problem
+        .app_args()
+        .into_iter()
+        .chain(setup.args(dir))
+        .chain(
+            sets.iter()
+                .filter(|_| dsm)
+                .flat_map(|s| ["--set".to_owned(), s.clone()]),
+        )
+        .collect()
+}
+
 /// Runs `multigrain run` for `problem` on `setup` once.
 fn run_once(
     exe: &Path,
     dir: &Path,
     problem: &Problem,
     setup: Setup,
+    sets: &[String],
     timeout: Duration,
 ) -> Result<RunOk, String> {
-    let args: Vec<String> = problem
-        .app_args()
-        .into_iter()
-        .chain(setup.args(dir))
-        .collect();
+    let args = run_args(dir, problem, setup, sets);
     let report = run_report(exe, dir, &args, timeout)?;
     let answer = match report.outcome {
         Outcome::Water { result, .. } => Answer::Water(result.energies),
@@ -1076,11 +1131,22 @@ pub fn run(args: &BenchAppsArgs) -> Result<()> {
     let exe = std::env::current_exe().context("locating the multigrain binary to run")?;
     let dir = ScratchDir::new()?;
     for t in &plan.topologies {
-        if let Some(text) = t.config_toml() {
-            let path = config_file(dir.path(), *t);
-            JobConfig::from_str_named(&text, &path.display().to_string())
+        match t.config_toml() {
+            Some(text) => {
+                let path = config_file(dir.path(), *t);
+                JobConfig::from_str_with_overrides(&text, &path.display().to_string(), &args.set)
+                    .with_context(|| format!("the configuration of {}", t.name()))?;
+                std::fs::write(&path, text)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            None => {
+                JobConfig::from_str_with_overrides(
+                    EMBEDDED_DEFAULT_TOML,
+                    "embedded default job",
+                    &args.set,
+                )
                 .with_context(|| format!("the configuration of {}", t.name()))?;
-            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+            }
         }
     }
     let timeout = Duration::from_secs(plan.timeout_s);
@@ -1112,7 +1178,7 @@ pub fn run(args: &BenchAppsArgs) -> Result<()> {
                     rec.setup.label()
                 );
                 let t = Instant::now();
-                let r = run_once(&exe, dir.path(), problem, rec.setup, timeout);
+                let r = run_once(&exe, dir.path(), problem, rec.setup, &plan.sets, timeout);
                 match &r {
                     Ok(ok) => eprintln!(
                         "run_s {} s ({:.1} s with start-up)",
@@ -1344,6 +1410,53 @@ mod tests {
     }
 
     #[test]
+    fn sets_reach_only_the_dsm_runs_and_topology_keys_are_refused() {
+        let p = plan(&["--set", "dsm.release_batch=64", "--set", "dsm.protocol=sc"]).unwrap();
+        assert_eq!(p.sets, ["dsm.release_batch=64", "dsm.protocol=sc"]);
+        let dir = Path::new("/configs");
+        let water = &p.problems[0];
+        for setup in water.setups(&p.topologies) {
+            let args = run_args(dir, water, setup, &p.sets);
+            let sets: Vec<&str> = args
+                .windows(2)
+                .filter(|w| w[0] == "--set")
+                .map(|w| w[1].as_str())
+                .collect();
+            if matches!(setup, Setup::Dsm { .. }) {
+                assert_eq!(
+                    sets,
+                    ["dsm.release_batch=64", "dsm.protocol=sc"],
+                    "{args:?}"
+                );
+            } else {
+                assert!(sets.is_empty(), "{setup:?} got {args:?}");
+            }
+        }
+        for key in [
+            "local.threads=2",
+            "cluster.0.threads=3",
+            "ini.substrate=shm",
+        ] {
+            let e = plan(&["--set", key]).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("--set {key}")) && e.contains("--topologies"),
+                "{e}"
+            );
+        }
+        let e = parse(&["--set", "dsm.release_batch"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--set"), "{e}");
+        // A value the schema refuses is named against the topology it breaks.
+        let bad: Override = "dsm.release_batch=0".parse().unwrap();
+        let text = Topology::Shm2x1.config_toml().unwrap();
+        let e = JobConfig::from_str_with_overrides(&text, "2x1-shm", &[bad])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("release_batch"), "{e}");
+    }
+
+    #[test]
     fn generated_configurations_are_valid_jobs() {
         for t in Topology::ALL {
             let Some(text) = t.config_toml() else {
@@ -1452,6 +1565,7 @@ mod tests {
                 problems: vec![problem],
                 topologies: vec![Topology::Shm2x1, Topology::Udp2x1],
                 timeout_s: 600,
+                sets: vec!["dsm.release_batch=64".to_owned()],
             },
             problems: vec![r],
             failed: 1,
@@ -1466,6 +1580,7 @@ mod tests {
             "(2) time of 2×1 shm / time of --threads 2",
             "≤ 1.5: NOT MET",
             "1 configuration(s) FAILED",
+            "every DSM run with --set dsm.release_batch=64",
         ] {
             assert!(text.contains(needle), "no {needle:?} in\n{text}");
         }
@@ -1474,6 +1589,7 @@ mod tests {
         assert_eq!(shm_json["setup"]["topology"], "2x1-shm");
         assert_eq!(shm_json["check"]["status"], "agrees");
         assert_eq!(json["problems"][0]["ratios"][0]["id"], "(2)");
+        assert_eq!(json["plan"]["sets"][0], "dsm.release_batch=64");
         assert_eq!(
             json["problems"][0]["ratios"][0]["target"]["bound"]["at_most"],
             1.5
