@@ -55,6 +55,7 @@
 #![forbid(unsafe_code)]
 
 mod action;
+mod carried;
 mod config;
 pub mod diff;
 mod error;

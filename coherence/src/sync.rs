@@ -129,7 +129,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::ids::{ClusterId, LockId, MAX_PAGES, PageId};
+use crate::carried::CarriedDiffs;
+use crate::ids::{ClusterId, LockId, PageId};
 use crate::interval::{GapError, IntervalDiff, IntervalLog, IntervalRecord, VectorTime};
 use crate::message::Message;
 
@@ -170,13 +171,7 @@ pub const MAX_LOCAL_HANDOFFS: u32 = 8;
 /// Source: this project's bound (a few tenures' worth of a lock's critical section).
 pub const MAX_CARRIED_DIFFS: usize = 16;
 
-/// How many carried diffs a lock manager keeps, over all its locks, to send with
-/// grants (see the module documentation); beyond it the lowest (owner, interval)
-/// keys are dropped first. Diffs of intervals every cluster has seen are not kept
-/// at a release and are dropped at barriers.
-///
-/// Source: this project's bound (issue 10).
-pub const MAX_MANAGER_DIFFS: usize = 4096;
+pub use crate::carried::MAX_MANAGER_DIFFS;
 
 /// The most diffs one grant carries: those of the newest intervals of its records
 /// (a diff is at most [`crate::diff::MAX_ENCODED`] bytes, so a grant's diffs stay
@@ -185,11 +180,6 @@ pub const MAX_MANAGER_DIFFS: usize = 4096;
 ///
 /// Source: this project's bound (issue 10).
 pub const MAX_GRANT_DIFFS: usize = 64;
-
-/// The lowest and highest page numbers: the bounds of one interval's keys in
-/// [`LockManager`]'s diff store.
-const FIRST_PAGE: PageId = PageId::new(0).expect("page 0 exists");
-const LAST_PAGE: PageId = PageId::new(MAX_PAGES - 1).expect("the last page exists");
 
 /// How many further locks of a sweep a manager recalls with the one requested: once a
 /// cluster has asked, one after the other, for two neighbouring locks of this manager
@@ -312,7 +302,7 @@ pub(crate) struct LockManager {
     store: IntervalLog,
     /// The diffs releases carried here, by (owner, interval, page): a grant sends
     /// those of the records it carries (see the module documentation).
-    diffs: BTreeMap<(ClusterId, u32, PageId), IntervalDiff>,
+    diffs: CarriedDiffs,
     /// The latest vector time each cluster reported in a request or release (to any
     /// lock of this manager): it has seen every record up to it, so grants and pushes
     /// need not send those again.
@@ -403,11 +393,7 @@ impl LockManager {
         let mut diffs: Vec<IntervalDiff> = records
             .iter()
             .filter(|r| r.owner != to)
-            .flat_map(|r| {
-                self.diffs
-                    .range((r.owner, r.index, FIRST_PAGE)..=(r.owner, r.index, LAST_PAGE))
-                    .map(|(_, d)| d.clone())
-            })
+            .flat_map(|r| self.diffs.of_interval(r.owner, r.index).cloned())
             .collect();
         if diffs.len() > MAX_GRANT_DIFFS {
             // Records come in interval order per owner: the newest diffs last.
@@ -578,11 +564,8 @@ impl LockManager {
         // collection; grants never select them, as they carry no such record).
         for d in diffs {
             if d.index > base.get(d.owner) {
-                self.diffs.insert((d.owner, d.index, d.page), d);
+                self.diffs.insert(d, MAX_MANAGER_DIFFS);
             }
-        }
-        while self.diffs.len() > MAX_MANAGER_DIFFS {
-            self.diffs.pop_first();
         }
         let st = self.locks.get_mut(&lock).expect("checked above");
         st.time.merge(time);
@@ -626,8 +609,7 @@ impl LockManager {
     /// module documentation).
     pub(crate) fn collect_garbage(&mut self, upto: &VectorTime) {
         self.store.collect_garbage(upto);
-        self.diffs
-            .retain(|&(owner, index, _), _| index > upto.get(owner));
+        self.diffs.collect_garbage(upto);
     }
 
     /// The newest record held (or discarded) per owner: a release to this manager

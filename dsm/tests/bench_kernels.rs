@@ -51,6 +51,26 @@ fn lock_hand_off_over_inis_sc() {
     hand_off(3, Protocol::Sc, true);
 }
 
+/// Far more hand-offs than a lock manager keeps carried diffs
+/// (`multigrain_coherence::sync::MAX_MANAGER_DIFFS`), with no barrier to drop them:
+/// every grant still carries the diff of the 64 bytes, so no copy is invalidated and
+/// fetched again. (With the bound dropping the lowest keys first, cluster 0's diffs
+/// went first and then on arrival: about a thousand invalidations and fetches here.)
+#[test]
+fn a_long_hand_off_keeps_carrying_its_diffs() {
+    // About one diff per two hand-offs reaches the manager's store here, so the
+    // bound is passed after about 8,200 of them.
+    let n = 2 * multigrain_coherence::sync::MAX_MANAGER_DIFFS + 2_000;
+    let mut h = LockHandoff::new(Protocol::Hlrc, base(4), false).expect("job");
+    h.handoffs(n).expect("hand-offs");
+    let stats = h.finish().expect("finish").total.protocol;
+    assert_eq!(stats.invalidations, 0, "{stats:#?}");
+    assert!(
+        stats.carried_diffs_applied >= n as u64 / 2 - 1,
+        "{stats:#?}"
+    );
+}
+
 #[test]
 fn hand_off_words_differ_per_update_and_word() {
     assert_eq!(handoff_words(0), [0; HANDOFF_WORDS]);
