@@ -826,12 +826,22 @@ impl Machine {
         self.hlrc_apply_plan(plan, out)?;
         let before = self.updates.len() as u64;
         let pages = &self.pages;
-        self.updates
-            .retain(|u| pages[u.page.index()].known.get(u.owner) < u.index);
+        // Those removed with a valid copy were applied by this plan (`applied`) or
+        // came with the grant as carried diffs too (applied from there).
+        let mut removed_valid = 0u64;
+        self.updates.retain(|u| {
+            let e = &pages[u.page.index()];
+            let keep = e.known.get(u.owner) < u.index;
+            if !keep && matches!(e.access, PageAccess::ReadOnly | PageAccess::ReadWrite) {
+                removed_valid += 1;
+            }
+            keep
+        });
         let removed = before - self.updates.len() as u64;
         self.stats.updates_applied += applied;
         self.stats.updates_at_grant += applied;
         self.stats.updates_dropped += removed.saturating_sub(applied);
+        self.stats.updates_redundant += removed_valid.saturating_sub(applied);
         Ok(())
     }
 

@@ -170,6 +170,10 @@ counters! {
     /// hlrc: updates dropped (no valid copy that reflects their base, stale, or
     /// surplus).
     updates_dropped,
+    /// hlrc: of `updates_dropped`, those whose copy already held them when a lock
+    /// grant brought their write notice: the same diff came with the grant (carried
+    /// with the lock) and was applied from there.
+    updates_redundant,
     /// hlrc: barrier departures that waited for updates still on their way from other
     /// clusters (the departure overtook them; see [`crate::Message::BarrierDepart`]).
     departures_held_for_updates,

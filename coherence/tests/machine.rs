@@ -247,6 +247,71 @@ fn a_stale_prefetch_is_dropped_and_the_page_fetched_again_on_use() {
     );
 }
 
+/// The same diff reaches a copy twice, as a held barrier update and carried with the
+/// grant that brings its write notice: it is applied once, and the held update counts
+/// as dropped because the copy already had it (`updates_redundant`), not as one that
+/// found no copy.
+#[test]
+fn an_update_that_came_with_the_grant_too_is_counted_as_redundant() {
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
+    cfg.prefetch = 0;
+    cfg.barrier_manager = c(1);
+    let mut me = Machine::new(c(0), cfg).unwrap();
+    run(&mut me, fault(1, 1));
+    run(&mut me, msg(1, page_data(1)));
+    let data = DiffBytes::new(vec![3, 0, 1, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
+    let diff = IntervalDiff {
+        page: p(1),
+        owner: c(1),
+        index: 1,
+        base: VectorTime::new(),
+        data: data.clone(),
+    };
+    run(&mut me, msg(1, Message::Update { diff: diff.clone() }));
+    run(&mut me, acquire(1, 9));
+    let mut time = VectorTime::new();
+    time.set(c(1), 1);
+    let a = run(
+        &mut me,
+        msg(
+            1,
+            Message::LockGrant {
+                lock: l(1),
+                time,
+                records: vec![IntervalRecord {
+                    owner: c(1),
+                    index: 1,
+                    pages: vec![p(1)].into(),
+                }],
+                diffs: vec![diff],
+                stored: 0,
+                tenure: 1,
+                contended: false,
+            },
+        ),
+    );
+    let applied: Vec<&Action> = a
+        .iter()
+        .filter(|x| matches!(x, Action::ApplyDiff { .. }))
+        .collect();
+    assert_eq!(
+        applied,
+        [&Action::ApplyDiff {
+            page: p(1),
+            data,
+            twin: false
+        }],
+        "{a:?}"
+    );
+    assert_eq!(me.access(p(1)), Some(PageAccess::ReadOnly));
+    let st = me.stats();
+    assert_eq!(
+        (st.updates_applied, st.updates_dropped, st.updates_redundant),
+        (0, 1, 1)
+    );
+    assert_eq!(st.invalidations, 0);
+}
+
 /// A barrier flush sends the updates of the pages homed at the flushing cluster, then
 /// gives back the locks other clusters asked for meanwhile (SPLASH's sums under a lock
 /// just before a barrier). A grant that brings the flush's write notice before the

@@ -304,6 +304,13 @@ pub fn render(r: &Report) -> String {
 /// Most clusters shown as columns of the statistics table (beyond that, totals only).
 const MAX_COLUMNS: usize = 8;
 
+/// Width of the statistics table's first column (titles), so that every row's label
+/// fits and the columns stay aligned.
+const LABEL_WIDTH: usize = 40;
+
+/// Width of a row label (indented by two spaces under its title).
+const LABEL_WIDTH_ROW: usize = LABEL_WIDTH - 2;
+
 fn ms(ns: u64) -> u64 {
     ns / 1_000_000
 }
@@ -318,14 +325,14 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
         &[]
     };
     let header = |s: &mut String, title: &str| {
-        let _ = write!(s, "\n{title:<32}{:>12}", "total");
+        let _ = write!(s, "\n{title:<LABEL_WIDTH$}{:>12}", "total");
         for (i, c) in cols.iter().enumerate() {
             let _ = write!(s, "{:>12}", format!("c{}", c.cluster.unwrap_or(i)));
         }
         s.push('\n');
     };
     let row = |s: &mut String, name: &str, f: &dyn Fn(&ClusterStats) -> u64| {
-        let _ = write!(s, "  {name:<30}{:>12}", f(&stats.total));
+        let _ = write!(s, "  {name:<LABEL_WIDTH_ROW$}{:>12}", f(&stats.total));
         for c in cols {
             let _ = write!(s, "{:>12}", f(c));
         }
@@ -364,8 +371,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "    on arrival, waiting at the barrier", &|c| {
         c.protocol.updates_early
     });
-    row(&mut s, "  dropped (no copy they apply to)", &|c| {
-        c.protocol.updates_dropped
+    row(&mut s, "  dropped", &|c| c.protocol.updates_dropped);
+    row(&mut s, "    already applied with a lock", &|c| {
+        c.protocol.updates_redundant
     });
     row(&mut s, "  departures that waited for them", &|c| {
         c.protocol.departures_held_for_updates
