@@ -247,49 +247,74 @@ fn a_stale_prefetch_is_dropped_and_the_page_fetched_again_on_use() {
     );
 }
 
-/// The same diff reaches a copy twice, as a held barrier update and carried with the
-/// grant that brings its write notice: it is applied once, and the held update counts
-/// as dropped because the copy already had it (`updates_redundant`), not as one that
-/// found no copy.
-#[test]
-fn an_update_that_came_with_the_grant_too_is_counted_as_redundant() {
+/// A read-only copy of page 1 (homed at cluster 1) at cluster 0; cluster 1's barrier
+/// flush sends the update of page 1 from its interval 1, then the grant of the lock
+/// cluster 0 waits for brings that interval's write notice — with the same diff
+/// carried too if `carried`. Returns the machine, the grant's actions, the diff's
+/// bytes, the interval's time and its record.
+fn grant_after_held_update(
+    carried: bool,
+) -> (Machine, Vec<Action>, DiffBytes, VectorTime, IntervalRecord) {
     let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
     cfg.prefetch = 0;
     cfg.barrier_manager = c(1);
     let mut me = Machine::new(c(0), cfg).unwrap();
     run(&mut me, fault(1, 1));
     run(&mut me, msg(1, page_data(1)));
+    assert_eq!(me.access(p(1)), Some(PageAccess::ReadOnly));
     let data = DiffBytes::new(vec![3, 0, 1, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
-    let diff = IntervalDiff {
+    let update = IntervalDiff {
         page: p(1),
         owner: c(1),
         index: 1,
         base: VectorTime::new(),
         data: data.clone(),
     };
-    run(&mut me, msg(1, Message::Update { diff: diff.clone() }));
+    assert_eq!(
+        run(
+            &mut me,
+            msg(
+                1,
+                Message::Update {
+                    diff: update.clone()
+                }
+            )
+        ),
+        vec![]
+    );
     run(&mut me, acquire(1, 9));
     let mut time = VectorTime::new();
     time.set(c(1), 1);
+    let record = IntervalRecord {
+        owner: c(1),
+        index: 1,
+        pages: vec![p(1)].into(),
+    };
     let a = run(
         &mut me,
         msg(
             1,
             Message::LockGrant {
                 lock: l(1),
-                time,
-                records: vec![IntervalRecord {
-                    owner: c(1),
-                    index: 1,
-                    pages: vec![p(1)].into(),
-                }],
-                diffs: vec![diff],
+                time: time.clone(),
+                records: vec![record.clone()],
+                diffs: if carried { vec![update] } else { vec![] },
                 stored: 0,
                 tenure: 1,
                 contended: false,
             },
         ),
     );
+    (me, a, data, time, record)
+}
+
+/// The same diff reaches a copy twice, as a held barrier update and carried with the
+/// grant that brings its write notice: it is applied once, and the held update counts
+/// as dropped because the copy already had it (`updates_redundant`), not as one that
+/// found no copy.
+#[test]
+fn an_update_that_came_with_the_grant_too_is_counted_as_redundant() {
+    let (me, a, data, _, _) = grant_after_held_update(true);
     let applied: Vec<&Action> = a
         .iter()
         .filter(|x| matches!(x, Action::ApplyDiff { .. }))
@@ -320,51 +345,8 @@ fn an_update_that_came_with_the_grant_too_is_counted_as_redundant() {
 /// again, and the departure has nothing left to apply.
 #[test]
 fn a_grant_applies_a_held_barrier_update() {
-    let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
-    cfg.prefetch = 0;
-    cfg.barrier_manager = c(1);
-    let mut me = Machine::new(c(0), cfg).unwrap();
-    // a read-only copy of page 1 (homed at cluster 1)
-    run(&mut me, fault(1, 1));
-    run(&mut me, msg(1, page_data(1)));
-    assert_eq!(me.access(p(1)), Some(PageAccess::ReadOnly));
-    // cluster 1's barrier flush: the update of page 1 from its interval 1 ...
-    let data = DiffBytes::new(vec![3, 0, 1, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
-    let update = IntervalDiff {
-        page: p(1),
-        owner: c(1),
-        index: 1,
-        base: VectorTime::new(),
-        data: data.clone(),
-    };
-    assert_eq!(
-        run(&mut me, msg(1, Message::Update { diff: update })),
-        vec![]
-    );
-    // ... then the grant of the lock this cluster waits for, with the notice only
-    run(&mut me, acquire(1, 9));
-    let mut time = VectorTime::new();
-    time.set(c(1), 1);
-    let record = IntervalRecord {
-        owner: c(1),
-        index: 1,
-        pages: vec![p(1)].into(),
-    };
-    let a = run(
-        &mut me,
-        msg(
-            1,
-            Message::LockGrant {
-                lock: l(1),
-                time: time.clone(),
-                records: vec![record.clone()],
-                diffs: vec![],
-                stored: 0,
-                tenure: 1,
-                contended: false,
-            },
-        ),
-    );
+    // the grant brings the notice only
+    let (mut me, a, data, time, record) = grant_after_held_update(false);
     assert!(
         a.contains(&Action::ApplyDiff {
             page: p(1),
