@@ -196,4 +196,81 @@ mod tests {
             t
         });
     }
+
+    /// One step of a random history: a release carrying a diff of `owner`'s next
+    /// interval, or a barrier dropping everything up to `upto` per owner.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Insert { owner: u16, page: u32 },
+        Barrier { upto: [u32; 3] },
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            8 => (0u16..3, 0u32..4).prop_map(|(owner, page)| Step::Insert { owner, page }),
+            1 => proptest::array::uniform3(0u32..40).prop_map(|upto| Step::Barrier { upto }),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Against a plain list of the diffs kept: the store never holds more than
+        /// its bound, its count per owner is that of its diffs, a diff is dropped only
+        /// when the bound is passed (or by a barrier), and what the bound drops is
+        /// always the oldest diff of an owner that held the most — so no owner with
+        /// diffs stored loses its newest to another owner's.
+        #[test]
+        fn the_store_keeps_its_bound_and_drops_fairly(
+            steps in proptest::collection::vec(step(), 1..300),
+            bound in 1usize..12,
+        ) {
+            let mut s = CarriedDiffs::default();
+            let mut next = [0u32; 3];
+            let mut kept: Vec<(u16, u32, u32)> = Vec::new();
+            for st in steps {
+                match st {
+                    Step::Insert { owner, page } => {
+                        next[usize::from(owner)] += 1;
+                        let index = next[usize::from(owner)];
+                        s.insert(diff(owner, index, page), bound);
+                        kept.push((owner, index, page));
+                        while kept.len() > bound {
+                            let count = |o: u16| kept.iter().filter(|k| k.0 == o).count();
+                            let most = (0..3u16).max_by_key(|&o| (count(o), std::cmp::Reverse(o))).unwrap();
+                            let oldest = kept
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, k)| k.0 == most)
+                                .min_by_key(|(_, k)| (k.1, k.2))
+                                .map(|(i, _)| i)
+                                .unwrap();
+                            kept.remove(oldest);
+                        }
+                    }
+                    Step::Barrier { upto } => {
+                        let mut t = VectorTime::new();
+                        for (o, &u) in upto.iter().enumerate() {
+                            t.set(ClusterId::new(o as u16).unwrap(), u);
+                        }
+                        s.collect_garbage(&t);
+                        kept.retain(|k| k.1 > upto[usize::from(k.0)]);
+                    }
+                }
+                proptest::prop_assert!(s.len() <= bound);
+                let mut want = kept.clone();
+                want.sort();
+                let got: Vec<(u16, u32, u32)> = s
+                    .diffs
+                    .keys()
+                    .map(|&(o, i, p)| (o.index() as u16, i, p.get()))
+                    .collect();
+                proptest::prop_assert_eq!(&got, &want);
+                for o in 0..3u16 {
+                    let n = want.iter().filter(|k| k.0 == o).count();
+                    let counted = s.per_owner.get(&ClusterId::new(o).unwrap()).copied().unwrap_or(0);
+                    proptest::prop_assert_eq!(counted, n);
+                }
+            }
+        }
+    }
 }
