@@ -109,6 +109,13 @@ pub struct BenchAppsArgs {
     /// use the DSM and ignore it.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<Override>,
+    /// Compare a configuration change on the same runs: every DSM topology also runs
+    /// with these values (repeatable; applied after --set), as a row marked (B) right
+    /// after the row without them (A) in every round, and each problem gets a table of
+    /// the per-round ratios B / A. The issue-10 ratios stay on the A rows. Same keys
+    /// as --set, e.g. `--compare dsm.protocol=sc` or `--compare dsm.release_batch=64`.
+    #[arg(long = "compare", value_name = "KEY=VALUE")]
+    pub compare: Vec<Override>,
 }
 
 /// The applications of `bench apps`.
@@ -348,18 +355,22 @@ impl Problem {
         }
     }
 
-    /// The configurations run for this problem on `topologies`, in table order.
-    pub fn setups(&self, topologies: &[Topology]) -> Vec<Setup> {
-        let two: Vec<Setup> = topologies
-            .iter()
-            .filter(|t| t.threads() == 2)
-            .map(|&topology| Setup::Dsm { topology })
-            .collect();
-        let four: Vec<Setup> = topologies
-            .iter()
-            .filter(|t| t.threads() == 4)
-            .map(|&topology| Setup::Dsm { topology })
-            .collect();
+    /// The configurations run for this problem on `topologies`, in table order; with
+    /// `compare`, each DSM configuration is followed by its (B) twin.
+    pub fn setups(&self, topologies: &[Topology], compare: bool) -> Vec<Setup> {
+        let dsm = |threads: usize| -> Vec<Setup> {
+            topologies
+                .iter()
+                .filter(|t| t.threads() == threads)
+                .flat_map(|&topology| {
+                    [false, true]
+                        .into_iter()
+                        .filter(move |&b| compare || !b)
+                        .map(move |compared| Setup::Dsm { topology, compared })
+                })
+                .collect()
+        };
+        let (two, four) = (dsm(2), dsm(4));
         match self {
             Problem::Water { .. } => [
                 vec![
@@ -397,7 +408,7 @@ impl Problem {
                 partitions: Some(match setup {
                     Setup::Sequential { partitions } => partitions.unwrap_or(2),
                     Setup::Threads { threads } => threads,
-                    Setup::Dsm { topology } => topology.threads(),
+                    Setup::Dsm { topology, .. } => topology.threads(),
                 }),
             },
         }
@@ -409,15 +420,19 @@ impl Problem {
         let thr = Setup::Threads { threads: 2 };
         let shm = Setup::Dsm {
             topology: Topology::Shm2x1,
+            compared: false,
         };
         let udp = Setup::Dsm {
             topology: Topology::Udp2x1,
+            compared: false,
         };
         let r2x2 = Setup::Dsm {
             topology: Topology::Udp2x2,
+            compared: false,
         };
         let r4x1 = Setup::Dsm {
             topology: Topology::Udp4x1,
+            compared: false,
         };
         let spec =
             |id: &'static str, name: &str, num: Setup, den: Setup, target: Target| RatioSpec {
@@ -519,6 +534,8 @@ pub enum Setup {
     Dsm {
         /// Its topology.
         topology: Topology,
+        /// Run with the `--compare` values too (the (B) row).
+        compared: bool,
     },
 }
 
@@ -531,7 +548,14 @@ impl Setup {
                 partitions: Some(p),
             } => format!("--sequential ({p} partitions)"),
             Setup::Threads { threads } => format!("--threads {threads}"),
-            Setup::Dsm { topology } => topology.label().to_owned(),
+            Setup::Dsm {
+                topology,
+                compared: false,
+            } => topology.label().to_owned(),
+            Setup::Dsm {
+                topology,
+                compared: true,
+            } => format!("{} (B)", topology.label()),
         }
     }
 
@@ -546,7 +570,7 @@ impl Setup {
                 a
             }
             Setup::Threads { threads } => vec!["--threads".to_owned(), threads.to_string()],
-            Setup::Dsm { topology } => match topology.config_toml() {
+            Setup::Dsm { topology, .. } => match topology.config_toml() {
                 Some(_) => vec![
                     "--config".to_owned(),
                     config_file(configs, topology)
@@ -592,19 +616,22 @@ pub struct Plan {
     pub timeout_s: u64,
     /// The `--set` values of every DSM run, `KEY=VALUE` as given.
     pub sets: Vec<String>,
+    /// The `--compare` values of the (B) runs, `KEY=VALUE` as given (empty: no B
+    /// runs).
+    pub compare: Vec<String>,
 }
 
-/// Refuses a `--set` key that would change what a topology is.
-fn check_set(o: &Override) -> Result<()> {
+/// Refuses a `--set` or `--compare` (`flag`) key that would change what a topology is.
+fn check_set(flag: &str, o: &Override) -> Result<()> {
     let key = o.key.join(".");
     let topology_key = matches!(o.key.first().map(String::as_str), Some("local" | "cluster"))
         || key == "ini.substrate";
     if topology_key {
         bail!(
-            "{}: {key} sets the topology, which each row of the tables fixes; \
+            "{flag} {key}={}: {key} sets the topology, which each row of the tables fixes; \
              choose the rows with --topologies (allowed keys: those of [job], [ini] but \
              substrate, [dsm], [emulation], [faults], [launch])",
-            o.flag()
+            o.value
         );
     }
     Ok(())
@@ -656,18 +683,23 @@ impl Plan {
             bail!("--water-small none and --water-large none with --only em3d… nothing to run");
         }
         for o in &a.set {
-            check_set(o)?;
+            check_set("--set", o)?;
         }
+        for o in &a.compare {
+            check_set("--compare", o)?;
+        }
+        let flat = |v: &[Override]| -> Vec<String> {
+            v.iter()
+                .map(|o| format!("{}={}", o.key.join("."), o.value))
+                .collect()
+        };
         Ok(Plan {
             repeat: usize::try_from(a.repeat)?,
             problems,
             topologies,
             timeout_s: a.timeout_s,
-            sets: a
-                .set
-                .iter()
-                .map(|o| format!("{}={}", o.key.join("."), o.value))
-                .collect(),
+            sets: flat(&a.set),
+            compare: flat(&a.compare),
         })
     }
 
@@ -677,7 +709,7 @@ impl Plan {
             * self
                 .problems
                 .iter()
-                .map(|p| p.setups(&self.topologies).len())
+                .map(|p| p.setups(&self.topologies, !self.compare.is_empty()).len())
                 .sum::<usize>()
     }
 }
@@ -868,6 +900,21 @@ pub struct ProblemReport {
     pub configurations: Vec<ConfigReport>,
     /// The issue-10 ratios.
     pub ratios: Vec<RatioReport>,
+    /// With `--compare`: per DSM topology, its (B) runs against its (A) runs.
+    pub comparisons: Vec<ComparisonReport>,
+}
+
+/// A DSM topology's (B) runs (with the `--compare` values) against its (A) runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct ComparisonReport {
+    /// The topology.
+    pub topology: Topology,
+    /// The ratio, as printed.
+    pub name: String,
+    /// Per round, time of (B) / time of (A) (`null`: a run of that round failed).
+    pub per_round: Vec<Option<f64>>,
+    /// Over the rounds where both runs succeeded.
+    pub summary: Option<Summary>,
 }
 
 /// The whole report (the `--json` file).
@@ -971,11 +1018,35 @@ fn problem_report(problem: &Problem, records: &[Record]) -> ProblemReport {
             }
         })
         .collect();
+    let comparisons = records
+        .iter()
+        .filter_map(|b| match b.setup {
+            Setup::Dsm {
+                topology,
+                compared: true,
+            } => {
+                let a = find(Setup::Dsm {
+                    topology,
+                    compared: false,
+                })
+                .expect("every (B) row follows its (A) row");
+                let rounds = per_round(b, a);
+                Some(ComparisonReport {
+                    topology,
+                    name: format!("time of {} / time of {}", b.setup.label(), a.setup.label()),
+                    summary: summary_of(&rounds),
+                    per_round: rounds,
+                })
+            }
+            _ => None,
+        })
+        .collect();
     ProblemReport {
         problem: problem.clone(),
         title: problem.title(),
         configurations,
         ratios,
+        comparisons,
     }
 }
 
@@ -994,6 +1065,13 @@ pub fn render(report: &AppsReport) -> String {
             out,
             "every DSM run with --set {}",
             report.plan.sets.join(" --set ")
+        );
+    }
+    if !report.plan.compare.is_empty() {
+        let _ = writeln!(
+            out,
+            "(B): the DSM row above it, run in the same round with --set {} as well",
+            report.plan.compare.join(" --set ")
         );
     }
     for p in &report.problems {
@@ -1072,6 +1150,25 @@ pub fn render(report: &AppsReport) -> String {
                 let _ = writeln!(out, "  {:<w0$}  {:<w1$}  {}", l[0], l[1], l[2]);
             }
         }
+        if !p.comparisons.is_empty() {
+            let head = "--compare (per round)";
+            let w0 = p
+                .comparisons
+                .iter()
+                .map(|c| c.name.chars().count())
+                .chain([head.chars().count()])
+                .max()
+                .unwrap_or(0);
+            let _ = writeln!(out, "  {head:<w0$}  median (min–max)");
+            for c in &p.comparisons {
+                let _ = writeln!(
+                    out,
+                    "  {:<w0$}  {}",
+                    c.name,
+                    spread(c.summary.as_ref(), ratio)
+                );
+            }
+        }
     }
     if report.failed > 0 {
         let _ = writeln!(
@@ -1084,18 +1181,28 @@ pub fn render(report: &AppsReport) -> String {
 }
 
 /// The arguments of `multigrain run` for `problem` on `setup`: the app's, where it
-/// runs, and — for DSM runs only — `--set` for each of `sets`.
-fn run_args(dir: &Path, problem: &Problem, setup: Setup, sets: &[String]) -> Vec<String> {
-    let dsm = matches!(setup, Setup::Dsm { .. });
+/// runs, and — for DSM runs only — `--set` for each of `sets`, then (the (B) runs)
+/// for each of `compare`.
+fn run_args(
+    dir: &Path,
+    problem: &Problem,
+    setup: Setup,
+    sets: &[String],
+    compare: &[String],
+) -> Vec<String> {
+    let (dsm, compared) = match setup {
+        Setup::Dsm { compared, .. } => (true, compared),
+        _ => (false, false),
+    };
+    let changes = sets
+        .iter()
+        .filter(|_| dsm)
+        .chain(compare.iter().filter(|_| compared));
     problem
         .app_args()
         .into_iter()
         .chain(setup.args(dir))
-        .chain(
-            sets.iter()
-                .filter(|_| dsm)
-                .flat_map(|s| ["--set".to_owned(), s.clone()]),
-        )
+        .chain(changes.flat_map(|s| ["--set".to_owned(), s.clone()]))
         .collect()
 }
 
@@ -1105,10 +1212,10 @@ fn run_once(
     dir: &Path,
     problem: &Problem,
     setup: Setup,
-    sets: &[String],
+    plan: &Plan,
     timeout: Duration,
 ) -> Result<RunOk, String> {
-    let args = run_args(dir, problem, setup, sets);
+    let args = run_args(dir, problem, setup, &plan.sets, &plan.compare);
     let report = run_report(exe, dir, &args, timeout)?;
     let answer = match report.outcome {
         Outcome::Water { result, .. } => Answer::Water(result.energies),
@@ -1130,23 +1237,30 @@ pub fn run(args: &BenchAppsArgs) -> Result<()> {
     let plan = Plan::from_args(args)?;
     let exe = std::env::current_exe().context("locating the multigrain binary to run")?;
     let dir = ScratchDir::new()?;
+    // The (A) runs take the --set values, the (B) runs the --compare ones after them:
+    // each must give a valid job on every topology before anything runs.
+    let with_compare: Vec<Override> = args.set.iter().chain(&args.compare).cloned().collect();
+    let variants: &[&[Override]] = if args.compare.is_empty() {
+        &[&args.set]
+    } else {
+        &[&args.set, &with_compare]
+    };
     for t in &plan.topologies {
-        match t.config_toml() {
-            Some(text) => {
-                let path = config_file(dir.path(), *t);
-                JobConfig::from_str_with_overrides(&text, &path.display().to_string(), &args.set)
-                    .with_context(|| format!("the configuration of {}", t.name()))?;
-                std::fs::write(&path, text)
-                    .with_context(|| format!("writing {}", path.display()))?;
-            }
-            None => {
-                JobConfig::from_str_with_overrides(
-                    EMBEDDED_DEFAULT_TOML,
-                    "embedded default job",
-                    &args.set,
-                )
+        let text = t.config_toml();
+        let (body, origin) = match &text {
+            Some(text) => (
+                text.as_str(),
+                config_file(dir.path(), *t).display().to_string(),
+            ),
+            None => (EMBEDDED_DEFAULT_TOML, "embedded default job".to_owned()),
+        };
+        for changes in variants {
+            JobConfig::from_str_with_overrides(body, &origin, changes)
                 .with_context(|| format!("the configuration of {}", t.name()))?;
-            }
+        }
+        if let Some(text) = text {
+            let path = config_file(dir.path(), *t);
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         }
     }
     let timeout = Duration::from_secs(plan.timeout_s);
@@ -1154,7 +1268,7 @@ pub fn run(args: &BenchAppsArgs) -> Result<()> {
         .problems
         .iter()
         .map(|p| {
-            p.setups(&plan.topologies)
+            p.setups(&plan.topologies, !plan.compare.is_empty())
                 .into_iter()
                 .map(|setup| Record {
                     setup,
@@ -1178,7 +1292,7 @@ pub fn run(args: &BenchAppsArgs) -> Result<()> {
                     rec.setup.label()
                 );
                 let t = Instant::now();
-                let r = run_once(&exe, dir.path(), problem, rec.setup, &plan.sets, timeout);
+                let r = run_once(&exe, dir.path(), problem, rec.setup, &plan, timeout);
                 match &r {
                     Ok(ok) => eprintln!(
                         "run_s {} s ({:.1} s with start-up)",
@@ -1336,7 +1450,7 @@ mod tests {
         .unwrap();
         assert_eq!(p.topologies, vec![Topology::Shm2x1, Topology::Udp4x1]);
         assert_eq!(p.problems.len(), 1);
-        let setups = p.problems[0].setups(&p.topologies);
+        let setups = p.problems[0].setups(&p.topologies, false);
         assert_eq!(
             setups.iter().map(|s| s.label()).collect::<Vec<_>>(),
             [
@@ -1349,7 +1463,8 @@ mod tests {
         );
         assert_eq!(
             p.problems[0].reference_of(Setup::Dsm {
-                topology: Topology::Udp4x1
+                topology: Topology::Udp4x1,
+                compared: true,
             }),
             Setup::Sequential {
                 partitions: Some(4)
@@ -1364,7 +1479,7 @@ mod tests {
         assert_eq!(p.problems.len(), 1);
         let water = &p.problems[0];
         let ids: Vec<&str> = water
-            .ratios(&water.setups(&p.topologies))
+            .ratios(&water.setups(&p.topologies, false))
             .iter()
             .map(|r| r.id)
             .collect();
@@ -1411,27 +1526,70 @@ mod tests {
 
     #[test]
     fn sets_reach_only_the_dsm_runs_and_topology_keys_are_refused() {
-        let p = plan(&["--set", "dsm.release_batch=64", "--set", "dsm.protocol=sc"]).unwrap();
+        let p = plan(&[
+            "--set",
+            "dsm.release_batch=64",
+            "--set",
+            "dsm.protocol=sc",
+            "--compare",
+            "dsm.prefetch=0",
+        ])
+        .unwrap();
         assert_eq!(p.sets, ["dsm.release_batch=64", "dsm.protocol=sc"]);
+        assert_eq!(p.compare, ["dsm.prefetch=0"]);
         let dir = Path::new("/configs");
         let water = &p.problems[0];
-        for setup in water.setups(&p.topologies) {
-            let args = run_args(dir, water, setup, &p.sets);
+        let setups = water.setups(&p.topologies, true);
+        // Every DSM row is followed by its (B) twin; the ratios stay on the A rows.
+        assert_eq!(
+            setups.iter().map(|s| s.label()).collect::<Vec<_>>(),
+            [
+                "--sequential",
+                "--threads 2",
+                "DSM 2×1 shm",
+                "DSM 2×1 shm (B)",
+                "DSM 2×1 udp",
+                "DSM 2×1 udp (B)",
+                "DSM 2×2 udp (default job)",
+                "DSM 2×2 udp (default job) (B)",
+                "DSM 4×1 udp",
+                "DSM 4×1 udp (B)",
+            ]
+        );
+        // EM3D: 2 sequential references, --threads 2 and 8 DSM rows.
+        assert_eq!(p.runs(), 3 * (10 + 10 + 11));
+        for r in water.ratios(&setups) {
+            for s in [r.numerator, r.denominator] {
+                assert!(!matches!(s, Setup::Dsm { compared: true, .. }), "{r:?}");
+            }
+        }
+        for setup in setups {
+            let args = run_args(dir, water, setup, &p.sets, &p.compare);
             let sets: Vec<&str> = args
                 .windows(2)
                 .filter(|w| w[0] == "--set")
                 .map(|w| w[1].as_str())
                 .collect();
-            if matches!(setup, Setup::Dsm { .. }) {
-                assert_eq!(
+            match setup {
+                Setup::Dsm {
+                    compared: false, ..
+                } => assert_eq!(
                     sets,
                     ["dsm.release_batch=64", "dsm.protocol=sc"],
                     "{args:?}"
-                );
-            } else {
-                assert!(sets.is_empty(), "{setup:?} got {args:?}");
+                ),
+                Setup::Dsm { compared: true, .. } => assert_eq!(
+                    sets,
+                    ["dsm.release_batch=64", "dsm.protocol=sc", "dsm.prefetch=0"],
+                    "{args:?}"
+                ),
+                _ => assert!(sets.is_empty(), "{setup:?} got {args:?}"),
             }
         }
+        let e = plan(&["--compare", "local.clusters=3"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--compare local.clusters=3"), "{e}");
         for key in [
             "local.threads=2",
             "cluster.0.threads=3",
@@ -1504,9 +1662,15 @@ mod tests {
         let thr = Setup::Threads { threads: 2 };
         let shm = Setup::Dsm {
             topology: Topology::Shm2x1,
+            compared: false,
+        };
+        let shm_b = Setup::Dsm {
+            topology: Topology::Shm2x1,
+            compared: true,
         };
         let udp = Setup::Dsm {
             topology: Topology::Udp2x1,
+            compared: false,
         };
         let good = energies(10.0);
         let close = energies(10.000_000_000_01);
@@ -1529,8 +1693,16 @@ mod tests {
                 setup: udp,
                 runs: vec![ok(3.0, &wrong), Err("exit status: 1: boom".into())],
             },
+            Record {
+                setup: shm_b,
+                // Twice as fast as the A row in both rounds.
+                runs: vec![ok(0.5, &good), ok(2.0, &good)],
+            },
         ];
         let r = problem_report(&problem, &records);
+        assert_eq!(r.comparisons.len(), 1);
+        assert_eq!(r.comparisons[0].per_round, vec![Some(0.5), Some(0.5)]);
+        assert_eq!(r.comparisons[0].topology, Topology::Shm2x1);
         let c = &r.configurations;
         assert_eq!(c[0].check, Check::Reference);
         assert!(
@@ -1566,6 +1738,7 @@ mod tests {
                 topologies: vec![Topology::Shm2x1, Topology::Udp2x1],
                 timeout_s: 600,
                 sets: vec!["dsm.release_batch=64".to_owned()],
+                compare: vec!["dsm.prefetch=0".to_owned()],
             },
             problems: vec![r],
             failed: 1,
@@ -1581,6 +1754,9 @@ mod tests {
             "≤ 1.5: NOT MET",
             "1 configuration(s) FAILED",
             "every DSM run with --set dsm.release_batch=64",
+            "(B): the DSM row above it, run in the same round with --set dsm.prefetch=0 as well",
+            "DSM 2×1 shm (B)",
+            "time of DSM 2×1 shm (B) / time of DSM 2×1 shm  0.50 (0.50–0.50)",
         ] {
             assert!(text.contains(needle), "no {needle:?} in\n{text}");
         }
