@@ -60,7 +60,7 @@ use std::time::{Duration, Instant};
 /// goes to stderr. The machine should be otherwise idle.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  multigrain bench apps\n  multigrain bench apps --only water --water-large none --repeat 5 --json water.json\n  multigrain bench apps --only em3d --topologies 2x1-shm,2x1-udp --em3d-iterations 20"
+    after_help = "Examples:\n  multigrain bench apps\n  multigrain bench apps --only water --water-large none --repeat 5 --json water.json\n  multigrain bench apps --only em3d --topologies 2x1-shm,2x1-udp --em3d-iterations 20\n  multigrain bench apps --only water --topologies 2x1-shm,2x1-udp --compare dsm.protocol=sc"
 )]
 pub struct BenchAppsArgs {
     /// Runs of every configuration: rounds, each running every configuration once.
@@ -101,8 +101,9 @@ pub struct BenchAppsArgs {
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Change one configuration value of every DSM run, e.g. `--set dsm.protocol=sc` or
-    /// `--set dsm.release_batch=64` (repeatable; later wins), to compare protocols and
-    /// parameters on the same tables. Applied after the topology's own settings and
+    /// `--set dsm.release_batch=64` (repeatable; later wins), to run the tables under
+    /// another protocol or parameter (to measure a change against the default in the
+    /// same rounds, use --compare). Applied after the topology's own settings and
     /// checked against each topology's configuration before anything runs. Keys that
     /// would change what a topology is (`local.*`, `cluster.*`, `ini.substrate`) are
     /// refused: pick topologies with --topologies. --sequential and --threads 2 do not
