@@ -104,6 +104,43 @@ impl CarriedDiffs {
     }
 }
 
+/// At most `bound` of `diffs` (a grant's, see [`crate::sync::MAX_GRANT_DIFFS`]), taken
+/// from every owner in turn, newest first, and kept in their order: interval indices
+/// count per owner, so the newest of one owner may be older than another owner's
+/// oldest, and keeping the highest indices across owners would leave out every diff of
+/// an owner whose count runs slower.
+pub(crate) fn newest_per_owner(diffs: Vec<IntervalDiff>, bound: usize) -> Vec<IntervalDiff> {
+    if diffs.len() <= bound {
+        return diffs;
+    }
+    // Each diff's rank among its owner's, newest first.
+    let mut order: Vec<usize> = (0..diffs.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&diffs[a], &diffs[b]);
+        x.owner
+            .cmp(&y.owner)
+            .then(y.index.cmp(&x.index))
+            .then(x.page.cmp(&y.page))
+    });
+    let mut rank = vec![0usize; diffs.len()];
+    for (k, &i) in order.iter().enumerate() {
+        if k > 0 && diffs[order[k - 1]].owner == diffs[i].owner {
+            rank[i] = rank[order[k - 1]] + 1;
+        }
+    }
+    let mut by_rank: Vec<usize> = (0..diffs.len()).collect();
+    by_rank.sort_by_key(|&i| (rank[i], diffs[i].owner));
+    let mut keep = vec![false; diffs.len()];
+    for &i in &by_rank[..bound] {
+        keep[i] = true;
+    }
+    diffs
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(d, k)| k.then_some(d))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,6 +193,36 @@ mod tests {
         s.insert(diff(0, 3, 1), 10);
         assert_eq!(s.len(), 10);
         assert_eq!(held(&s, 2).len(), 7);
+    }
+
+    #[test]
+    fn a_grant_keeps_the_newest_diffs_of_every_owner() {
+        // Cluster 0 counts its intervals far slower than cluster 2: the 5 newest of each
+        // are kept, in the order given (the highest indices alone would be cluster 2's).
+        let mut diffs: Vec<IntervalDiff> = (1..=20).map(|i| diff(0, i, 1)).collect();
+        diffs.extend((1001..=1020).map(|i| diff(2, i, 1)));
+        let kept = newest_per_owner(diffs, 10);
+        let got: Vec<(u16, u32)> = kept
+            .iter()
+            .map(|d| (d.owner.index() as u16, d.index))
+            .collect();
+        let want: Vec<(u16, u32)> = (16..=20)
+            .map(|i| (0, i))
+            .chain((1016..=1020).map(|i| (2, i)))
+            .collect();
+        assert_eq!(got, want);
+        // Within the bound, nothing is dropped or reordered.
+        let few = vec![diff(2, 9, 1), diff(0, 3, 2)];
+        assert_eq!(newest_per_owner(few.clone(), 10), few);
+        // An owner with fewer diffs than its share leaves the rest to the others.
+        let mut uneven = vec![diff(1, 7, 1)];
+        uneven.extend((1..=9).map(|i| diff(0, i, 3)));
+        let kept = newest_per_owner(uneven, 4);
+        let got: Vec<(u16, u32)> = kept
+            .iter()
+            .map(|d| (d.owner.index() as u16, d.index))
+            .collect();
+        assert_eq!(got, [(1, 7), (0, 7), (0, 8), (0, 9)]);
     }
 
     #[test]

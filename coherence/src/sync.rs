@@ -129,7 +129,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::carried::CarriedDiffs;
+use crate::carried::{CarriedDiffs, newest_per_owner};
 use crate::ids::{ClusterId, LockId, PageId};
 use crate::interval::{GapError, IntervalDiff, IntervalLog, IntervalRecord, VectorTime};
 use crate::message::Message;
@@ -173,9 +173,10 @@ pub const MAX_CARRIED_DIFFS: usize = 16;
 
 pub use crate::carried::MAX_MANAGER_DIFFS;
 
-/// The most diffs one grant carries: those of the newest intervals of its records
-/// (a diff is at most [`crate::diff::MAX_ENCODED`] bytes, so a grant's diffs stay
-/// near 256 KiB, well inside a bulk message). The pages of the others are
+/// The most diffs one grant carries: the newest of every owner's among those of its
+/// records, taken from the owners in turn (interval indices count per owner); a diff
+/// is at most [`crate::diff::MAX_ENCODED`] bytes, so a grant's diffs stay
+/// near 256 KiB, well inside a bulk message. The pages of the others are
 /// invalidated and fetched, as without a diff.
 ///
 /// Source: this project's bound (issue 10).
@@ -390,16 +391,14 @@ impl LockManager {
         st.recalled = implied || recall;
         let (tenure, time) = (st.tenure, st.time.clone());
         let records = self.store.between_with(own, their, &time)?;
-        let mut diffs: Vec<IntervalDiff> = records
-            .iter()
-            .filter(|r| r.owner != to)
-            .flat_map(|r| self.diffs.of_interval(r.owner, r.index).cloned())
-            .collect();
-        if diffs.len() > MAX_GRANT_DIFFS {
-            // Records come in interval order per owner: the newest diffs last.
-            diffs.sort_by_key(|d| d.index);
-            diffs.drain(..diffs.len() - MAX_GRANT_DIFFS);
-        }
+        let diffs = newest_per_owner(
+            records
+                .iter()
+                .filter(|r| r.owner != to)
+                .flat_map(|r| self.diffs.of_interval(r.owner, r.index).cloned())
+                .collect(),
+            MAX_GRANT_DIFFS,
+        );
         if pushed {
             self.pushed_upto.entry(to).or_default().merge(&time);
         }
