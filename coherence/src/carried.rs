@@ -195,17 +195,20 @@ mod tests {
         assert_eq!(held(&s, 2).len(), 7);
     }
 
+    fn owners_and_indices(diffs: &[IntervalDiff]) -> Vec<(u16, u32)> {
+        diffs
+            .iter()
+            .map(|d| (d.owner.index() as u16, d.index))
+            .collect()
+    }
+
     #[test]
     fn a_grant_keeps_the_newest_diffs_of_every_owner() {
         // Cluster 0 counts its intervals far slower than cluster 2: the 5 newest of each
         // are kept, in the order given (the highest indices alone would be cluster 2's).
         let mut diffs: Vec<IntervalDiff> = (1..=20).map(|i| diff(0, i, 1)).collect();
         diffs.extend((1001..=1020).map(|i| diff(2, i, 1)));
-        let kept = newest_per_owner(diffs, 10);
-        let got: Vec<(u16, u32)> = kept
-            .iter()
-            .map(|d| (d.owner.index() as u16, d.index))
-            .collect();
+        let got = owners_and_indices(&newest_per_owner(diffs, 10));
         let want: Vec<(u16, u32)> = (16..=20)
             .map(|i| (0, i))
             .chain((1016..=1020).map(|i| (2, i)))
@@ -217,12 +220,10 @@ mod tests {
         // An owner with fewer diffs than its share leaves the rest to the others.
         let mut uneven = vec![diff(1, 7, 1)];
         uneven.extend((1..=9).map(|i| diff(0, i, 3)));
-        let kept = newest_per_owner(uneven, 4);
-        let got: Vec<(u16, u32)> = kept
-            .iter()
-            .map(|d| (d.owner.index() as u16, d.index))
-            .collect();
-        assert_eq!(got, [(1, 7), (0, 7), (0, 8), (0, 9)]);
+        assert_eq!(
+            owners_and_indices(&newest_per_owner(uneven, 4)),
+            [(1, 7), (0, 7), (0, 8), (0, 9)]
+        );
     }
 
     #[test]
