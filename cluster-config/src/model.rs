@@ -187,13 +187,9 @@ choice_enum! {
 choice_enum! {
     /// Whether homes send updates at barriers (`dsm.barrier_updates`, hlrc only).
     pub enum BarrierUpdates ("barrier update policy") {
-        /// On (`auto`, the default; the same as `on`). Until 2026-11-27 it meant on
-        /// in jobs of two clusters only: with more, 75 % of EM3D's updates on 4×1
-        /// were dropped. That was a base that named clusters which never wrote the
-        /// page (a migrated home's copy reflects the whole departure time), not an
-        /// overtaking departure; a departure now also waits for the updates that it
-        /// overtook. EM3D on 4×1 over UDP: 3.3 s → 1.0 s; Water on 4×1 within the
-        /// spread.
+        /// On (`auto`, the default): the same as `on` in every job, kept so that
+        /// existing files still parse (it meant on with two clusters only before
+        /// updates worked with more; see the README's *Applications* section).
         #[default]
         Auto = "auto",
         /// Always (`on`).

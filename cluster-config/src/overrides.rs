@@ -58,7 +58,13 @@ impl FromStr for Override {
 impl Override {
     /// The flag as the user wrote it, for errors.
     pub fn flag(&self) -> String {
-        format!("--set {}={}", self.key.join("."), self.value)
+        format!("--set {}", self.assignment())
+    }
+
+    /// `KEY=VALUE` as the user wrote it (dotted key, value unparsed): the argument of
+    /// a `--set` that passes this override on to another command.
+    pub fn assignment(&self) -> String {
+        format!("{}={}", self.key.join("."), self.value)
     }
 
     /// The key as errors of the schema write it: `cluster[1].threads`.

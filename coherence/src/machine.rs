@@ -1234,12 +1234,9 @@ impl Machine {
             .held_depart
             .as_ref()
             .is_some_and(|d| self.updates_received(&d.updates_due));
-        match self.barrier.held_depart.take() {
-            Some(d) if ready => self.on_barrier_depart(d, out),
-            held => {
-                self.barrier.held_depart = held;
-                Ok(())
-            }
+        match self.barrier.held_depart.take_if(|_| ready) {
+            Some(d) => self.on_barrier_depart(d, out),
+            None => Ok(()),
         }
     }
 

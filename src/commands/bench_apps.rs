@@ -629,10 +629,10 @@ fn check_set(flag: &str, o: &Override) -> Result<()> {
         || key == "ini.substrate";
     if topology_key {
         bail!(
-            "{flag} {key}={}: {key} sets the topology, which each row of the tables fixes; \
+            "{flag} {}: {key} sets the topology, which each row of the tables fixes; \
              choose the rows with --topologies (allowed keys: those of [job], [ini] but \
              substrate, [dsm], [emulation], [faults], [launch])",
-            o.value
+            o.assignment()
         );
     }
     Ok(())
@@ -689,18 +689,13 @@ impl Plan {
         for o in &a.compare {
             check_set("--compare", o)?;
         }
-        let flat = |v: &[Override]| -> Vec<String> {
-            v.iter()
-                .map(|o| format!("{}={}", o.key.join("."), o.value))
-                .collect()
-        };
         Ok(Plan {
             repeat: usize::try_from(a.repeat)?,
             problems,
             topologies,
             timeout_s: a.timeout_s,
-            sets: flat(&a.set),
-            compare: flat(&a.compare),
+            sets: a.set.iter().map(Override::assignment).collect(),
+            compare: a.compare.iter().map(Override::assignment).collect(),
         })
     }
 

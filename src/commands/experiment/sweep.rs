@@ -8,6 +8,7 @@ use crate::commands::run::report::Report;
 use crate::commands::run::spawn::ScratchDir;
 use anyhow::{Context as _, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use multigrain_cluster_config::Override;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -100,11 +101,7 @@ impl Sweep {
             exe: std::env::current_exe().context("locating the multigrain binary to run")?,
             scratch: ScratchDir::new()?,
             timeout: ctx.timeout,
-            user_sets: ctx
-                .sets
-                .iter()
-                .map(|o| format!("{}={}", o.key.join("."), o.value))
-                .collect(),
+            user_sets: ctx.sets.iter().map(Override::assignment).collect(),
             bar,
             name: ctx.name,
             total,
