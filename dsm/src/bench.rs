@@ -17,7 +17,7 @@
 //!   protects; built on the public API only ([`Dsm`], [`Worker::lock`](crate::Worker::lock),
 //!   [`SharedArray`], [`DsmOptions`]);
 //! * [`diff_encode`], [`diff_apply`]: diff throughput on 4 KiB pages with a given share
-//!   of words changed;
+//!   of words changed, and their baseline [`page_copy_warm`];
 //! * [`ApplyChoice`]: the two ways a home can apply a diff without changing what its
 //!   application threads see (shared-memory runtime view vs. write-protect → copy → zap
 //!   → reinstall on anonymous memory), and the install/invalidate costs of both
@@ -774,6 +774,22 @@ pub fn diff_encode(twin: &[u8], cur: &[u8], iters: usize) -> Vec<u64> {
             out.clear();
             let t = Instant::now();
             black_box(diff::encode(black_box(twin), black_box(cur), &mut out).expect("encode"));
+            ns(t.elapsed())
+        })
+        .collect()
+}
+
+/// Baseline of [`diff_encode`] and [`diff_apply`]: times `iters` copies of `page` (4 KiB)
+/// into a reused buffer, one sample per copy (ns) — the same page, as warm in the cache,
+/// and the same clock read per sample as theirs. ([`PageCopy`] copies pages the first-level
+/// cache no longer holds, as a page reply does.)
+pub fn page_copy_warm(page: &[u8], iters: usize) -> Vec<u64> {
+    let mut to = vec![0u8; page.len()];
+    (0..iters)
+        .map(|_| {
+            let t = Instant::now();
+            to.copy_from_slice(black_box(page));
+            black_box(&to);
             ns(t.elapsed())
         })
         .collect()

@@ -6,7 +6,10 @@
 
 use multigrain_bench::network::UdpWait;
 use multigrain_cluster_config::Protocol;
-use multigrain_dsm::bench::{HANDOFF_WORDS, LockHandoff, PageCopy, handoff_words, udp_round_trips};
+use multigrain_dsm::bench::{
+    HANDOFF_WORDS, LockHandoff, PageCopy, diff_apply, diff_encode, diff_pages, handoff_words,
+    page_copy_warm, udp_round_trips,
+};
 
 /// A region address private to one test of this binary.
 fn base(slot: usize) -> usize {
@@ -89,5 +92,13 @@ fn baselines_return_one_sample_per_operation() {
     let mut copy = PageCopy::new();
     for _ in 0..3 {
         assert!(copy.copies(PageCopy::PAGES + 3) > 0.0);
+    }
+    let (twin, cur) = diff_pages(0.1);
+    for samples in [
+        page_copy_warm(&cur, 7),
+        diff_encode(&twin, &cur, 7),
+        diff_apply(&twin, &cur, 7),
+    ] {
+        assert_eq!(samples.len(), 7);
     }
 }

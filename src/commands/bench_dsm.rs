@@ -83,6 +83,9 @@ impl Subjects {
 /// The protocols measured, in order (`K`'s protocol index).
 const PROTOCOLS: [Protocol; 2] = [Protocol::Hlrc, Protocol::Sc];
 
+/// The shares of a page's words changed in the diff rows, % (`K`'s diff index).
+const DIFF_SHARES: [u32; 3] = [1, 10, 100];
+
 /// A kernel of a round; a subject's field is its protocol's index in [`PROTOCOLS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum K {
@@ -99,6 +102,12 @@ enum K {
     Release(usize),
     HandoffShm(usize),
     HandoffNet(usize),
+    /// Copying a page warm in the cache: the diff rows' baseline.
+    WarmCopy,
+    /// Encoding the diff of a page with [`DIFF_SHARES`]`[i]` % of its words changed.
+    Encode(usize),
+    /// Applying that diff to a page.
+    Apply(usize),
 }
 
 /// The kernels of one round, in order: each subject runs right after the baselines it is
@@ -123,6 +132,10 @@ fn kernel_order() -> Vec<K> {
             K::HandoffNet(i),
         ]);
     }
+    order.push(K::WarmCopy);
+    for j in 0..DIFF_SHARES.len() {
+        order.extend([K::Encode(j), K::Apply(j)]);
+    }
     order
 }
 
@@ -146,7 +159,7 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         opts.ops
     );
     let rounds = opts.samples;
-    let progress = crate::progress::bar((rounds * kernel_order().len() + 6) as u64, "bench dsm");
+    let progress = crate::progress::bar((rounds * kernel_order().len()) as u64, "bench dsm");
 
     // Baseline sources.
     let mut bare = BareFault::new(base(0)).context("mapping the bare-fault region")?;
@@ -164,6 +177,8 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         .map(|(i, &p)| Subjects::new(p, 1 + 4 * i))
         .collect::<Result<Vec<_>>>()?;
 
+    // (twin, current) page pairs of the diff rows.
+    let diff_pages = DIFF_SHARES.map(|pct| kernels::diff_pages(f64::from(pct) / 100.0));
     let b = batch;
     let bu = b as u64;
     let us_per_op = |d: Duration| d.as_secs_f64() * 1e6 / b as f64;
@@ -197,6 +212,9 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         }
         K::HandoffShm(i) => Ok(us_per_op(subjects[i].handoff_shm.handoffs(b)?)),
         K::HandoffNet(i) => Ok(us_per_op(subjects[i].handoff_net.handoffs(b)?)),
+        K::WarmCopy => median_us(&kernels::page_copy_warm(&diff_pages[0].1, b)),
+        K::Encode(j) => median_us(&kernels::diff_encode(&diff_pages[j].0, &diff_pages[j].1, b)),
+        K::Apply(j) => median_us(&kernels::diff_apply(&diff_pages[j].0, &diff_pages[j].1, b)),
     })?;
     let col = |k: K| -> &[f64] {
         let at = order
@@ -363,24 +381,20 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
     }
     drop((bare, shm_peer, ini_pair));
 
-    let g = "Diffs of a 4 KiB page (µs per page)";
-    let n = opts.ops.max(1000);
-    for pct in [1u32, 10, 100] {
-        let (twin, cur) = kernels::diff_pages(f64::from(pct) / 100.0);
-        let us = |v: Vec<u64>| v.iter().map(|&ns| ns as f64 / 1e3).collect::<Vec<f64>>();
-        t.push(
-            g,
-            format!("encode, {pct}% of words changed"),
-            "µs",
-            &us(kernels::diff_encode(&twin, &cur, n)),
-        );
-        t.push(
-            g,
-            format!("apply, {pct}% of words changed"),
-            "µs",
-            &us(kernels::diff_apply(&twin, &cur, n)),
-        );
-        progress.inc(2);
+    let g = "Diffs of a 4 KiB page (µs per page, each round's median; baseline: copying the page, warm in the cache, in the same round)";
+    let warm_copy = col(K::WarmCopy);
+    t.push(g, "4 KiB copy, warm (baseline)", "µs", warm_copy);
+    for (j, pct) in DIFF_SHARES.iter().enumerate() {
+        for (k, what) in [(K::Encode(j), "encode"), (K::Apply(j), "apply")] {
+            t.compare(
+                g,
+                format!("{what}, {pct}% of words changed"),
+                "µs",
+                col(k),
+                ("warm 4 KiB copy", warm_copy),
+                None,
+            );
+        }
     }
     progress.finish_and_clear();
     println!(
