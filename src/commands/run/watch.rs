@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 const LINE_EVERY: Duration = Duration::from_secs(5);
 
 /// Cluster 0 forwards a phase's progress at most this often (its last step always).
-/// Sending every step cost EM3D's thread 0 24 µs per iteration (a JSON line, a
+/// Sending every step cost EM3D's thread 0 15–24 µs per iteration (a JSON line, a
 /// `write(2)` and the spawning process's wake-up, on the compute thread, against
 /// iterations of about 1.2 ms on 2×1), and the bar redraws at most 20 times a second
 /// anyway.
