@@ -368,11 +368,18 @@ fn main() {
     logging::init(logging::filter_for(cli.verbose, cli.quiet, |k| {
         std::env::var(k).ok().filter(|v| !v.is_empty())
     }));
+    if matches!(
+        cli.command,
+        Command::Run(_) | Command::Hello(_) | Command::Selftest(_)
+    ) {
+        launch::step_notice::watch();
+    }
     if let Err(e) = run(cli) {
         if let Some(launch::Interrupted(signal)) = e.downcast_ref::<launch::Interrupted>() {
             std::process::exit(128 + *signal as i32);
         }
         logging::print_error(&e);
+        launch::step_notice::tell_step();
         std::process::exit(1);
     }
 }

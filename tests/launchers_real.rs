@@ -475,12 +475,37 @@ fn clusters_started_over_real_ssh_do_not_outlive_the_launcher() {
     }
 }
 
-/// A two-cluster job whose cluster 0 port is taken by a listener of this test (another
-/// job's coordinator, say), with a 10 s peer timeout: a cluster 1 left to itself would
-/// wait that long for the coordinator that never answers.
-fn port_clash_job(dir: &TempDir) -> (std::net::TcpListener, u16, std::path::PathBuf) {
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
-    let port = taken.local_addr().expect("its address").port();
+/// A TCP socket bound to a free port of 127.0.0.1, not listening, and that port.
+fn bound_not_listening() -> (std::os::fd::OwnedFd, u16) {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrIn, bind, getsockname, socket,
+    };
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("a TCP socket");
+    bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).expect("bind 127.0.0.1:0");
+    let addr: SockaddrIn = getsockname(fd.as_raw_fd()).expect("its address");
+    (fd, addr.port())
+}
+
+/// A two-cluster job whose cluster 0 port is held until the returned socket is dropped
+/// (`listen`: by a listener of this test — another job's coordinator, say — whose
+/// connections hear nothing; else by a bound socket that does not listen, so that
+/// connections are refused, as when cluster 0 died before it listened), with a 20 s
+/// start-up and a 10 s peer timeout: a cluster 1 left to itself would wait that long.
+fn port_clash_job(dir: &TempDir, listen: bool) -> (std::os::fd::OwnedFd, u16, std::path::PathBuf) {
+    let (holder, port) = if listen {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let port = l.local_addr().expect("its address").port();
+        (std::os::fd::OwnedFd::from(l), port)
+    } else {
+        bound_not_listening()
+    };
     let cfg = dir.write(
         "job.toml",
         &format!(
@@ -488,27 +513,27 @@ fn port_clash_job(dir: &TempDir) -> (std::net::TcpListener, u16, std::path::Path
              [[cluster]]\nhost = \"127.0.0.1\"\nport = {port}\n\n[[cluster]]\nhost = \"127.0.0.1\"\n"
         ),
     );
-    (taken, port, cfg)
+    (holder, port, cfg)
 }
 
 /// Issue 13, fast failure before registration, under srun: cluster 0 cannot listen;
 /// with `-K` (`--kill-on-bad-exit`) Slurm ends the step at once, naming task 0, below
 /// cluster 0's own error naming its port (measured here: 0.2 s after that error; without
-/// `-K`, cluster 1 finds out itself, see the next test).
+/// `-K`, cluster 1 finds out itself, see the next tests).
 #[test]
 fn srun_kill_on_bad_exit_ends_the_job_when_cluster_0_cannot_listen() {
-    let (err, _) = srun_with_port_taken(&["-K"]);
+    let (err, _) = srun_with_port_held(&["-K"], true);
     assert!(err.contains("task 0: Exited with exit code 1"), "{err}");
 }
 
 /// Runs `srun -n 2 [extra] multigrain hello` on [`port_clash_job`]: it must fail within
-/// 8 s (well below the 10 s peer timeout that cluster 1 would otherwise wait; srun may
-/// queue the job behind others), cluster 0 naming its taken port. Returns srun's
-/// standard error and the port.
-fn srun_with_port_taken(extra: &[&str]) -> (String, u16) {
+/// 8 s (well below the 20 s start-up and 10 s peer timeouts that cluster 1 would otherwise
+/// wait; srun may queue the job behind others), cluster 0 naming its taken port. Returns
+/// srun's standard error and the port.
+fn srun_with_port_held(extra: &[&str], listen: bool) -> (String, u16) {
     slurm();
     let dir = TempDir::new("srun-clash");
-    let (taken, port, cfg) = port_clash_job(&dir);
+    let (holder, port, cfg) = port_clash_job(&dir, listen);
     let mut cmd = Command::new("srun");
     cmd.args(extra)
         .args(["--overcommit", "-n", "2", "-t", "5"])
@@ -516,33 +541,52 @@ fn srun_with_port_taken(extra: &[&str]) -> (String, u16) {
         .args(["hello", "--config", cfg.to_str().unwrap()]);
     let t0 = std::time::Instant::now();
     let out = run(
-        &format!("srun {extra:?} with cluster 0's port taken"),
+        &format!("srun {extra:?} with cluster 0's port held (listening: {listen})"),
         &mut cmd,
         LIMIT,
     );
     let took = t0.elapsed();
-    eprintln!("srun {extra:?}: the step ended {took:?} after srun started");
+    eprintln!(
+        "srun {extra:?}, port held (listening: {listen}): the step ended {took:?} after srun started"
+    );
     assert!(!out.status.success(), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(err.contains(&format!("TCP port {port} is in use")), "{err}");
     assert!(took < Duration::from_secs(8), "took {took:?}:\n{err}");
-    drop(taken);
+    drop(holder);
     (err, port)
 }
 
+/// The line of a member stopped by the step's signal (`src/launch/step_notice.rs`).
+const STEP_NOTICE: &str = "another task of Slurm step";
+
 /// As [`srun_kill_on_bad_exit_ends_the_job_when_cluster_0_cannot_listen`] without `-K`
-/// (Slurm's default: the other tasks go on): cluster 1 reaches
-/// the port, registers, and hears nothing from whatever holds it; it stops on its own,
-/// [`multigrain_control::FIRST_ANSWER`] after registering, naming the port (before, it
-/// waited for the peer timeout, 10 s here). Measured here: ≈ 0.8 s after cluster 0's
-/// error.
+/// (Slurm's default: the other tasks go on), the port held by a listener: cluster 1
+/// reaches it, registers and hears nothing; it stops either on the signal cluster 0
+/// sends the step as it fails (`scancel --signal=USR1`, 0.2 s later) or on its own,
+/// [`multigrain_control::FIRST_ANSWER`] after registering, naming the port, whichever
+/// comes first (before either, it waited for the peer timeout, 10 s here).
 #[test]
 fn srun_without_kill_on_bad_exit_reports_a_taken_coordinator_port_at_once() {
-    let (err, port) = srun_with_port_taken(&[]);
+    let (err, port) = srun_with_port_held(&[], true);
     assert!(
-        err.contains(&format!("is not answering at 127.0.0.1:{port}")),
+        err.contains(STEP_NOTICE) || err.contains(&format!("is not answering at 127.0.0.1:{port}")),
         "{err}"
     );
+    assert!(err.contains("task 1: Exited with exit code 3"), "{err}");
+}
+
+/// Issue 13, fast failure before registration, under srun without `-K`, when nothing
+/// listens at cluster 0's port (cluster 0 failed before it listened: here its port is
+/// held by a socket that does not listen, so cluster 1's connections are refused, as
+/// when cluster 0 is still starting): cluster 0 signals the step as it fails, and
+/// cluster 1, still joining, stops naming the step (before, it retried until the
+/// start-up timeout, 20 s here). Measured here: the whole step in 0.25 s.
+#[test]
+fn srun_without_kill_on_bad_exit_stops_the_step_when_cluster_0_dies_before_listening() {
+    let (err, _) = srun_with_port_held(&[], false);
+    assert!(err.contains(STEP_NOTICE), "{err}");
+    assert!(err.contains("task 1: Exited with exit code 3"), "{err}");
 }
 
 /// As [`srun_kill_on_bad_exit_ends_the_job_when_cluster_0_cannot_listen`] under Open MPI's
@@ -552,7 +596,7 @@ fn srun_without_kill_on_bad_exit_reports_a_taken_coordinator_port_at_once() {
 fn mpirun_aborts_the_job_when_cluster_0_cannot_listen() {
     open_mpi();
     let dir = TempDir::new("mpirun-clash");
-    let (taken, port, cfg) = port_clash_job(&dir);
+    let (taken, port, cfg) = port_clash_job(&dir, true);
     let t0 = std::time::Instant::now();
     let out = run(
         "mpirun with cluster 0's port taken",

@@ -27,6 +27,7 @@
 mod output;
 mod signals;
 pub mod spawn;
+pub mod step_notice;
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
