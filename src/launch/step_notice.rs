@@ -10,7 +10,7 @@
 //! is the channel:
 //!
 //! - [`watch`]: each `multigrain` task of a step of several tasks that joins a job
-//!   (`run`, `hello`, `selftest`) waits for `SIGUSR1` on a thread.
+//!   (`run`, `hello`, `selftest`) as a Slurm rank waits for `SIGUSR1` on a thread.
 //! - [`tell_step`]: a task whose command fails (or panics) before it joined its job runs
 //!   `scancel --signal=USR1 JOBID.STEPID` (`SLURM_JOB_ID`, `SLURM_STEP_ID`), which
 //!   Slurm delivers to every task of the step, then exits with its own error.
@@ -29,6 +29,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use multigrain_cluster_config::Launcher;
 use multigrain_messaging::control::{EXIT_PEER_FAILED, joined};
 use signal_hook::consts::SIGUSR1;
 use signal_hook::iterator::Signals;
@@ -59,15 +60,16 @@ fn step_id(env: impl Fn(&str) -> Option<String>) -> Option<String> {
     (numeric(job) && numeric(step) && !special).then(|| format!("{job}.{step}"))
 }
 
-/// Starts waiting for the step's signal (see the module documentation) when this process
-/// is a task of a Slurm step of more than one task (`SLURM_NTASKS` > 1). Call it before
-/// the command starts joining its job.
+/// Starts waiting for the step's signal (see the module documentation) when Slurm's
+/// ranks place this process (the launcher detection of `--launcher`, as for its cluster
+/// id) in a step of more than one task. Call it before the command starts joining its
+/// job.
 pub fn watch() {
-    let env = |k: &str| std::env::var(k).ok();
-    let several = env("SLURM_NTASKS")
-        .and_then(|n| n.trim().parse::<u64>().ok())
-        .is_some_and(|n| n > 1);
-    if !several || step_id(env).is_none() {
+    let slurm_step = matches!(
+        multigrain_cluster_config::detect_rank_from_env(),
+        Ok(Some(r)) if r.launcher == Launcher::Slurm && r.size > 1
+    );
+    if !slurm_step || step_id(|k| std::env::var(k).ok()).is_none() {
         return;
     }
     let mut signals = match Signals::new([SIGUSR1]) {
