@@ -43,7 +43,10 @@ pub const RESULT_FILE: &str = "result.json";
 ///
 /// `--config FILE` runs any topology. Under `multigrain launch --config FILE -- multigrain
 /// run water`, or one process per cluster under srun/mpirun, each process is one cluster
-/// and cluster 0 prints the report.
+/// and cluster 0 prints the report. A cluster that fails before the job started stops the
+/// others at once: under `launch` through their stdin, under srun by signalling its step
+/// (`scancel --signal=USR1`); use `srun -K` so that Slurm also stops the step for a task
+/// killed outright. Exit code 3: another cluster failed (this one stopped because of it).
 #[derive(Args, Debug)]
 #[command(
     after_help = "Examples:\n  multigrain run water\n  multigrain run em3d --config cluster-config/examples/4x1.toml --layout good\n  multigrain run water --sequential --velocities random.in --molecules 512 --steps 3\n  multigrain launch --config job.toml -- multigrain run water --steps 10"
