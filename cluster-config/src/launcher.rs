@@ -148,6 +148,31 @@ fn in_slurm_step(env: &mut impl FnMut(&str) -> Option<String>) -> bool {
     }
 }
 
+/// The Slurm job step this process is a task of, as `JOBID.STEPID` (what `scancel`
+/// takes), read through `env`: `SLURM_JOB_ID` and a `SLURM_STEP_ID` that names a step
+/// `srun` started (not a batch, extern or interactive step), both decimal. `None`
+/// otherwise.
+///
+/// ```
+/// use multigrain_cluster_config::slurm_step_id;
+/// let env = |k: &str| match k {
+///     "SLURM_JOB_ID" => Some("42".to_owned()),
+///     "SLURM_STEP_ID" => Some("3".to_owned()),
+///     _ => None,
+/// };
+/// assert_eq!(slurm_step_id(env).as_deref(), Some("42.3"));
+/// ```
+pub fn slurm_step_id(mut env: impl FnMut(&str) -> Option<String>) -> Option<String> {
+    if !in_slurm_step(&mut env) {
+        return None;
+    }
+    let job = env("SLURM_JOB_ID")?;
+    let step = env("SLURM_STEP_ID")?;
+    let (job, step) = (job.trim(), step.trim());
+    let decimal = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (decimal(job) && decimal(step)).then(|| format!("{job}.{step}"))
+}
+
 /// This process's place among the processes a launcher started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LaunchRank {

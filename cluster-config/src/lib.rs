@@ -98,7 +98,7 @@ pub use error::{ConfigError, Location};
 pub use launcher::{
     ENV_LAUNCHER, LAUNCHER_VARIABLES, LaunchRank, Launcher, LauncherChoice, Placement, RankError,
     detect_placement, detect_placement_from_env, detect_rank, detect_rank_from_env, first_host,
-    instance_key, rendezvous_port, set_launcher_choice,
+    instance_key, rendezvous_port, set_launcher_choice, slurm_step_id,
 };
 pub use model::{
     BarrierUpdates, ClusterSpec, DEFAULT_JOB_KEY, DEFAULT_PREFETCH, DEFAULT_PROGRESS_TIMEOUT_MS,

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use multigrain_cluster_config::{
     JobConfig, LaunchRank, Launcher, RankError, detect_placement, detect_rank, first_host,
-    instance_key, rendezvous_port,
+    instance_key, rendezvous_port, slurm_step_id,
 };
 
 /// Detection in a task of a Slurm job step (`SLURM_STEP_ID` set) unless `vars` say
@@ -259,4 +259,37 @@ fn size_must_match_the_cluster_count() {
          per cluster (e.g. srun -n 2 or mpirun -n 2)"
     );
     assert_eq!(r.check_cluster_count(3), Ok(()));
+}
+
+/// `slurm_step_id` over `vars`.
+fn step_of(vars: &[(&str, &str)]) -> Option<String> {
+    slurm_step_id(|k| {
+        vars.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| (*v).to_owned())
+    })
+}
+
+#[test]
+fn a_task_of_an_srun_step_names_its_step() {
+    let vars = [("SLURM_JOB_ID", "42"), ("SLURM_STEP_ID", "3")];
+    assert_eq!(step_of(&vars).as_deref(), Some("42.3"));
+}
+
+#[test]
+fn batch_extern_and_malformed_steps_name_none() {
+    for step in [
+        "4294967294",
+        "4294967292",
+        "4294967291",
+        "batch",
+        "",
+        "1;rm",
+    ] {
+        let vars = [("SLURM_JOB_ID", "42"), ("SLURM_STEP_ID", step)];
+        assert_eq!(step_of(&vars), None, "{step:?}");
+    }
+    assert_eq!(step_of(&[("SLURM_JOB_ID", "42")]), None);
+    let vars = [("SLURM_JOB_ID", "4 2"), ("SLURM_STEP_ID", "0")];
+    assert_eq!(step_of(&vars), None);
 }

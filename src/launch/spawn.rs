@@ -43,6 +43,30 @@ pub fn failure_notice(cluster: usize, how: &str) -> String {
     format!("failed {cluster} {}\n", how.replace('\n', " "))
 }
 
+/// Another cluster failed before the job started, and this process heard of it outside
+/// the control plane (the launcher's notice, the Slurm step's signal): unless this
+/// process has joined its job, or `ignore` says so, waits [`NOTICE_DELAY`], then — still
+/// not joined — prints `multigrain: error: {why}; stopping this cluster` and exits with
+/// [`EXIT_PEER_FAILED`](multigrain_messaging::control::EXIT_PEER_FAILED). Returns when
+/// the notice is ignored.
+pub(crate) fn stop_if_still_joining(ignore: impl Fn() -> bool, why: impl FnOnce() -> String) {
+    let ignored = || ignore() || multigrain_messaging::control::joined();
+    if ignored() {
+        return;
+    }
+    std::thread::sleep(NOTICE_DELAY);
+    if ignored() {
+        return;
+    }
+    // stderr may be gone with the launcher: a failed write must not stop the exit
+    // (eprintln! would panic this thread instead).
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!("multigrain: error: {}; stopping this cluster\n", why()).as_bytes(),
+    );
+    std::process::exit(multigrain_messaging::control::EXIT_PEER_FAILED);
+}
+
 /// In a process started with [`ENV_WATCH_STDIN`] set: a thread that reads the
 /// launcher's notices from stdin.
 ///
@@ -73,24 +97,15 @@ pub fn watch_stdin() {
                 else {
                     continue;
                 };
-                if multigrain_messaging::control::joined() {
-                    continue;
-                }
-                std::thread::sleep(NOTICE_DELAY);
-                if multigrain_messaging::control::joined() {
-                    continue;
-                }
-                // stderr may be gone with the launcher: a failed write must not stop the
-                // exit (eprintln! would panic this thread instead).
-                let _ = std::io::Write::write_all(
-                    &mut std::io::stderr(),
-                    format!(
-                        "multigrain: error: cluster {cluster} failed before the job started: \
-                         {how} (seen by the launcher); stopping this cluster\n"
-                    )
-                    .as_bytes(),
+                stop_if_still_joining(
+                    || false,
+                    || {
+                        format!(
+                            "cluster {cluster} failed before the job started: {how} (seen by \
+                             the launcher)"
+                        )
+                    },
                 );
-                std::process::exit(multigrain_messaging::control::EXIT_PEER_FAILED);
             }
             let _ = std::io::Write::write_all(
                 &mut std::io::stderr(),

@@ -180,8 +180,14 @@ impl Progress for Display {
 /// Sends progress to the spawning process's socket; silently stops if it goes away.
 /// Steps are forwarded at most every [`FORWARD_EVERY`], and a phase's last step always.
 pub struct Forward {
-    stream: Mutex<Option<UnixStream>>,
-    pace: Mutex<Pace>,
+    inner: Mutex<Forwarding>,
+}
+
+/// [`Forward`]'s state, under one lock (only cluster 0's thread 0 reports progress).
+struct Forwarding {
+    /// The socket; `None` once a write failed.
+    stream: Option<UnixStream>,
+    pace: Pace,
 }
 
 /// What [`Forward`] needs to thin out a phase's steps.
@@ -207,50 +213,52 @@ impl Forward {
     /// Connects to the socket at `path`; `None` if nobody listens.
     pub fn connect(path: &Path) -> Option<Forward> {
         UnixStream::connect(path).ok().map(|s| Forward {
-            stream: Mutex::new(Some(s)),
-            pace: Mutex::new(Pace {
-                steps: 0,
-                last: Instant::now(),
+            inner: Mutex::new(Forwarding {
+                stream: Some(s),
+                pace: Pace {
+                    steps: 0,
+                    last: Instant::now(),
+                },
             }),
         })
     }
 
-    fn send(&self, msg: &Msg) {
-        let mut g = self
-            .stream
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(s) = g.as_mut() {
-            let mut line = serde_json::to_vec(msg).unwrap_or_default();
-            line.push(b'\n');
-            if s.write_all(&line).is_err() {
-                *g = None;
-            }
-        }
-    }
-
-    fn pace(&self) -> std::sync::MutexGuard<'_, Pace> {
-        self.pace
+    fn inner(&self) -> std::sync::MutexGuard<'_, Forwarding> {
+        self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
+impl Forwarding {
+    fn send(&mut self, msg: &Msg) {
+        if let Some(s) = self.stream.as_mut() {
+            let mut line = serde_json::to_vec(msg).unwrap_or_default();
+            line.push(b'\n');
+            if s.write_all(&line).is_err() {
+                self.stream = None;
+            }
+        }
+    }
+}
+
 impl Progress for Forward {
     fn begin(&self, phase: &'static str, steps: u64) {
-        *self.pace() = Pace {
+        let mut f = self.inner();
+        f.pace = Pace {
             steps,
             last: Instant::now(),
         };
-        self.send(&Msg::Begin {
+        f.send(&Msg::Begin {
             phase: phase.to_owned(),
             steps,
         });
     }
 
     fn advance(&self, done: u64) {
-        if self.pace().due(done, Instant::now()) {
-            self.send(&Msg::Advance { done });
+        let mut f = self.inner();
+        if f.pace.due(done, Instant::now()) {
+            f.send(&Msg::Advance { done });
         }
     }
 }
@@ -270,7 +278,7 @@ impl Sink {
     pub fn finish(&self) {
         match self {
             Sink::Display(d) => d.finish(),
-            Sink::Forward(f) => f.send(&Msg::End),
+            Sink::Forward(f) => f.inner().send(&Msg::End),
             Sink::Silent => {}
         }
     }
