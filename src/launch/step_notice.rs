@@ -68,6 +68,8 @@ pub fn watch() {
             return;
         }
     };
+    // Set even if no watcher starts: this task's own failure still tells the others.
+    let _ = STEP.set(step.clone());
     let spawned = std::thread::Builder::new()
         .name("mg-watch-step".into())
         .spawn(move || {
@@ -75,7 +77,6 @@ pub fn watch() {
                 stop_if_still_joining(
                     || FAILING.load(Ordering::SeqCst),
                     || {
-                        let step = STEP.get().map_or("", String::as_str);
                         format!(
                             "another task of Slurm step {step} failed before the job started \
                              (it signalled the step; srun names the task and its error is above)"
@@ -86,9 +87,7 @@ pub fn watch() {
         });
     if let Err(e) = spawned {
         tracing::warn!("cannot watch for the Slurm step's failure signal: {e}");
-        return;
     }
-    let _ = STEP.set(step);
     // A panic before the job started is a failure too (the default report first).
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
