@@ -1,0 +1,412 @@
+//! Events and actions: a thread hands an event to the coherence machine and executes
+//! the actions it returns, under the machine mutex (sends, flushes with their diffs,
+//! installs, protections), then handles what was received meanwhile.
+
+use super::*;
+
+impl Core {
+    /// Handles `event` (with the received Tag-On buffer `attachment`, if any) and
+    /// executes its actions, then dispatches the messages received meanwhile.
+    pub(crate) fn handle(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        event: Event,
+        attachment: Attached<'_>,
+    ) -> Result<(), DsmError> {
+        let mut pending = Pending::default();
+        self.handle_one(ops, ep, event, attachment, &mut pending)?;
+        self.drain_pending(ops, ep, &mut pending)
+    }
+
+    pub(super) fn drain_pending(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        while let Some(m) = pending.0.pop_front() {
+            self.dispatch_one(ops, ep, m, pending)?;
+        }
+        Ok(())
+    }
+
+    /// Handles `event` and executes its actions under the machine lock, in order.
+    ///
+    /// # Bundling
+    ///
+    /// A bulk coherence message is not sent at once: it joins the bundle of its
+    /// destination ([`State::outbox`], [`wire::Bundle`]). The bundle for a cluster is
+    /// sent, as one message-layer message ([`RuntimeOp::Bundle`], or the plain bulk
+    /// message when it holds one),
+    ///
+    /// * before any other message (Express, Tag-On) to that cluster, so that what one
+    ///   cluster sends another arrives in the order the machine emitted it;
+    /// * when the next bulk message would take it past [`wire::MAX_BUNDLE_BYTES`]
+    ///   (a message longer than that is sent alone, after the bundle);
+    /// * before a diff is applied or pages are flushed, when the bundles hold a lock or
+    ///   barrier message: the barrier manager's departure to another cluster goes out
+    ///   before the manager applies the updates of its own departure, so both clusters
+    ///   apply theirs at the same time (EM3D: ≈ 40 updates of 4 KiB per phase each way),
+    ///   and a grant leaves before the diffs that came with the release it follows are
+    ///   applied;
+    /// * at the end of the event's actions (the follow-up `Flushed` event's included),
+    ///   still under the lock, so no later event's message to that cluster can
+    ///   overtake it. Bundles leave in cluster order, so messages to *different*
+    ///   clusters may leave in another order than emitted: the machine's calling
+    ///   contract lets the network reorder messages. A held message's bytes were
+    ///   encoded when its action executed (only Tag-On sends read the region, and
+    ///   those are not held).
+    ///
+    /// Messages received while a send blocks go to `pending`, as for any send.
+    pub(super) fn handle_one(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        event: Event,
+        attachment: Attached<'_>,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        // Slots whose owners sleep and must be woken once the machine is unlocked.
+        let mut wake: Vec<u32> = Vec::new();
+        {
+            let mut guard = self.state.lock();
+            let st = &mut *guard;
+            let mut actions = std::mem::take(&mut st.actions);
+            let (mut event, mut attachment) = (event, attachment);
+            let mut result = Ok(());
+            // A lock or barrier message waits in a bundle (see Bundling).
+            let mut sync_held = false;
+            // An action list that ends with a flush is followed by the flush's result
+            // (the machine's calling contract), under the same lock.
+            loop {
+                actions.clear();
+                if let Err(e) = st.machine.handle(event, &mut actions) {
+                    result = Err(DsmError::Violation {
+                        cluster: self.me,
+                        source: e,
+                    });
+                    break;
+                }
+                let mut flushed = None;
+                for a in actions.drain(..) {
+                    if sync_held && matches!(a, Action::ApplyDiff { .. } | Action::Flush { .. }) {
+                        // A grant or departure waits for no page work of this call.
+                        sync_held = false;
+                        if let Err(e) = self.send_bundles(ep, &mut st.outbox, pending) {
+                            result = Err(e);
+                            break;
+                        }
+                    }
+                    let r = match a {
+                        Action::Flush { pages } => {
+                            self.flush(ops, st, &pages).map(|d| flushed = Some(d))
+                        }
+                        a => {
+                            sync_held |= matches!(&a, Action::Send { msg, .. } if msg.is_sync());
+                            self.execute(ops, ep, st, a, attachment, pending, &mut wake)
+                        }
+                    };
+                    if let Err(e) = r {
+                        result = Err(e);
+                        break;
+                    }
+                }
+                match flushed {
+                    Some(diffs) if result.is_ok() => {
+                        event = Event::Flushed { diffs };
+                        attachment = None;
+                    }
+                    // An idle cached lock the machine wants back: the runtime releases
+                    // it, under the same lock (a thread that found it gone asks the
+                    // machine next, which must know it is free by then).
+                    None if result.is_ok() && !st.reclaim.is_empty() => {
+                        let lock = st.reclaim.pop().expect("checked non-empty");
+                        event = Event::Release {
+                            lock,
+                            token: SyncToken(RUNTIME_TOKEN),
+                        };
+                        attachment = None;
+                    }
+                    _ => break,
+                }
+            }
+            st.actions = actions;
+            if result.is_ok() {
+                result = self.send_bundles(ep, &mut st.outbox, pending);
+            }
+            // After a failure, what is still held is dropped: the job is failing.
+            st.outbox.iter_mut().for_each(wire::Bundle::clear);
+            st.reclaim.clear();
+            if let Err(e) = result {
+                drop(guard);
+                self.fail_with(ep, &e);
+                return Err(e);
+            }
+        }
+        for slot in wake {
+            self.wake_slot(ep, slot);
+        }
+        Ok(())
+    }
+
+    /// Sends a no-op to this cluster's own protocol queue: wakes every thread sleeping on
+    /// its doorbell.
+    pub(crate) fn ring_own_doorbell(&self, ep: &Endpoint) {
+        let noop = Express::new(RuntimeOp::Noop.handler(), 0).expect("zero payload");
+        // A full queue wakes sleepers by itself.
+        let _ = ep.send_express(name(self.me), noop);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn execute(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        st: &mut State,
+        action: Action,
+        attachment: Attached<'_>,
+        pending: &mut Pending,
+        wake: &mut Vec<u32>,
+    ) -> Result<(), DsmError> {
+        let op_err = |source| DsmError::PageOp {
+            cluster: self.me,
+            source,
+        };
+        let idx = |p: PageId| PageIndex(p.index());
+        let range = |r: multigrain_coherence::PageRange| {
+            PageRange::new(PageIndex(r.start.index()), r.count as usize)
+        };
+        match action {
+            Action::Send { to, msg } => {
+                if matches!(msg, Message::BarrierArrive { .. }) {
+                    self.barrier_arrival_sent
+                        .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                }
+                self.send_message(ops, ep, to.index(), &msg, pending, &mut st.outbox)
+            }
+            Action::Install {
+                page,
+                source,
+                writable,
+            } => {
+                let prot = if writable {
+                    Protection::Writable
+                } else {
+                    Protection::ReadOnly
+                };
+                let outcome = match source {
+                    Source::Zero => ops.install_zero(idx(page), prot),
+                    Source::Attached => {
+                        let data: &[u8; PAGE_SIZE] = attachment
+                            .and_then(|(_, d)| d.try_into().ok())
+                            .ok_or_else(|| {
+                                self.internal(format!("install of {page:?} without a page buffer"))
+                            })?;
+                        // UFFDIO_COPY straight from the received pool buffer: the page's
+                        // only copy since the sender filled the buffer.
+                        ops.install(idx(page), data, prot)
+                    }
+                }
+                .map_err(op_err)?;
+                if outcome == Install::AlreadyPresent {
+                    return Err(self.internal(format!(
+                        "{page:?} was present although the protocol had it missing"
+                    )));
+                }
+                bump(&self.counters.pages_installed, 1);
+                Ok(())
+            }
+            Action::MakeTwin { page } => {
+                let mut twin = st.spare.pop().unwrap_or_else(|| Box::new([0; PAGE_SIZE]));
+                ops.view_read(idx(page), &mut twin).map_err(op_err)?;
+                st.twins.insert(page.get(), twin);
+                Ok(())
+            }
+            Action::DropTwin { page } => {
+                let twin = st
+                    .twins
+                    .remove(&page.get())
+                    .ok_or_else(|| self.internal(format!("drop of {page:?} without a twin")))?;
+                st.spare.push(twin);
+                Ok(())
+            }
+            Action::ShareHomePage { to, page } => {
+                self.share_home_page(ops, ep, st, to.index(), page, pending)
+            }
+            Action::Unprotect { page } => ops.unprotect(PageRange::one(idx(page))).map_err(op_err),
+            Action::WriteProtect { pages } => ops.write_protect(range(pages)).map_err(op_err),
+            Action::Invalidate { pages } => {
+                ops.invalidate(range(pages)).map_err(op_err)?;
+                bump(&self.counters.invalidations, u64::from(pages.count));
+                bump(&self.counters.invalidate_calls, 1);
+                Ok(())
+            }
+            Action::ApplyDiff { page, data, twin } => self.apply_diff(ops, st, page, &data, twin),
+            Action::Flush { .. } => {
+                Err(self.internal("a flush that is not the last action".into()))
+            }
+            Action::Wake { tokens, .. } => {
+                for t in tokens {
+                    if let Some(slot) = self.slots.complete(t.0) {
+                        wake.push(slot);
+                    }
+                }
+                Ok(())
+            }
+            Action::AcquireDone { lock, token } => {
+                if st.machine.lock_cacheable(lock) {
+                    self.lock_cache.adopt(lock.get());
+                }
+                if let Some(slot) = self.slots.complete(token.0) {
+                    wake.push(slot);
+                }
+                Ok(())
+            }
+            Action::ReleaseDone { token, .. } if token.0 == RUNTIME_TOKEN => Ok(()),
+            Action::LockWanted { lock } => {
+                if self.lock_cache.want(lock.get()) == Wanted::ReleaseNow {
+                    st.reclaim.push(lock);
+                }
+                Ok(())
+            }
+            Action::ReleaseDone { token, .. } | Action::BarrierDone { token } => {
+                if let Some(slot) = self.slots.complete(token.0) {
+                    wake.push(slot);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn internal(&self, detail: String) -> DsmError {
+        DsmError::Internal {
+            cluster: self.me,
+            detail,
+        }
+    }
+
+    /// Executes a flush: diffs each page against its twin (through the runtime view,
+    /// which never faults), then refreshes the twin to exactly the contents diffed
+    /// (`keep_open`) or discards it (the page was write-protected by an earlier
+    /// action). A word a local thread writes meanwhile is read as its old or its new
+    /// value; a new value lands in both diff and twin, an old one shows up in the next
+    /// flush.
+    fn flush(
+        &self,
+        ops: &RegionOps,
+        st: &mut State,
+        pages: &[FlushPage],
+    ) -> Result<Vec<DiffBytes>, DsmError> {
+        let mut diffs = Vec::with_capacity(pages.len());
+        for fp in pages {
+            let key = fp.page.get();
+            let twin = st
+                .twins
+                .get_mut(&key)
+                .ok_or_else(|| self.internal(format!("flush of {:?} without a twin", fp.page)))?;
+            ops.view_read(PageIndex(fp.page.index()), &mut st.scratch)
+                .map_err(|source| DsmError::PageOp {
+                    cluster: self.me,
+                    source,
+                })?;
+            // Encoded into a buffer with room for the largest diff (a vector grown by
+            // doubling took ten reallocations for a page rewritten whole): an unchanged
+            // page allocates nothing, a small diff is copied out, a large one takes the
+            // buffer along.
+            st.diff_buf.clear();
+            diff::encode(&twin[..], &st.scratch[..], &mut st.diff_buf)
+                .map_err(|e| self.internal(format!("diff of {:?}: {e}", fp.page)))?;
+            let out = if st.diff_buf.len() < diff::MAX_ENCODED / 2 {
+                st.diff_buf.clone()
+            } else {
+                std::mem::replace(&mut st.diff_buf, Vec::with_capacity(diff::MAX_ENCODED))
+            };
+            if fp.keep_open {
+                if !out.is_empty() {
+                    // The contents just diffed become the twin; the old twin, the next
+                    // scratch buffer (no copy).
+                    std::mem::swap(twin, &mut st.scratch);
+                }
+            } else if let Some(t) = st.twins.remove(&key) {
+                st.spare.push(t);
+            }
+            diffs.push(DiffBytes::new(out));
+        }
+        Ok(diffs)
+    }
+
+    /// Sends a private home page's first copy to `to` and makes the same copy its
+    /// twin (see [`Action::ShareHomePage`]).
+    fn share_home_page(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        st: &mut State,
+        to: usize,
+        page: PageId,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        self.send_held(ep, to, &mut st.outbox, pending)?;
+        let mut buf = self.alloc_buffer(ep, pending)?;
+        let dst: &mut [u8; PAGE_SIZE] = (&mut buf.as_mut_capacity()[..PAGE_SIZE])
+            .try_into()
+            .expect("pool slots hold a page");
+        ops.view_read(PageIndex(page.index()), dst)
+            .map_err(|source| DsmError::PageOp {
+                cluster: self.me,
+                source,
+            })?;
+        let mut twin = st.spare.pop().unwrap_or_else(|| Box::new([0; PAGE_SIZE]));
+        twin.copy_from_slice(&dst[..]);
+        st.twins.insert(page.get(), twin);
+        let parts = Message::PageData {
+            page,
+            writable: false,
+            zero: false,
+        }
+        .to_parts();
+        buf.set_len(PAGE_SIZE);
+        buf.set_tag(parts.payload);
+        self.send_tag_on(ep, to, Handler(parts.opcode), buf, pending)
+    }
+
+    /// Applies an encoded diff to a page through the runtime view (only the diff's
+    /// words are stored, so the protection application threads see is unchanged and
+    /// their concurrent writes to other words survive), and to its twin when `twin`.
+    fn apply_diff(
+        &self,
+        ops: &RegionOps,
+        st: &mut State,
+        page: PageId,
+        data: &DiffBytes,
+        twin: bool,
+    ) -> Result<(), DsmError> {
+        let data = data.as_slice();
+        diff::validate(data, PAGE_SIZE)
+            .map_err(|e| self.internal(format!("diff of {page:?}: {e}")))?;
+        let p = PageIndex(page.index());
+        if twin {
+            let t = st.twins.get_mut(&page.get()).ok_or_else(|| {
+                self.internal(format!("diff for the twin of {page:?}, which has none"))
+            })?;
+            diff::apply(&mut t[..], data)
+                .map_err(|e| self.internal(format!("diff of {page:?}: {e}")))?;
+        }
+        // Run encoding of `multigrain_coherence::diff` (validated above): a 4-byte LE
+        // header, bits 0..16 the first word and 16..32 the word count, then the words.
+        let mut pos = 0;
+        while pos < data.len() {
+            let h = u32::from_le_bytes(data[pos..pos + 4].try_into().expect("4 bytes"));
+            let (first, words) = ((h & 0xffff) as usize, (h >> 16) as usize);
+            pos += 4;
+            ops.view_write_words(p, first, &data[pos..pos + words * 8])
+                .map_err(|source| DsmError::PageOp {
+                    cluster: self.me,
+                    source,
+                })?;
+            pos += words * 8;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,239 @@
+//! Receiving: what arrives on the protocol queue is dispatched here: bundles in the
+//! order their sender numbered them, then each protocol or runtime message.
+
+use super::*;
+
+impl Core {
+    /// Handles one received message and everything received while handling it.
+    pub(crate) fn dispatch(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        m: Received,
+    ) -> Result<(), DsmError> {
+        let t0 = Instant::now();
+        let mut pending = Pending::default();
+        let r = self
+            .dispatch_one(ops, ep, Incoming::Msg(m), &mut pending)
+            .and_then(|()| self.drain_pending(ops, ep, &mut pending));
+        bump(&self.counters.dispatched, 1);
+        bump(&self.counters.dispatch_ns, t0.elapsed().as_nanos() as u64);
+        r
+    }
+
+    pub(super) fn dispatch_one(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        m: Incoming,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let (from, handler) = match &m {
+            Incoming::Msg(m) => (usize::from(m.source().get()), m.handler()),
+            Incoming::Copied {
+                source, handler, ..
+            } => (*source, *handler),
+        };
+        let malformed = |reason: String| DsmError::Malformed {
+            cluster: self.me,
+            from,
+            reason,
+        };
+        if from >= self.clusters {
+            return Err(malformed(format!("source id {from} is not a cluster")));
+        }
+        let bundle = handler == RuntimeOp::Bundle.handler();
+        if !bundle {
+            // A bundle's messages are counted one by one below.
+            bump(&self.counters.received[usize::from(handler.0)], 1);
+        }
+        let m = match m {
+            Incoming::Msg(m) => m,
+            Incoming::Copied { tag, data, .. } => {
+                return self.protocol_message(
+                    ops,
+                    ep,
+                    from,
+                    handler,
+                    tag,
+                    None,
+                    Some(&data),
+                    pending,
+                );
+            }
+        };
+        if bundle {
+            return self.bundle_message(ops, ep, from, m, pending);
+        }
+        if let Some(op) = RuntimeOp::from_handler(handler) {
+            return self.runtime_message(ep, op, from, m);
+        }
+        match m {
+            Received::Express(e) => {
+                self.protocol_message(ops, ep, from, handler, e.payload, None, None, pending)
+            }
+            Received::TagOn(t) => self.protocol_message(
+                ops,
+                ep,
+                from,
+                handler,
+                t.data.tag(),
+                None,
+                Some(t.data.as_slice()),
+                pending,
+            ),
+            // Every bulk coherence message travels in a numbered bundle, so that the
+            // receiver can handle them in the order sent.
+            Received::Bulk(_) => Err(malformed(format!(
+                "a bulk {} message outside a bundle",
+                wire::op_name(handler.0)
+            ))),
+            Received::Basic(_) => Err(malformed("the DSM protocol sends no Basic messages".into())),
+        }
+    }
+
+    /// Handles a received [`RuntimeOp::Bundle`] in its sender's order: if it is the
+    /// sender's next one, handles it and then every later one already received (see
+    /// [`crate::runtime::reseq`]); otherwise leaves it to the thread that handles its
+    /// predecessor.
+    fn bundle_message(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        from: usize,
+        m: Received,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let malformed = |reason: String| self.malformed_bundle(from, reason);
+        let Received::Bulk(b) = m else {
+            return Err(malformed("wrong message kind".into()));
+        };
+        let seq = wire::bundle_seq(&b.data)
+            .ok_or_else(|| malformed(format!("{} bytes, no sequence number", b.data.len())))?;
+        let offer = self.reseq[from]
+            .lock()
+            .offer(seq, b.data)
+            .map_err(malformed)?;
+        let Offer::Take(mut data) = offer else {
+            return Ok(());
+        };
+        loop {
+            self.bundle_parts(ops, ep, from, &data, pending)?;
+            match self.reseq[from].lock().done() {
+                Some(next) => data = next,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// The error for a bundle from `from` that cannot be right.
+    fn malformed_bundle(&self, from: usize, reason: String) -> DsmError {
+        DsmError::Malformed {
+            cluster: self.me,
+            from,
+            reason: format!("Bundle: {reason}"),
+        }
+    }
+
+    /// Checks all of a bundle body from `from`, then handles its messages in order,
+    /// each as a bulk message received alone from `from`.
+    fn bundle_parts(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        from: usize,
+        data: &[u8],
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let parts = wire::decode_bundle(data).map_err(|r| self.malformed_bundle(from, r))?;
+        bump(&self.counters.bundles_received, 1);
+        bump(&self.counters.bundled_received, parts.len() as u64);
+        for p in parts {
+            bump(&self.counters.received[usize::from(p.handler.0)], 1);
+            self.protocol_message(
+                ops,
+                ep,
+                from,
+                p.handler,
+                p.payload,
+                Some(p.body),
+                None,
+                pending,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Decodes a coherence message and hands it to the machine.
+    #[allow(clippy::too_many_arguments)]
+    fn protocol_message(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        from: usize,
+        handler: Handler,
+        payload: u64,
+        bulk: Option<&[u8]>,
+        data: Option<&[u8]>,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let msg = Message::from_parts(handler.0, payload, bulk)
+            .map_err(|e| DsmError::malformed(self.me, from, e))?;
+        wire::check_attachment(&msg, data).map_err(|reason| DsmError::Malformed {
+            cluster: self.me,
+            from,
+            reason,
+        })?;
+        let event = Event::Message {
+            from: ClusterId::new(from as u16).expect("below the cluster count"),
+            msg,
+            attached_len: data.map_or(0, <[u8]>::len),
+        };
+        self.handle_one(ops, ep, event, data.map(|d| (from, d)), pending)
+    }
+
+    fn runtime_message(
+        &self,
+        ep: &Endpoint,
+        op: RuntimeOp,
+        from: usize,
+        m: Received,
+    ) -> Result<(), DsmError> {
+        let malformed = |reason: &str| DsmError::Malformed {
+            cluster: self.me,
+            from,
+            reason: format!("{}: {reason}", wire::op_name(op as u8)),
+        };
+        match (op, m) {
+            (RuntimeOp::Noop, _) => Ok(()),
+            (RuntimeOp::Hello, Received::Express(e)) => {
+                self.hellos.lock()[from] = Some(e.payload);
+                Ok(())
+            }
+            (RuntimeOp::Abort, Received::Bulk(b)) => {
+                let (c, reason) = b
+                    .data
+                    .split_first_chunk::<2>()
+                    .ok_or_else(|| malformed("truncated"))?;
+                let cluster = usize::from(u16::from_le_bytes(*c));
+                let reason = String::from_utf8_lossy(reason);
+                self.record_failure(
+                    ep,
+                    Failure {
+                        cluster,
+                        reason: format!("{reason} (reported by cluster {from})"),
+                    },
+                    false,
+                );
+                Ok(())
+            }
+            (RuntimeOp::Stats, Received::Bulk(b)) => {
+                let stats: ClusterStats =
+                    serde_json::from_slice(&b.data).map_err(|e| malformed(&e.to_string()))?;
+                self.peer_stats.lock()[from] = Some(stats);
+                Ok(())
+            }
+            _ => Err(malformed("wrong message kind")),
+        }
+    }
+}

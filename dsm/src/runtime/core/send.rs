@@ -1,0 +1,318 @@
+//! Sending: protocol messages held per destination in bundles until the event's
+//! actions are done, Express, Tag-On and bulk sends, and what a send that cannot
+//! complete does (messages received meanwhile wait in [`Pending`]).
+
+use super::*;
+
+impl Core {
+    /// Sends `msg` to `to`, or holds it in `to`'s bundle (see [`Core::handle_one`]).
+    pub(super) fn send_message(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        to: usize,
+        msg: &Message,
+        pending: &mut Pending,
+        outbox: &mut [wire::Bundle],
+    ) -> Result<(), DsmError> {
+        let bundle = outbox.get_mut(to).ok_or_else(|| {
+            self.internal(format!(
+                "a message to cluster {to} of a job of {}",
+                self.clusters
+            ))
+        })?;
+        match bundle.push_message(msg) {
+            wire::Push::Added => return Ok(()),
+            wire::Push::Full(part) => {
+                self.send_bundle(ep, to, bundle, pending)?;
+                bundle.push_part(part);
+                return Ok(());
+            }
+            wire::Push::NotBulk => {}
+        }
+        match wire::outgoing(msg) {
+            Some(Outgoing::Express { handler, payload }) => {
+                self.send_held(ep, to, outbox, pending)?;
+                self.send_express(ep, to, handler, payload, pending)
+            }
+            Some(Outgoing::Page { handler, tag, page }) => {
+                self.send_held(ep, to, outbox, pending)?;
+                let mut buf = self.alloc_buffer(ep, pending)?;
+                let dst: &mut [u8; PAGE_SIZE] = (&mut buf.as_mut_capacity()[..PAGE_SIZE])
+                    .try_into()
+                    .expect("pool slots hold a page");
+                // The one copy of the page on its way: from the master (or the writer's
+                // copy) into the pool buffer, through the runtime view.
+                ops.view_read(PageIndex(page as usize), dst)
+                    .map_err(|source| DsmError::PageOp {
+                        cluster: self.me,
+                        source,
+                    })?;
+                buf.set_len(PAGE_SIZE);
+                buf.set_tag(tag);
+                self.send_tag_on(ep, to, handler, buf, pending)
+            }
+            // `push_message` above took every bulk message.
+            None => Err(self.internal(format!(
+                "a bulk {} message the bundle did not take",
+                wire::op_name(msg.to_parts().opcode)
+            ))),
+        }
+    }
+
+    /// Sends the bulk messages held for `to`, if any.
+    pub(super) fn send_held(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        outbox: &mut [wire::Bundle],
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        match outbox.get_mut(to) {
+            Some(bundle) => self.send_bundle(ep, to, bundle, pending),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends every bundle held, in cluster order.
+    pub(super) fn send_bundles(
+        &self,
+        ep: &Endpoint,
+        outbox: &mut [wire::Bundle],
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        for (to, bundle) in outbox.iter_mut().enumerate() {
+            self.send_bundle(ep, to, bundle, pending)?;
+        }
+        Ok(())
+    }
+
+    /// Sends `bundle` to `to` as the next numbered [`RuntimeOp::Bundle`] (nothing if it
+    /// is empty) and empties it. The per-kind counters count the messages inside.
+    /// Called with the machine locked, so bundles to a cluster leave in the order of
+    /// their numbers.
+    fn send_bundle(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        bundle: &mut wire::Bundle,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let Some(data) = bundle.seal() else {
+            return Ok(());
+        };
+        let sent = self
+            .post_bulk(ep, to, RuntimeOp::Bundle.handler(), data, pending)
+            .map(|()| {
+                for &(h, len) in bundle.parts() {
+                    bump(&self.counters.sent[usize::from(h.0)], 1);
+                    bump(&self.counters.sent_bytes[usize::from(h.0)], len as u64);
+                }
+                bump(&self.counters.bundles_sent, 1);
+                bump(&self.counters.bundled_sent, bundle.parts().len() as u64);
+            });
+        bundle.clear();
+        sent
+    }
+
+    fn send_error(&self, to: usize, what: &'static str, reason: String) -> DsmError {
+        DsmError::Send {
+            cluster: self.me,
+            to,
+            what,
+            reason,
+        }
+    }
+
+    /// Waited too long on a send or a buffer, with the machine locked: is every cluster
+    /// still alive? (Messages queued meanwhile are kept for later, not handled here.)
+    fn send_stalled(
+        &self,
+        ep: &Endpoint,
+        pending: &mut Pending,
+        context: &dyn Fn() -> String,
+    ) -> Result<(), DsmError> {
+        if self.is_failed() {
+            return Err(self.failure_error(Some(context())));
+        }
+        let Some(f) = self.peer_failure() else {
+            return Ok(());
+        };
+        while let Some(m) = ep.try_recv() {
+            pending.push(m);
+        }
+        self.record_failure(ep, f, true);
+        Err(self.failure_error(Some(context())))
+    }
+
+    /// The liveness oracle's report, unless it names this cluster or one that finished.
+    pub(super) fn peer_failure(&self) -> Option<Failure> {
+        let (cluster, reason) = self.liveness.failure()?;
+        // A failure of this cluster that it did not record itself was declared by the
+        // job (the progress watchdog, or a coordinator that stopped hearing from it):
+        // this cluster stops too.
+        let ours = cluster == self.me && !self.is_failed();
+        ((cluster != self.me || ours) && !self.peer_finished(cluster))
+            .then_some(Failure { cluster, reason })
+    }
+
+    fn send_express(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        handler: Handler,
+        payload: u64,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let mut msg = Express::new(handler, payload)
+            .map_err(|e| self.send_error(to, wire::op_name(handler.0), e.to_string()))?;
+        let before = ep.network_sent();
+        loop {
+            match ep.send_express_blocking(name(to), msg, Some(self.tuning.send_slice), |m| {
+                pending.push(m)
+            }) {
+                Ok(()) => {
+                    self.note_sent(ep, before);
+                    bump(&self.counters.sent[usize::from(handler.0)], 1);
+                    return Ok(());
+                }
+                Err(SendError::Timeout(m)) => {
+                    msg = m;
+                    self.send_stalled(ep, pending, &|| format!("sending to cluster {to}"))?;
+                }
+                Err(e) => {
+                    return Err(self.send_error(to, wire::op_name(handler.0), e.to_string()));
+                }
+            }
+        }
+    }
+
+    pub(super) fn alloc_buffer(
+        &self,
+        ep: &Endpoint,
+        pending: &mut Pending,
+    ) -> Result<TagOnBuf, DsmError> {
+        let mut since = Instant::now();
+        let backoff = crossbeam_utils::Backoff::new();
+        loop {
+            match ep.alloc() {
+                Ok(b) => return Ok(b),
+                Err(_) => {
+                    // Our buffers come back as the receivers handle them; keep our own
+                    // queue moving meanwhile.
+                    while let Some(m) = ep.try_recv() {
+                        pending.push(m);
+                    }
+                    if since.elapsed() >= self.tuning.send_slice {
+                        self.send_stalled(ep, pending, &|| {
+                            "waiting for a free message buffer".into()
+                        })?;
+                        since = Instant::now();
+                    }
+                    // Sleep once spinning is over: a real-time protocol thread that only
+                    // yielded would keep the threads that free buffers off its CPU.
+                    if backoff.is_completed() {
+                        std::thread::sleep(Duration::from_micros(50));
+                    } else {
+                        backoff.snooze();
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn send_tag_on(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        handler: Handler,
+        buf: TagOnBuf,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let mut data: TagOnData = buf.freeze();
+        let before = ep.network_sent();
+        loop {
+            match ep.send_tag_on_blocking(
+                name(to),
+                handler,
+                data,
+                Some(self.tuning.send_slice),
+                |m| pending.push(m),
+            ) {
+                Ok(()) => {
+                    self.note_sent(ep, before);
+                    bump(&self.counters.sent[usize::from(handler.0)], 1);
+                    return Ok(());
+                }
+                Err(SendError::Timeout(d)) => {
+                    data = d;
+                    self.send_stalled(ep, pending, &|| format!("sending to cluster {to}"))?;
+                }
+                Err(e) => {
+                    return Err(self.send_error(to, wire::op_name(handler.0), e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// Sends one bulk message and counts it.
+    fn send_bulk(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        handler: Handler,
+        data: &[u8],
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        self.post_bulk(ep, to, handler, data, pending)?;
+        bump(&self.counters.sent[usize::from(handler.0)], 1);
+        bump(
+            &self.counters.sent_bytes[usize::from(handler.0)],
+            data.len() as u64,
+        );
+        Ok(())
+    }
+
+    /// Sends one bulk message (uncounted).
+    fn post_bulk(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        handler: Handler,
+        data: &[u8],
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let before = ep.network_sent();
+        loop {
+            match ep.send_bulk(name(to), handler, data, Some(self.tuning.send_slice), |m| {
+                pending.push(m)
+            }) {
+                Ok(()) => {
+                    self.note_sent(ep, before);
+                    return Ok(());
+                }
+                // Fragments already sent are discarded by the receiver; send it all again.
+                Err(BulkSendError::Pool(_)) | Err(BulkSendError::Send(SendError::Timeout(()))) => {
+                    self.send_stalled(ep, pending, &|| format!("sending to cluster {to}"))?;
+                }
+                Err(e) => {
+                    return Err(self.send_error(to, wire::op_name(handler.0), e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// Sends a runtime bulk message (statistics) to `to`.
+    pub(crate) fn send_runtime_bulk(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        to: usize,
+        op: RuntimeOp,
+        data: &[u8],
+    ) -> Result<(), DsmError> {
+        let mut pending = Pending::default();
+        self.send_bulk(ep, to, op.handler(), data, &mut pending)?;
+        self.drain_pending(ops, ep, &mut pending)
+    }
+}

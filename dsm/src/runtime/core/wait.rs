@@ -1,0 +1,237 @@
+//! Waiting: a thread waits for its completion while it serves the protocol queue
+//! (see the parent module), synchronization events, the lock cache's fast path, and
+//! the protocol thread's loop.
+
+use super::*;
+
+impl Core {
+    /// Waits until wait `seq` of `slot` completes, handling every message that arrives
+    /// meanwhile (see the module documentation).
+    pub(crate) fn wait(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        slot: u32,
+        seq: u32,
+        context: &dyn Fn() -> String,
+    ) -> Result<(), DsmError> {
+        let s = self.slots.get(slot);
+        if s.is_done(seq) {
+            return Ok(());
+        }
+        let _waiting = self.waits.enter(context());
+        let _counted = Counted::enter(&self.waiting);
+        let start = Instant::now();
+        let spin_until = start + self.tuning.spin;
+        let mut next_check = start + self.tuning.liveness_period;
+        let mut busy = self.tuning.busy_polls;
+        loop {
+            if s.is_done(seq) {
+                return Ok(());
+            }
+            self.note_poll();
+            if let Some(m) = ep.try_recv() {
+                self.dispatch(ops, ep, m)?;
+                continue;
+            }
+            if busy > 0 {
+                // The reply to a request usually comes within microseconds: poll
+                // without giving the CPU away first (a yield to another runnable thread
+                // costs a context switch each way).
+                busy -= 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            if self.is_failed() {
+                return Err(self.failure_error(Some(context())));
+            }
+            let now = Instant::now();
+            // More waiting threads than CPUs (hundreds of compute threads per core):
+            // yielding ones would keep every core busy and starve the threads that
+            // produce what they wait for, so they sleep at once.
+            let crowded = self.waiting.load(Ordering::Relaxed) > self.cpus;
+            if now < spin_until && !crowded {
+                // Then yield rather than burn the core: with more runnable threads than
+                // cores (compute threads of several clusters on one machine) the thread
+                // that will produce our message may be waiting for this very core.
+                std::thread::yield_now();
+                continue;
+            }
+            if now >= next_check {
+                self.check_liveness(ops, ep, context)?;
+                next_check = now + self.tuning.liveness_period;
+            }
+            let slept = Instant::now();
+            // At most one thread per CPU sleeps on the doorbell, serving the protocol
+            // queue when it rings; the others park until their own completion. Every
+            // message rings the doorbell, which wakes all its sleepers: with 256
+            // sleepers per cluster each message cost 256 wake-ups and the cores did
+            // little else (Water 8 × 1 on 2 × 256 threads took minutes).
+            if self.doorbell_sleepers.fetch_add(1, Ordering::SeqCst) >= self.cpus {
+                self.doorbell_sleepers.fetch_sub(1, Ordering::SeqCst);
+                if s.prepare_park(seq) {
+                    return Ok(());
+                }
+                std::thread::park_timeout(self.tuning.liveness_period.max(self.tuning.slice));
+                s.awake();
+                bump(&self.counters.sleeps, 1);
+                bump(&self.counters.sleep_ns, slept.elapsed().as_nanos() as u64);
+                continue;
+            }
+            if s.prepare_sleep(seq) {
+                self.doorbell_sleepers.fetch_sub(1, Ordering::SeqCst);
+                return Ok(());
+            }
+            let m = ep.recv_timeout(self.tuning.slice);
+            self.doorbell_sleepers.fetch_sub(1, Ordering::SeqCst);
+            s.awake();
+            bump(&self.counters.sleeps, 1);
+            bump(&self.counters.sleep_ns, slept.elapsed().as_nanos() as u64);
+            if let Some(m) = m {
+                self.dispatch(ops, ep, m)?;
+            }
+        }
+    }
+
+    /// Passes a synchronization event (built from its token) to the machine and waits
+    /// for its completion.
+    pub(crate) fn sync(
+        self: &Arc<Self>,
+        ops: &RegionOps,
+        event: impl FnOnce(SyncToken) -> Event,
+        context: &dyn Fn() -> String,
+    ) -> Result<(), DsmError> {
+        if self.is_failed() {
+            return Err(self.failure_error(Some(context())));
+        }
+        self.with_thread(|slot, ep| {
+            self.serve_arrived(ops, ep)?;
+            let s = self.slots.get(slot);
+            let seq = s.next_seq();
+            self.handle(ops, ep, event(SyncToken(token(slot, seq))), None)?;
+            self.wait(ops, ep, slot, seq, context)
+        })
+    }
+
+    /// Takes `lock` for the calling thread from the runtime's lock cache, if it is
+    /// there idle (see [`LockCache`]); `false`: ask the machine ([`Core::sync`]).
+    ///
+    /// First serves what has arrived on the protocol queue, as [`Core::sync`] does: a
+    /// thread that keeps taking a cached lock (a holder waiting for its turn, say) must
+    /// see the other cluster's recall of it, or the lock stays here until the protocol
+    /// thread gets a CPU (measured with `bench dsm`'s hand-off, 2 vCPUs: 3.3 acquires
+    /// per hand-off over shared memory and 12 over UDP without this, 1.4 and 2.6 before
+    /// the cache).
+    ///
+    /// # Errors
+    /// As [`Core::dispatch`] (a message that cannot be handled).
+    #[inline]
+    pub(crate) fn try_cached_acquire(
+        self: &Arc<Self>,
+        ops: &RegionOps,
+        lock: u32,
+    ) -> Result<bool, DsmError> {
+        if self.is_failed() {
+            return Ok(false);
+        }
+        self.with_thread(|slot, ep| {
+            self.serve_arrived(ops, ep)?;
+            if !self.lock_cache.try_acquire(lock) {
+                return Ok(false);
+            }
+            self.slots.get(slot).note_runtime_acquire();
+            Ok(true)
+        })
+    }
+
+    /// Handles what has arrived on the protocol queue, before a synchronization: a
+    /// thread that keeps taking a lock cached in its cluster never waits, so it must
+    /// notice a recall of that lock itself (with every thread busy, the protocol thread
+    /// may not run for a while).
+    ///
+    /// # Errors
+    /// As [`Core::dispatch`].
+    fn serve_arrived(&self, ops: &RegionOps, ep: &Endpoint) -> Result<(), DsmError> {
+        self.note_poll();
+        while let Some(m) = ep.try_recv() {
+            self.dispatch(ops, ep, m)?;
+        }
+        Ok(())
+    }
+
+    /// Notes that a thread of this cluster is polling the protocol queue from inside
+    /// the runtime (see [`Core::serve`]).
+    #[inline]
+    pub(crate) fn note_poll(&self) {
+        // Read-mostly: the line is written only after the protocol thread cleared it.
+        if !self.polled.load(Ordering::Relaxed) {
+            self.polled.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Serves the protocol queue until `stop` is set (the protocol thread's loop).
+    ///
+    /// The cluster's own threads poll the queue whenever they are in the runtime
+    /// (every lock operation, fault and barrier, and all the time while they wait), so
+    /// while one of them polled during its last nap of [`Tuning::handover`] the
+    /// protocol thread only naps again (not registered on the queue's doorbell: senders
+    /// pay no wake-up, and it takes no CPU from them). Once the cluster's threads have
+    /// been away for a whole nap — they compute, or sleep — it serves: it handles what
+    /// is queued, polls (yielding) for `spin` after the last message it handled, then
+    /// sleeps in the message layer's blocking receive, woken by the next message. (Measured on Water 512 × 50, 2×1
+    /// over shared memory: a protocol thread spinning after every message, as before,
+    /// took a quarter of each core; one always asleep on the doorbell made every
+    /// message a futex wake-up; see the README.)
+    ///
+    /// `thread_index` is the protocol thread's index for the `static` INI policy.
+    pub(crate) fn serve(&self, ops: &RegionOps, spin: Duration, thread_index: usize) {
+        let ep = self.new_endpoint(Duration::ZERO);
+        ep.set_thread_index(thread_index);
+        crate::runtime::slots::set_protocol_thread();
+        let mut reported = false;
+        let mut last = Instant::now();
+        let mut handle = |m, last: &mut Instant| {
+            *last = Instant::now();
+            if let Err(e) = self.dispatch(ops, &ep, m)
+                && !reported
+            {
+                reported = true;
+                self.fail_with(&ep, &e);
+                tracing::error!("cluster {}: protocol thread: {e}", self.me);
+            }
+        };
+        while !self.stop.load(Ordering::Acquire) {
+            if let Some(m) = ep.try_recv() {
+                handle(m, &mut last);
+                continue;
+            }
+            if self.polled.swap(false, Ordering::Relaxed) {
+                std::thread::sleep(self.tuning.handover);
+                continue;
+            }
+            if last.elapsed() < spin {
+                std::thread::yield_now();
+                continue;
+            }
+            if let Some(m) = ep.recv_timeout(Duration::from_millis(100)) {
+                handle(m, &mut last);
+            }
+        }
+    }
+}
+
+/// Counts a thread in a counter for as long as the guard lives.
+struct Counted<'a>(&'a AtomicUsize);
+
+impl<'a> Counted<'a> {
+    fn enter(counter: &'a AtomicUsize) -> Counted<'a> {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Counted(counter)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
