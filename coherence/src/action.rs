@@ -256,7 +256,7 @@ pub enum Action {
     /// is wanted: its manager recalled it, or another local thread waits for it. A
     /// runtime that passes a cached lock among its threads without the machine (see
     /// [`crate::Machine::lock_cacheable`]) must now release it through the machine with
-    /// [`Event::Release`](crate::Event::Release): in the same call when no thread holds
+    /// [`Event::Release`]: in the same call when no thread holds
     /// it (with a token of its own), else at the holder's release. A runtime that sends
     /// every release to the machine ignores it. May come more than once.
     /// Source: hardware coherence inside a multiprocessor node, software between nodes

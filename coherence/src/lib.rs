@@ -55,12 +55,15 @@
 #![forbid(unsafe_code)]
 
 mod action;
+mod barrier;
 mod carried;
 mod config;
 pub mod diff;
 mod error;
+mod flush;
 pub mod hlrc;
 pub mod home;
+mod home_lookup;
 mod ids;
 pub mod interval;
 mod locks;
