@@ -11,6 +11,7 @@
 
 mod common;
 
+use multigrain_apps::water::StepEnergies;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -86,22 +87,17 @@ fn random_in() -> PathBuf {
     .unwrap_or_else(|e| panic!("SPLASH's velocity table is missing: {e}"))
 }
 
-const ENERGIES: [&str; 7] = [
-    "kinetic",
-    "intra_potential",
-    "inter_potential",
-    "reaction_field",
-    "total",
-    "avg_temperature_k",
-    "virial",
-];
-
 fn energies(report: &serde_json::Value) -> Vec<Vec<f64>> {
     report["outcome"]["result"]["energies"]
         .as_array()
         .expect("energies")
         .iter()
-        .map(|e| ENERGIES.iter().map(|k| e[*k].as_f64().unwrap()).collect())
+        .map(|e| {
+            StepEnergies::NAMES
+                .iter()
+                .map(|k| e[*k].as_f64().unwrap())
+                .collect()
+        })
         .collect()
 }
 
@@ -147,7 +143,7 @@ fn water_agrees(name: &str, topology: &[&str], clusters: usize) -> f64 {
                 got >= 9.0,
                 "{name}: step {} {}: DSM {x:e} vs sequential {y:e}: only {got:.1} digits agree",
                 step + 1,
-                ENERGIES[k]
+                StepEnergies::NAMES[k]
             );
             fewest = fewest.min(got);
         }

@@ -174,6 +174,32 @@ pub struct StepEnergies {
     pub virial: f64,
 }
 
+impl StepEnergies {
+    /// The energy fields, in SPLASH's printing order, by their names (as serialized).
+    pub const NAMES: [&'static str; 7] = [
+        "kinetic",
+        "intra_potential",
+        "inter_potential",
+        "reaction_field",
+        "total",
+        "avg_temperature_k",
+        "virial",
+    ];
+
+    /// The energy fields in the order of [`StepEnergies::NAMES`] (units as on each field).
+    pub fn values(&self) -> [f64; 7] {
+        [
+            self.kinetic,
+            self.intra_potential,
+            self.inter_potential,
+            self.reaction_field,
+            self.total,
+            self.avg_temperature_k,
+            self.virial,
+        ]
+    }
+}
+
 /// Wall-clock time of each phase, in seconds, summed over all steps (measured on the
 /// reporting thread; in parallel runs phases that end in a barrier include waiting).
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -81,15 +81,7 @@ fn sequential_is_bit_identical_to_splash_343x2() {
     ];
     let r = run_sequential(&splash_params(343, 2)).unwrap();
     for (e, want) in r.energies.iter().zip(splash) {
-        let got = [
-            e.kinetic,
-            e.intra_potential,
-            e.inter_potential,
-            e.reaction_field,
-            e.total,
-            e.avg_temperature_k,
-            e.virial,
-        ];
+        let got = e.values();
         assert_eq!(
             got.map(f64::to_bits),
             want.map(f64::to_bits),

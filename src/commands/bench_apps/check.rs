@@ -24,30 +24,6 @@ pub(super) struct Record {
     pub(super) runs: Vec<Result<RunOk, String>>,
 }
 
-/// Water's energies of a run, in the order of [`ENERGY_NAMES`].
-fn energy_values(e: &water::StepEnergies) -> [f64; 7] {
-    [
-        e.kinetic,
-        e.intra_potential,
-        e.inter_potential,
-        e.reaction_field,
-        e.total,
-        e.avg_temperature_k,
-        e.virial,
-    ]
-}
-
-/// The fields of [`energy_values`].
-const ENERGY_NAMES: [&str; 7] = [
-    "kinetic",
-    "intra_potential",
-    "inter_potential",
-    "reaction_field",
-    "total",
-    "avg_temperature_k",
-    "virial",
-];
-
 /// Significant decimal digits on which every Water energy of a run must agree with the
 /// sequential reference (parallel runs add the sums in another order; they agree to 12+
 /// digits today).
@@ -79,16 +55,13 @@ pub(super) fn agreement(got: &Answer, reference: &Answer) -> Result<f64, String>
             }
             let mut fewest = 17.0f64;
             for (a, b) in g.iter().zip(r) {
-                for (k, (x, y)) in energy_values(a)
-                    .into_iter()
-                    .zip(energy_values(b))
-                    .enumerate()
-                {
+                for (k, (x, y)) in a.values().into_iter().zip(b.values()).enumerate() {
                     let d = digits(x, y);
                     if d < MIN_DIGITS || a.step != b.step {
                         return Err(format!(
                             "step {} {}: {x:e} vs the sequential {y:e}, {d:.1} digits agree (at least {MIN_DIGITS} needed)",
-                            b.step, ENERGY_NAMES[k]
+                            b.step,
+                            water::StepEnergies::NAMES[k]
                         ));
                     }
                     fewest = fewest.min(d);
