@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// Messages a waiting thread handles before its wait is shown to the progress watchdog
+/// even if it has not left its busy polls (see [`Core::wait`]).
+const WATCH_AFTER_MESSAGES: u32 = 64;
+
 impl Core {
     /// Waits until wait `seq` of `slot` completes, handling every message that arrives
     /// meanwhile (see the module documentation).
@@ -19,7 +23,12 @@ impl Core {
         if s.is_done(seq) {
             return Ok(());
         }
-        let _waiting = self.waits.enter(context());
+        // The progress watchdog hears of the wait once it outlasts the busy polls (or
+        // a long run of messages handled meanwhile): a stall is seconds, and most
+        // waits end within microseconds, without the context string and the
+        // watchdog's mutex.
+        let mut watched = None;
+        let mut handled = 0u32;
         let _counted = Counted::enter(&self.waiting);
         let start = Instant::now();
         let spin_until = start + self.tuning.spin;
@@ -32,6 +41,10 @@ impl Core {
             self.note_poll();
             if let Some(m) = ep.try_recv() {
                 self.dispatch(ops, ep, m)?;
+                handled += 1;
+                if handled == WATCH_AFTER_MESSAGES && watched.is_none() {
+                    watched = Some(self.waits.enter(context()));
+                }
                 continue;
             }
             if busy > 0 {
@@ -41,6 +54,9 @@ impl Core {
                 busy -= 1;
                 std::hint::spin_loop();
                 continue;
+            }
+            if watched.is_none() {
+                watched = Some(self.waits.enter(context()));
             }
             if self.is_failed() {
                 return Err(self.failure_error(Some(context())));
