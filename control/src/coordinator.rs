@@ -1,5 +1,6 @@
 //! Start-up at cluster 0, the coordinator: accepting, checking and answering
-//! registrations until every cluster is in, then the configuration broadcast.
+//! registrations until every cluster is in, then the configuration broadcast; the
+//! handshake of a new connection, and refusing one.
 
 use crate::*;
 
@@ -251,4 +252,79 @@ impl Control {
         shared.state.lock().missing = Some(missing.clone());
         shared.send_to(&conn, &Message::StartupStatus { missing });
     }
+}
+
+/// Coordinator: tells a refused process why and hangs up. The refused side
+/// may still be sending, so its data is drained on a thread until it hangs up
+/// too (at most a second): closing with unread data would reset the
+/// connection and could destroy the reason before it is read.
+fn refuse(
+    stream: io::Result<TcpStream>,
+    from: SocketAddr,
+    label: u64,
+    key: Option<&Secret>,
+    reason: String,
+) {
+    tracing::warn!("cluster 0: refused the connection from {from}: {reason}");
+    hang_up(stream, from, label, key, &Message::Rejected { reason });
+}
+
+/// Coordinator: sends `msg` on `stream` and hangs up, draining what the other side still
+/// sends on a thread until it hangs up too (at most a second), so that the close does not
+/// reset the connection and destroy `msg` before it is read.
+fn hang_up(
+    stream: io::Result<TcpStream>,
+    from: SocketAddr,
+    label: u64,
+    key: Option<&Secret>,
+    msg: &Message,
+) {
+    let Ok(stream) = stream else { return };
+    let linger = Duration::from_secs(1);
+    let _ = stream.set_write_timeout(Some(linger));
+    if let Err(e) = wire::write_frame(&mut &stream, label, key, msg) {
+        tracing::debug!("cluster 0: cannot answer {from}: {e}");
+    }
+    let _ = stream.shutdown(Shutdown::Write);
+    let _ = thread::Builder::new()
+        .name("mg-ctl-refuse".into())
+        .spawn(move || {
+            let deadline = Instant::now() + linger;
+            let mut sink = [0u8; 4096];
+            while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+                if stream
+                    .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                    .is_err()
+                {
+                    break;
+                }
+                match io::Read::read(&mut &stream, &mut sink) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        });
+}
+
+/// Coordinator: reads a new connection's first frame on its own thread (with a MAC
+/// under `key` when the secret is pre-shared, without one otherwise).
+fn handshake(
+    stream: TcpStream,
+    from: SocketAddr,
+    label: u64,
+    key: Option<&Secret>,
+    deadline: Instant,
+    tx: &mpsc::Sender<(TcpStream, SocketAddr, Result<Received, ReadError>)>,
+) {
+    let wait = deadline
+        .saturating_duration_since(Instant::now())
+        .clamp(Duration::from_millis(1), HANDSHAKE_LIMIT);
+    let result = match stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_read_timeout(Some(wait)))
+    {
+        Ok(()) => wire::read_frame(&mut &stream, label, Auth::preshared(key)),
+        Err(e) => Err(ReadError::Io(e)),
+    };
+    let _ = tx.send((stream, from, result));
 }

@@ -38,7 +38,7 @@
 //! are agreed here ([`Control::session`]).
 //!
 //! The code: this file holds [`Control`]'s running-job calls; `join` the start-up entry
-//! points and the handshake, `coordinator` and `member` each side's start-up, `shared`
+//! points, `coordinator` and `member` each side's start-up, `shared`
 //! the state the reader and heartbeat threads share and their loops, `conn` one
 //! connection.
 //!
@@ -92,7 +92,6 @@ use wire::{Auth, FrameError, Message, ReadError, Received};
 
 use conn::{Conn, Lost};
 use error::show_duration;
-use join::{handshake, hang_up, refuse};
 use member::connect;
 use shared::{Shared, State};
 
