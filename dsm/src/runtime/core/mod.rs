@@ -438,6 +438,21 @@ impl Core {
         ep: &Endpoint,
         context: &dyn Fn() -> String,
     ) -> Result<(), DsmError> {
+        self.fail_on_peer_failure(ep, context, |m| {
+            let _ = self.dispatch(ops, ep, m);
+        })
+    }
+
+    /// Fails if this cluster has failed or the liveness oracle reports another's
+    /// failure ([`Core::peer_failure`]); in the second case the messages already queued
+    /// on `ep` go to `queued` first (handled, or kept for later), then the failure is
+    /// recorded and broadcast.
+    pub(super) fn fail_on_peer_failure(
+        &self,
+        ep: &Endpoint,
+        context: &dyn Fn() -> String,
+        mut queued: impl FnMut(Received),
+    ) -> Result<(), DsmError> {
         if self.is_failed() {
             return Err(self.failure_error(Some(context())));
         }
@@ -445,7 +460,7 @@ impl Core {
             return Ok(());
         };
         while let Some(m) = ep.try_recv() {
-            let _ = self.dispatch(ops, ep, m);
+            queued(m);
         }
         self.record_failure(ep, f, true);
         Err(self.failure_error(Some(context())))

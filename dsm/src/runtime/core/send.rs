@@ -132,17 +132,7 @@ impl Core {
         pending: &mut Pending,
         context: &dyn Fn() -> String,
     ) -> Result<(), DsmError> {
-        if self.is_failed() {
-            return Err(self.failure_error(Some(context())));
-        }
-        let Some(f) = self.peer_failure() else {
-            return Ok(());
-        };
-        while let Some(m) = ep.try_recv() {
-            pending.push(m);
-        }
-        self.record_failure(ep, f, true);
-        Err(self.failure_error(Some(context())))
+        self.fail_on_peer_failure(ep, context, |m| pending.push(m))
     }
 
     /// The liveness oracle's report, unless it names this cluster or one that finished.
