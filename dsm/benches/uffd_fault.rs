@@ -14,7 +14,12 @@
 //! 5. bare `UFFDIO_COPY` (and with `UFFDIO_COPY_MODE_WP`), no fault;
 //! 6. write-protect fault → unprotect, with `SIGBUS` and with handler threads;
 //! 7. `MADV_DONTNEED` over 64 present pages: 64 calls vs one call, and the same for
-//!    `UFFDIO_WRITEPROTECT`; reading a page with loads vs `process_vm_readv`.
+//!    `UFFDIO_WRITEPROTECT`; reading a page with loads vs `process_vm_readv`;
+//! 9. write tracking on shared memory (the runtime's backing): the write-protect fault
+//!    with `SIGBUS` → unprotect, against the asynchronous one that the kernel resolves
+//!    itself ([`WriteTracker`]: `UFFD_FEATURE_WP_ASYNC`, Linux ≥ 6.7), and the
+//!    `PAGEMAP_SCAN` that lists 64 written pages of 8192 and protects them again (time
+//!    per written page).
 //!
 //! Cases 1-4 also run with one spinning thread per CPU (`*_cpu_loaded`), the situation of
 //! a DSM application whose compute threads occupy every core: a handler thread must then
@@ -78,8 +83,13 @@ struct Pool {
 
 impl Pool {
     fn new(slot: usize, delivery: Delivery, read_only_first: bool) -> Pool {
-        let cfg =
-            RegionConfig::new(BASE + slot * (1 << 32), POOL * PAGE_SIZE).with_delivery(delivery);
+        Pool::with(slot, delivery, read_only_first, Backing::Anonymous)
+    }
+
+    fn with(slot: usize, delivery: Delivery, read_only_first: bool, backing: Backing) -> Pool {
+        let cfg = RegionConfig::new(BASE + slot * (1 << 32), POOL * PAGE_SIZE)
+            .with_delivery(delivery)
+            .with_backing(backing);
         let region = Region::new(cfg, Arc::new(Serve { read_only_first })).unwrap();
         Pool { region, next: 0 }
     }
@@ -174,6 +184,62 @@ fn wp_bench(c: &mut Criterion, name: &'static str, pool: &mut Pool) {
                 let t = Instant::now();
                 touch_write(p);
                 let d = t.elapsed();
+                total += d;
+                samples.push(d.as_nanos() as u64);
+            }
+            record(name, &samples);
+            total
+        })
+    });
+}
+
+/// Times asynchronous write-protect faults (every page present and protected; a write
+/// goes through without a signal), then `PAGEMAP_SCAN` collecting and re-protecting 64
+/// written pages of [`POOL`] (time per written page; the writes are not timed).
+fn wp_async_bench(c: &mut Criterion, t: &mut WriteTracker) {
+    for p in 0..POOL {
+        touch_write(t.as_ptr().wrapping_add(p * PAGE_SIZE));
+    }
+    t.protect_all().unwrap();
+    let mut next = 0;
+    c.bench_function("9_wp_async_shm", |b| {
+        b.iter_custom(|iters| {
+            let mut samples = Vec::with_capacity(iters as usize);
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                if next == POOL {
+                    t.protect_all().unwrap();
+                    next = 0;
+                }
+                let p = t.as_ptr().wrapping_add(next * PAGE_SIZE);
+                next += 1;
+                let t0 = Instant::now();
+                touch_write(p);
+                let d = t0.elapsed();
+                total += d;
+                samples.push(d.as_nanos() as u64);
+            }
+            record("9_wp_async_shm", &samples);
+            total
+        })
+    });
+    t.protect_all().unwrap();
+    let mut runs = Vec::new();
+    let name = "9_pagemap_scan_per_written_page";
+    c.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut samples = Vec::with_capacity(iters as usize);
+            let mut total = Duration::ZERO;
+            for i in 0..iters as usize {
+                for k in 0..BATCH {
+                    let page = (k * (POOL / BATCH) + i) % POOL;
+                    touch_write(t.as_ptr().wrapping_add(page * PAGE_SIZE));
+                }
+                runs.clear();
+                let t0 = Instant::now();
+                let written = t.take_written(&mut runs).unwrap();
+                let d = t0.elapsed() / BATCH as u32;
+                assert_eq!(written, BATCH);
                 total += d;
                 samples.push(d.as_nanos() as u64);
             }
@@ -448,6 +514,15 @@ fn main() {
     read_bench(&mut c, "8_read_page_loads", &mut p, false);
     read_bench(&mut c, "8_try_read_page_process_vm_readv", &mut p, true);
     drop(p);
+
+    // 9: write tracking on shared memory, synchronous against asynchronous.
+    let mut p = Pool::with(6, Delivery::Signal, false, Backing::SharedMemory);
+    wp_bench(&mut c, "9_wp_sigbus_shm", &mut p);
+    drop(p);
+    match WriteTracker::new(BASE + 7 * (1 << 32), POOL * PAGE_SIZE) {
+        Ok(mut t) => wp_async_bench(&mut c, &mut t),
+        Err(e) => println!("NOT MEASURED: asynchronous write tracking ({e})"),
+    }
 
     c.final_summary();
     idle.final_summary();
