@@ -56,6 +56,7 @@
 //! | `dsm.region_size` | 1073741824 | bytes or `"1GiB"`-style string; multiple of 4096; at most 64 GiB (2^24 pages); base + size ≤ 2^47 |
 //! | `dsm.page_size` | 4096 | 4096 only |
 //! | `dsm.prefetch` | 7 | 0 ..= 64 pages after a faulting one, fetched with it (hlrc; doubles along a sweep, up to 63) |
+//! | `dsm.write_ahead` | 4 | 0 ..= 64 read-only pages after a written one that a write fault continuing a sweep also opens (hlrc; 0: off) |
 //! | `dsm.barrier_updates` | `"auto"` | `auto` (= `on`), `on`, `off`: hlrc homes send their changed shared pages' diffs to the copies at barriers, and at releases those the lock cannot carry (update instead of invalidate) |
 //! | `dsm.release_batch` | 16 | 1 ..= 1024 contended or pushed locks given back together after one flush (1: each at its release) |
 //! | `dsm.protocol_priority` | `"auto"` | `auto`, `realtime`, `normal` |
@@ -102,12 +103,12 @@ pub use launcher::{
 };
 pub use model::{
     BarrierUpdates, ClusterSpec, DEFAULT_JOB_KEY, DEFAULT_PREFETCH, DEFAULT_PROGRESS_TIMEOUT_MS,
-    DEFAULT_RELEASE_BATCH, DsmConfig, EmulationConfig, EmulationLinkError, FaultConfig, HomePolicy,
-    IniConfig, IniPolicy, JobConfig, JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS,
-    MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_REGION_SIZE,
-    MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS, MAX_WINDOW, MIN_MTU,
-    MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol, ProtocolPriority, Substrate,
-    USER_SPACE_END, is_loopback, same_host,
+    DEFAULT_RELEASE_BATCH, DEFAULT_WRITE_AHEAD, DsmConfig, EmulationConfig, EmulationLinkError,
+    FaultConfig, HomePolicy, IniConfig, IniPolicy, JobConfig, JobSettings, LOCAL_HOST,
+    LaunchConfig, Link, MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_POLL_INTERVAL,
+    MAX_PREFETCH, MAX_REGION_SIZE, MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS,
+    MAX_WINDOW, MAX_WRITE_AHEAD, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol,
+    ProtocolPriority, Substrate, USER_SPACE_END, is_loopback, same_host,
 };
 pub use overrides::{BadOverride, Override};
 pub use size::{ParseSizeError, format_bytes, parse_byte_size};

@@ -483,6 +483,12 @@ pub struct DsmConfig {
     /// pages the previous one prefetched doubles it, up to 63 pages
     /// (`multigrain_coherence::readahead`). Default: [`DEFAULT_PREFETCH`].
     pub prefetch: u32,
+    /// `write_ahead`: hlrc only: read-only pages after a written one that a write
+    /// fault continuing a sweep of write faults also opens (twin taken, write
+    /// protection lifted), so that the sweep takes one fault per `write_ahead + 1`
+    /// pages (0 ..= [`MAX_WRITE_AHEAD`]; 0 turns it off). Default:
+    /// [`DEFAULT_WRITE_AHEAD`]. See `multigrain_coherence::Config::write_ahead`.
+    pub write_ahead: u32,
     /// `release_batch`: contended or pushed locks a cluster keeps, released, until
     /// they leave together after one flush (1 ..= [`MAX_RELEASE_BATCH`]; 1 sends
     /// each back at its release). They also leave at once when another cluster asks
@@ -510,6 +516,12 @@ pub const DEFAULT_PREFETCH: u32 = 7;
 /// Largest `dsm.prefetch`.
 pub const MAX_PREFETCH: u32 = 64;
 
+/// Default of `dsm.write_ahead` (the coherence protocol's).
+pub const DEFAULT_WRITE_AHEAD: u32 = multigrain_coherence::DEFAULT_WRITE_AHEAD;
+
+/// Largest `dsm.write_ahead` (the coherence protocol's).
+pub const MAX_WRITE_AHEAD: u32 = multigrain_coherence::MAX_WRITE_AHEAD;
+
 /// Default of `dsm.release_batch` (the coherence protocol's).
 pub const DEFAULT_RELEASE_BATCH: u32 = multigrain_coherence::DEFAULT_RELEASE_BATCH;
 
@@ -525,6 +537,7 @@ impl Default for DsmConfig {
             region_size: 1 << 30,
             page_size: PAGE_SIZE,
             prefetch: DEFAULT_PREFETCH,
+            write_ahead: DEFAULT_WRITE_AHEAD,
             release_batch: DEFAULT_RELEASE_BATCH,
             barrier_updates: BarrierUpdates::Auto,
             protocol_priority: ProtocolPriority::Auto,

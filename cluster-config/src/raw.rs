@@ -86,6 +86,7 @@ pub(crate) struct RawDsm {
     pub region_size: Field<Size>,
     pub page_size: Field<Int>,
     pub prefetch: Field<Int>,
+    pub write_ahead: Field<Int>,
     pub release_batch: Field<Int>,
     pub barrier_updates: Field<BarrierUpdates>,
     pub protocol_priority: Field<ProtocolPriority>,

@@ -298,13 +298,14 @@ impl JobConfig {
         let _ = writeln!(
             out,
             "\n[dsm]\nprotocol = \"{}\"\nhome = \"{}\"\nregion_base = {:#x}\nregion_size = {}\n\
-             page_size = {}\nprefetch = {}\nrelease_batch = {}\nbarrier_updates = \"{}\"\nprotocol_priority = \"{}\"",
+             page_size = {}\nprefetch = {}\nwrite_ahead = {}\nrelease_batch = {}\nbarrier_updates = \"{}\"\nprotocol_priority = \"{}\"",
             dsm.protocol,
             dsm.home,
             dsm.region_base,
             dsm.region_size,
             dsm.page_size,
             dsm.prefetch,
+            dsm.write_ahead,
             dsm.release_batch,
             dsm.barrier_updates,
             dsm.protocol_priority

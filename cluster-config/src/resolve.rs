@@ -10,8 +10,8 @@ use crate::error::{ConfigError, Source};
 use crate::model::{
     ClusterSpec, DsmConfig, EmulationConfig, FaultConfig, IniConfig, JobConfig, JobSettings,
     LaunchConfig, MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH, MAX_REGION_SIZE,
-    MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_WINDOW, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE,
-    Substrate, USER_SPACE_END, local_clusters, same_host,
+    MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_WINDOW, MAX_WRITE_AHEAD, MIN_MTU,
+    MIN_REGION_BASE, PAGE_SIZE, Substrate, USER_SPACE_END, local_clusters, same_host,
 };
 use crate::raw::{
     Field, Int, Number, RawCluster, RawDsm, RawEmulation, RawFaults, RawFile, RawIni, RawJob,
@@ -611,6 +611,16 @@ impl Resolver<'_, '_> {
                     d.prefetch,
                     Bounds::between(0, MAX_PREFETCH.into())
                         .because(" pages after the faulting one (0 turns prefetching off)"),
+                )?
+                .value,
+            write_ahead: self
+                .int(
+                    &raw.write_ahead,
+                    "dsm.write_ahead",
+                    d.write_ahead,
+                    Bounds::between(0, MAX_WRITE_AHEAD.into()).because(
+                        " read-only pages opened after a written one (0 turns write-ahead off)",
+                    ),
                 )?
                 .value,
             release_batch: self

@@ -67,7 +67,7 @@ fn unknown_keys_are_rejected_with_the_allowed_keys() {
     assert_eq!(
         err(&with_local("[dsm]\nregion = 5")),
         "jobs/t.toml:2:1: dsm.region: unknown key; allowed here: protocol, home, region_base, \
-         region_size, page_size, prefetch, release_batch, barrier_updates, \
+         region_size, page_size, prefetch, write_ahead, release_batch, barrier_updates, \
          protocol_priority"
     );
     assert_eq!(
@@ -437,6 +437,24 @@ fn keywords_of_dsm() {
     assert_eq!(
         err(&with_local("[dsm]\nprotocol_priority = \"high\"")),
         "jobs/t.toml:2:21: dsm.protocol_priority = \"high\": must be one of: auto, realtime, normal"
+    );
+}
+
+#[test]
+fn write_ahead_is_a_small_page_count() {
+    assert_eq!(
+        err(&with_local("[dsm]\nwrite_ahead = 65")),
+        "jobs/t.toml:2:15: dsm.write_ahead = 65: must be between 0 and 64 read-only pages \
+         opened after a written one (0 turns write-ahead off)"
+    );
+    let cfg = JobConfig::from_str_named(&with_local("[dsm]\nwrite_ahead = 0"), "t.toml").unwrap();
+    assert_eq!(cfg.dsm.write_ahead, 0);
+    assert_eq!(
+        JobConfig::from_str_named(&with_local(""), "t.toml")
+            .unwrap()
+            .dsm
+            .write_ahead,
+        multigrain_cluster_config::DEFAULT_WRITE_AHEAD
     );
 }
 

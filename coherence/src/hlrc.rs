@@ -21,7 +21,10 @@
 //!   them, a fault on one of them joins its fetch, and a reply that a write notice
 //!   made stale on its way is dropped (the page stays missing). A barrier arrival
 //!   waits until every fetch has landed, so that no reply crosses a home migration.
-//! * **Write fault** on a read-only page: `MakeTwin`, `Unprotect`; the page is open.
+//! * **Write fault** on a read-only page: `MakeTwin`, `Unprotect`; the page is open. A
+//!   write fault that continues the pages the previous one opened also opens the
+//!   read-only pages after it, up to [`crate::Config::write_ahead`] (*write-ahead*,
+//!   [`crate::write_ahead`]): a sweep of writes takes one fault per few pages.
 //!   On a missing page: fetch, then install, twin, unprotect. At the home the same
 //!   (a twin lets the home's writes travel as diffs with locks), unless the page is
 //!   private (below).
@@ -193,6 +196,7 @@ impl Machine {
             (PageAccess::ReadOnly, true) => {
                 self.hlrc_make_writable(page, home == Some(self.me), out);
                 Self::wake(page, &[w], out);
+                self.hlrc_write_ahead(page, out);
                 Ok(())
             }
             (PageAccess::Untouched, _) => self.hlrc_install_home(page, vec![w], out),
@@ -223,6 +227,28 @@ impl Machine {
         }
         out.push(Action::Unprotect { page });
         self.entry(page).access = PageAccess::ReadWrite;
+    }
+
+    /// Write-ahead ([`crate::write_ahead`]): after a write fault on `page` that
+    /// continues a sweep, opens the read-only pages that follow it, up to
+    /// [`crate::Config::write_ahead`] of them and stopping at the first that is not
+    /// read-only.
+    fn hlrc_write_ahead(&mut self, page: PageId, out: &mut Vec<Action>) {
+        let window = self.write_ahead.window(page.get(), self.cfg.write_ahead);
+        let mut last = page;
+        for i in 1..=window {
+            let Some(q) = page.get().checked_add(i).and_then(PageId::new) else {
+                break;
+            };
+            if q.index() >= self.pages.len() || self.pages[q.index()].access != PageAccess::ReadOnly
+            {
+                break;
+            }
+            self.hlrc_make_writable(q, self.homes.get(q) == Some(self.me), out);
+            self.stats.write_ahead_pages += 1;
+            last = q;
+        }
+        self.write_ahead.opened(last.get());
     }
 
     /// Lists `page` (now with a twin) among the open pages.

@@ -73,11 +73,12 @@ pub mod readahead;
 pub mod sc;
 mod stats;
 pub mod sync;
+pub mod write_ahead;
 
 pub use action::{Action, Event, FlushPage, Source};
 pub use config::{
-    Config, ConfigError, DEFAULT_PREFETCH, DEFAULT_RELEASE_BATCH, HomePolicy, MAX_RELEASE_BATCH,
-    Protocol,
+    Config, ConfigError, DEFAULT_PREFETCH, DEFAULT_RELEASE_BATCH, DEFAULT_WRITE_AHEAD, HomePolicy,
+    MAX_RELEASE_BATCH, MAX_WRITE_AHEAD, Protocol,
 };
 pub use error::ProtocolError;
 pub use ids::{

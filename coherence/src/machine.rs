@@ -19,6 +19,7 @@ use crate::message::Message;
 use crate::readahead::Readahead;
 use crate::stats::Stats;
 use crate::sync::{BarrierManager, LockManager, Request};
+use crate::write_ahead::WriteAhead;
 
 /// Local access to a page at one cluster, as the machine has arranged it with the
 /// runtime.
@@ -262,6 +263,8 @@ pub struct Machine {
     pub(crate) fetches: BTreeMap<PageId, Fetch>,
     /// hlrc: the prefetch window of the next demand fetch ([`crate::readahead`]).
     pub(crate) readahead: Readahead,
+    /// hlrc: where a write fault continues a sweep ([`crate::write_ahead`]).
+    pub(crate) write_ahead: WriteAhead,
     /// hlrc: pages with a twin (writable, diffed at every flush), in opening order.
     pub(crate) open: Vec<PageId>,
     /// hlrc: this cluster's recent diffs in interval order, newest last, carried by
@@ -355,6 +358,7 @@ impl Machine {
             cfg,
             fetches: BTreeMap::new(),
             readahead: Readahead::default(),
+            write_ahead: WriteAhead::default(),
             open: Vec::new(),
             recent: VecDeque::new(),
             home_pending: BTreeMap::new(),

@@ -69,6 +69,9 @@ counters! {
     fetches_deferred,
     /// Twins made.
     twins,
+    /// hlrc: pages opened ahead of a write fault on the page before them (see
+    /// [`crate::Config::write_ahead`]).
+    write_ahead_pages,
     /// hlrc: write faults at the home on a page no other cluster has fetched: the
     /// page stays writable without a twin and produces no write notices.
     private_home_writes,

@@ -149,6 +149,64 @@ fn page_data(page: u32) -> Message {
     }
 }
 
+/// Write-ahead: a write fault that continues the previous one's pages opens the next
+/// read-only pages (a copy with its twin, a private home page without), up to
+/// `write_ahead`, stopping at a page that is not read-only; the first fault of a sweep
+/// opens nothing.
+#[test]
+fn a_write_fault_that_continues_a_sweep_opens_the_next_pages() {
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 8);
+    cfg.prefetch = 0;
+    cfg.write_ahead = 2;
+    let mut me = Machine::new(c(0), cfg).unwrap();
+    // Read-only copies of pages 1–6: odd pages homed at cluster 1, even ones here.
+    for page in 1..=6 {
+        run(&mut me, fault(page, 100 + u64::from(page)));
+        if page % 2 == 1 {
+            run(&mut me, msg(1, page_data(page)));
+        }
+        assert_eq!(
+            me.access(p(page)),
+            Some(PageAccess::ReadOnly),
+            "page {page}"
+        );
+    }
+    let write = |page, t| Event::WriteFault {
+        page: p(page),
+        token: FaultToken(t),
+    };
+    let opened = |a: &[Action]| -> Vec<u32> {
+        a.iter()
+            .filter_map(|x| match x {
+                Action::Unprotect { page } => Some(page.get()),
+                _ => None,
+            })
+            .collect()
+    };
+    let twins = |a: &[Action]| -> Vec<u32> {
+        a.iter()
+            .filter_map(|x| match x {
+                Action::MakeTwin { page } => Some(page.get()),
+                _ => None,
+            })
+            .collect()
+    };
+    let a = run(&mut me, write(1, 1));
+    assert_eq!((opened(&a), twins(&a)), (vec![1], vec![1]), "{a:?}");
+    // Continues the sweep: pages 3 (a copy: twin) and 4 (private at its home: none).
+    let a = run(&mut me, write(2, 2));
+    assert_eq!((opened(&a), twins(&a)), (vec![2, 3, 4], vec![3]), "{a:?}");
+    assert!(a.iter().any(|x| matches!(x, Action::Wake { .. })), "{a:?}");
+    assert_eq!(me.access(p(4)), Some(PageAccess::ReadWrite));
+    assert_eq!(me.stats().write_ahead_pages, 2);
+    // Page 5 continues again; page 7 is missing here, so only 6 opens.
+    let a = run(&mut me, write(5, 3));
+    assert_eq!(opened(&a), vec![5, 6], "{a:?}");
+    assert_eq!(me.access(p(7)), Some(PageAccess::Invalid));
+    assert_eq!(me.stats().write_ahead_pages, 3);
+    assert_eq!(me.stats().write_faults, 3);
+}
+
 /// Prefetch: a fault on page 1 also requests the next pages homed at the other
 /// cluster (3, 5 and 7; the even ones are homed here); a prefetched page is installed
 /// without waking anyone, and a fault on a page being prefetched joins its fetch.

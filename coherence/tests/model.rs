@@ -757,6 +757,50 @@ fn hlrc_open_page_invalidated() {
     );
 }
 
+/// hlrc write-ahead: cluster 0 reads pages 1–3 (1 and 3 homed at cluster 1, 2 at
+/// cluster 0), then writes them in turn. The write fault on page 2 continues the one
+/// on page 1, so it also opens page 3 (a copy: twin taken, protection lifted), and the
+/// write to page 3 takes no fault; the barrier's flush must still carry it to the home,
+/// where cluster 1 reads it.
+#[test]
+fn hlrc_write_ahead() {
+    let mut c = cfg(Protocol::Hlrc, 2, 4);
+    c.write_ahead = 1;
+    let spec = Spec {
+        cfg: c,
+        words: 1,
+        threads: vec![
+            (
+                0,
+                vec![
+                    rp(1, 0),
+                    rp(2, 0),
+                    rp(3, 0),
+                    wp(1, 0, 1),
+                    wp(2, 0, 2),
+                    wp(3, 0, 3),
+                    Op::Barrier,
+                ],
+            ),
+            (1, vec![Op::Barrier, rp(3, 0), rp(2, 0)]),
+        ],
+    };
+    check(
+        "hlrc_write_ahead",
+        spec,
+        vec![
+            ("a write fault opens the next page ahead", |_, s| {
+                s.seen.write_ahead
+            }),
+            (
+                "a read after the barrier returns a value written by another cluster",
+                |_, s| s.seen.remote_value,
+            ),
+        ],
+        EXPECTED_HLRC_WRITE_AHEAD,
+    );
+}
+
 /// hlrc: a write notice reaches the page's home before the diff. Cluster 1 writes the
 /// page (homed at cluster 0) under lock 1, which it manages, so the diff travels to
 /// the home as a message of its own; the notice reaches cluster 0 transitively
@@ -927,20 +971,26 @@ fn sc_threads_and_locks() {
 // prune interleavings; the models' `seen` flags gained one): barrier 18,963 →
 // 18,995, threads 40,188 → 40,952, first touch 242,441 → 128,421, across barrier
 // 5,157 → 2,664, pushes 25,551 → 24,282, prefetch 62,366 → 61,218;
-// update_after_migration is new.
-const EXPECTED_HLRC_TRANSITIVE: usize = 751_660;
+// update_after_migration is new. Write-ahead (a write fault that continues the
+// previous one's pages opens the next ones): each machine remembers where the last
+// write fault ended, which tells states apart even where no page is opened ahead:
+// transitive 751,660 → 775,532, batch of two 757,012 → 781,268, threads 40,952 →
+// 41,104, first touch 128,421 → 128,469, across barrier 2,664 → 3,196; write_ahead is
+// new.
+const EXPECTED_HLRC_TRANSITIVE: usize = 775_532;
 const EXPECTED_HLRC_BARRIER: usize = 18_995;
-const EXPECTED_HLRC_THREADS: usize = 40_952;
-const EXPECTED_HLRC_FIRST_TOUCH: usize = 128_421;
-const EXPECTED_HLRC_ACROSS_BARRIER: usize = 2_664;
+const EXPECTED_HLRC_THREADS: usize = 41_104;
+const EXPECTED_HLRC_FIRST_TOUCH: usize = 128_469;
+const EXPECTED_HLRC_ACROSS_BARRIER: usize = 3_196;
 const EXPECTED_HLRC_PUSHES: usize = 24_282;
 const EXPECTED_HLRC_PUSHES_UNBATCHED: usize = 7_407;
-const EXPECTED_HLRC_TRANSITIVE_BATCH_2: usize = 757_012;
+const EXPECTED_HLRC_TRANSITIVE_BATCH_2: usize = 781_268;
 const EXPECTED_HLRC_CARRIED: usize = 1_366;
 const EXPECTED_HLRC_OPEN_INVALIDATED: usize = 2_196;
 const EXPECTED_HLRC_HOME_WAITS: usize = 10_267;
 const EXPECTED_HLRC_PREFETCH: usize = 61_218;
 const EXPECTED_HLRC_SWEEP: usize = 3_606;
 const EXPECTED_HLRC_UPDATE_AFTER_MIGRATION: usize = 1_042;
+const EXPECTED_HLRC_WRITE_AHEAD: usize = 172;
 const EXPECTED_SC_RACING: usize = 127_883;
 const EXPECTED_SC_THREADS: usize = 9_201;

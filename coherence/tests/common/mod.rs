@@ -179,6 +179,9 @@ pub struct Seen {
     /// hlrc: a home wrote a page no other cluster had fetched (kept writable,
     /// untracked).
     pub private_home_write: bool,
+    /// hlrc: a write fault opened the page after it ahead of any write to it
+    /// (write-ahead).
+    pub write_ahead: bool,
     /// hlrc: a private writable home page was fetched by another cluster (its writes
     /// are tracked from then on).
     pub home_page_shared: bool,
@@ -654,6 +657,7 @@ impl World {
         self.seen.sc_recall |= st.sc_recalls > 0;
         self.seen.sc_invalidation |= st.sc_invalidations_sent > 0;
         self.seen.private_home_write |= st.private_home_writes > 0;
+        self.seen.write_ahead |= st.write_ahead_pages > 0;
         self.seen.home_page_shared |= st.home_pages_shared > 0;
         self.seen.local_lock_acquire |= st.lock_local_acquires > 0;
         self.seen.lock_recall |= st.lock_recalls > 0;

@@ -65,6 +65,7 @@ fn coherence_config(cfg: &JobConfig, me: usize) -> Result<Config, DsmError> {
     };
     let mut c = Config::new(protocol, cfg.clusters.len() as u16, pages);
     c.prefetch = cfg.dsm.prefetch;
+    c.write_ahead = cfg.dsm.write_ahead;
     c.release_batch = cfg.dsm.release_batch;
     c.barrier_updates = cfg.dsm.barrier_updates.enabled();
     c.home_policy = match cfg.dsm.home {

@@ -352,6 +352,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     });
     row(&mut s, "pages installed", &|c| c.pages_installed);
     row(&mut s, "twins", &|c| c.twins);
+    row(&mut s, "  opened ahead (dsm.write_ahead)", &|c| {
+        c.protocol.write_ahead_pages
+    });
     row(&mut s, "home writes to private pages", &|c| {
         c.protocol.private_home_writes
     });
