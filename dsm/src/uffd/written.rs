@@ -4,8 +4,9 @@
 //! The runtime detects a cluster's writes with synchronous write-protect faults: the
 //! first write to a protected page raises `SIGBUS` in the writing thread, which makes the
 //! twin and lifts the protection (≈ 4–5 µs per page on the development VM, nearly all of
-//! it the kernel's signal delivery and `UFFDIO_WRITEPROTECT`; Water 512 × 50 on 2×1 takes
-//! 14,000 of them, ≈ 12 % of its compute threads' time). Linux 6.7 offers another way
+//! it the kernel's signal delivery and `UFFDIO_WRITEPROTECT`; Water 512 × 50 on 2×1 took
+//! 14,000 of them, ≈ 12 % of its compute threads' time, and ≈ 4,000 with the coherence
+//! machine's write-ahead). Linux 6.7 offers another way
 //! (`UFFD_FEATURE_WP_ASYNC`): the kernel resolves a write-protect fault itself — it lifts
 //! the protection and marks the page *written* — and `PAGEMAP_SCAN` later lists the
 //! written pages of a range and protects them again in one walk. A [`WriteTracker`] is a
