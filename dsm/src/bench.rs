@@ -7,8 +7,9 @@
 //!
 //! * baselines: [`udp_round_trips`] (two threads, UDP on loopback, 8-byte messages,
 //!   busy-polled or with blocking sockets), [`BareFault`] (a read of a missing page
-//!   served in the faulting thread with `UFFDIO_COPY`, no protocol) and [`PageCopy`]
-//!   (copying a 4 KiB page);
+//!   served in the faulting thread with `UFFDIO_COPY`, no protocol), [`BareWriteFault`]
+//!   (a write to a write-protected page, the protection lifted in the writing thread)
+//!   and [`PageCopy`] (copying a 4 KiB page);
 //! * [`Pair`]: a two-cluster job in this process (shared-memory substrate): local fault
 //!   service, remote read fault, write fault (twin + unprotect), release (barrier) cost
 //!   per page;
@@ -193,6 +194,66 @@ impl BareFault {
     }
 }
 
+/// Baseline: a bare userfaultfd write-protect fault — a write to a present,
+/// write-protected page of a shared-memory region (the runtime's backing), delivered as
+/// `SIGBUS` to the writing thread, which lifts the protection of that page with
+/// `UFFDIO_WRITEPROTECT`. No protocol, no twin: the floor under the DSM's write fault.
+pub struct BareWriteFault {
+    region: Region,
+    next: usize,
+}
+
+impl BareWriteFault {
+    /// Pages in the region; all are protected again in one call when all were written.
+    pub const PAGES: usize = 4096;
+
+    /// A region of [`BareWriteFault::PAGES`] pages at `base`, every page present (written
+    /// once, not timed).
+    ///
+    /// # Errors
+    /// If the region cannot be created.
+    pub fn new(base: usize) -> Result<Self, crate::uffd::RegionError> {
+        let resolver = |r: &RegionOps, f: Fault| match f.kind {
+            FaultKind::Missing => {
+                let _ = r.install(f.page, &FILLED, Protection::Writable);
+            }
+            FaultKind::WriteProtect => {
+                let _ = r.unprotect(PageRange::one(f.page));
+            }
+        };
+        let region = Region::new(
+            RegionConfig::new(base, Self::PAGES * PAGE_SIZE).with_backing(Backing::SharedMemory),
+            Arc::new(resolver),
+        )?;
+        for p in 0..Self::PAGES {
+            // SAFETY: `p` is a page of the mapped region; the missing fault is served by
+            // the resolver above.
+            unsafe { region.as_ptr().add(p * PAGE_SIZE).write_volatile(1) };
+        }
+        Ok(BareWriteFault {
+            region,
+            next: Self::PAGES,
+        })
+    }
+
+    /// Times one write-protect fault (ns).
+    pub fn fault(&mut self) -> u64 {
+        if self.next == Self::PAGES {
+            self.region
+                .write_protect(PageRange::new(PageIndex(0), Self::PAGES))
+                .expect("write-protect");
+            self.next = 0;
+        }
+        let p = self.region.as_ptr().wrapping_add(self.next * PAGE_SIZE + 8);
+        self.next += 1;
+        let t = Instant::now();
+        // SAFETY: `p` is inside a present page of the mapped region; the write-protect
+        // fault is served by the resolver above.
+        unsafe { p.write_volatile(self.next as u8) };
+        ns(t.elapsed())
+    }
+}
+
 /// A two-cluster job in this process, connected through shared memory: cluster 0 is
 /// measured (from the calling thread), cluster 1 is the home of the upper half of the
 /// region (block home policy) and serves it from its protocol thread.
@@ -241,6 +302,9 @@ impl Pair {
         // Each timed fault is one request and one page: no prefetch of the next pages
         // (which the following samples read).
         cfg.dsm.prefetch = 0;
+        // Nor write-ahead: each timed write is one write fault (the pages are written in
+        // order, which write-ahead would open ahead of the writes).
+        cfg.dsm.write_ahead = 0;
         cfg.ini.mtu = 8972;
         let config_error = |cluster: usize, reason: String| DsmError::Config { cluster, reason };
         let (ts, inis) = if network {

@@ -10,7 +10,9 @@ use anyhow::{Context, Result};
 use multigrain_bench::cross_process::PingPong;
 use multigrain_bench::network::{self as net, UdpWait};
 use multigrain_cluster_config::{IniPolicy, Protocol};
-use multigrain_dsm::bench::{self as kernels, BareFault, LockHandoff, PageCopy, Pair};
+use multigrain_dsm::bench::{
+    self as kernels, BareFault, BareWriteFault, LockHandoff, PageCopy, Pair,
+};
 use std::time::Duration;
 
 /// How much work each row does.
@@ -92,6 +94,7 @@ enum K {
     UdpBusy,
     UdpBlocking,
     BareFault,
+    BareWriteFault,
     PageCopy,
     ExpressShmRtt,
     ExpressIniOneWay,
@@ -117,6 +120,7 @@ fn kernel_order() -> Vec<K> {
         K::UdpBusy,
         K::UdpBlocking,
         K::BareFault,
+        K::BareWriteFault,
         K::PageCopy,
         K::ExpressShmRtt,
         K::ExpressIniOneWay,
@@ -163,6 +167,8 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
 
     // Baseline sources.
     let mut bare = BareFault::new(base(0)).context("mapping the bare-fault region")?;
+    let mut bare_write =
+        BareWriteFault::new(base(9)).context("mapping the bare write-protect-fault region")?;
     let mut copy = PageCopy::new();
     let exe = std::env::current_exe()
         .context("locating the multigrain binary to start the Express peer process")?;
@@ -188,6 +194,7 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         K::UdpBusy => median_us(&kernels::udp_round_trips(b, UdpWait::BusyPoll)),
         K::UdpBlocking => median_us(&kernels::udp_round_trips(b, UdpWait::Blocking)),
         K::BareFault => median_us(&(0..b).map(|_| bare.fault()).collect::<Vec<_>>()),
+        K::BareWriteFault => median_us(&(0..b).map(|_| bare_write.fault()).collect::<Vec<_>>()),
         K::PageCopy => Ok(copy.copies(b) / 1e3),
         K::ExpressShmRtt => Ok(us_per_op(shm_peer.express(bu))),
         K::ExpressIniOneWay => Ok(us_per_op(net::express_pingpong(&ini_pair, bu)) / 2.0),
@@ -229,6 +236,7 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         udp_busy,
         udp_blocking,
         bare_fault,
+        bare_write_fault,
         page_copy,
         express_shm_rtt,
         express_ini,
@@ -236,6 +244,7 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         K::UdpBusy,
         K::UdpBlocking,
         K::BareFault,
+        K::BareWriteFault,
         K::PageCopy,
         K::ExpressShmRtt,
         K::ExpressIniOneWay,
@@ -250,6 +259,12 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         udp_blocking,
     );
     t.push(g, "bare userfaultfd read fault", "µs", bare_fault);
+    t.push(
+        g,
+        "bare write-protect fault (SIGBUS + unprotect, shm)",
+        "µs",
+        bare_write_fault,
+    );
     t.push(g, "4 KiB page copy", "µs", page_copy);
     t.push(
         g,
@@ -345,7 +360,7 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
             },
             "µs",
             write,
-            ("bare fault", bare_fault),
+            ("bare write-protect fault", bare_write_fault),
             None,
         );
         t.push(g, "release, per page of 64 dirty", "µs", release);
@@ -379,7 +394,7 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
     for s in subjects {
         s.finish()?;
     }
-    drop((bare, shm_peer, ini_pair));
+    drop((bare, bare_write, shm_peer, ini_pair));
 
     let g = "Diffs of a 4 KiB page (µs per page, each round's median; baseline: copying the page, warm in the cache, in the same round)";
     let warm_copy = col(K::WarmCopy);
