@@ -240,8 +240,7 @@ impl Machine {
             let Some(q) = page.get().checked_add(i).and_then(PageId::new) else {
                 break;
             };
-            if q.index() >= self.pages.len() || self.pages[q.index()].access != PageAccess::ReadOnly
-            {
+            if self.access(q) != Some(PageAccess::ReadOnly) {
                 break;
             }
             self.hlrc_make_writable(q, self.homes.get(q) == Some(self.me), out);

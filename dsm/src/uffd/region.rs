@@ -286,7 +286,8 @@ impl fmt::Debug for RegionOps {
     }
 }
 
-fn errno_of(e: userfaultfd::Error) -> Errno {
+/// The errno behind a `userfaultfd` crate error (`EIO` when it carries none).
+pub(super) fn errno_of(e: userfaultfd::Error) -> Errno {
     match e {
         userfaultfd::Error::CopyFailed(e) | userfaultfd::Error::ZeropageFailed(e) => {
             Errno::from_raw(e as i32)

@@ -25,6 +25,7 @@ use super::kernel::{self, Attempt, Features, OpenError};
 use super::layout::{LayoutError, PageIndex, PageRange, RegionLayout};
 use super::mapping::{Backing, MapError, Mapping};
 use super::pagemap::{self, PageRegion};
+use super::region::errno_of;
 
 /// Creating a [`WriteTracker`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -95,7 +96,7 @@ impl WriteTracker {
         )
         .map_err(|e| TrackerError::Setup {
             what: "registering the range for write-protect faults",
-            errno: uffd_errno(e),
+            errno: errno_of(e),
         })?;
         let pagemap = File::open("/proc/self/pagemap").map_err(|e| TrackerError::Setup {
             what: "opening /proc/self/pagemap",
@@ -134,7 +135,7 @@ impl WriteTracker {
     pub fn protect_all(&self) -> Result<(), Errno> {
         self.uffd
             .write_protect(self.layout.base() as *mut libc::c_void, self.layout.len())
-            .map_err(uffd_errno)
+            .map_err(errno_of)
     }
 
     /// Appends to `out` the runs of pages written since they were last protected, in
@@ -165,13 +166,6 @@ impl WriteTracker {
             from = walk_end;
         }
         Ok(pages)
-    }
-}
-
-fn uffd_errno(e: userfaultfd::Error) -> Errno {
-    match e {
-        userfaultfd::Error::SystemError(e) => Errno::from_raw(e as i32),
-        _ => Errno::EIO,
     }
 }
 
