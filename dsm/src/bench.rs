@@ -306,37 +306,7 @@ impl Pair {
         // order, which write-ahead would open ahead of the writes).
         cfg.dsm.write_ahead = 0;
         cfg.ini.mtu = 8972;
-        let config_error = |cluster: usize, reason: String| DsmError::Config { cluster, reason };
-        let (ts, inis) = if network {
-            crate::transport::loopback_network_transports(&cfg)
-                .map_err(|e| config_error(0, e.to_string()))?
-        } else {
-            (
-                local_transports(&cfg).map_err(|e| config_error(e.cluster, e.to_string()))?,
-                Vec::new(),
-            )
-        };
-        let mut dsms = std::thread::scope(|s| {
-            let hs: Vec<_> = ts
-                .into_iter()
-                .enumerate()
-                .map(|(c, t)| {
-                    let cfg = &cfg;
-                    s.spawn(move || {
-                        let o = DsmOptions {
-                            region_base: Some(base + (c << 32)),
-                            ..DsmOptions::default()
-                        };
-                        Dsm::join_with(t, cfg, o)
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| h.join().expect("join thread"))
-                .collect::<Result<Vec<_>, _>>()
-        })?;
-        let mut b = dsms.pop().expect("two clusters");
-        let mut a = dsms.pop().expect("two clusters");
+        let (mut a, mut b, inis) = join_two(&cfg, base, network)?;
         let words = Self::REGION / 8;
         let a_words = a.alloc::<u64>(words)?;
         let b_words = b.alloc::<u64>(words)?;
@@ -502,14 +472,7 @@ impl Pair {
     /// # Errors
     /// If the job fails.
     pub fn finish(mut self) -> Result<crate::JobStats, DsmError> {
-        let a = self.a.take().expect("live");
-        let b = self.b.take().expect("live");
-        let (ra, rb) = std::thread::scope(|s| {
-            let hb = s.spawn(|| b.finish());
-            (a.finish(), hb.join().expect("cluster 1 thread"))
-        });
-        rb?;
-        ra
+        finish_two(self.a.take().expect("live"), self.b.take().expect("live"))
     }
 }
 
@@ -582,6 +545,59 @@ const POISON: u64 = u64::MAX;
 /// How long a cluster waits for its turn before it reports the hand-off stuck.
 const TURN_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Joins the two clusters of `cfg` (a job of two clusters of one thread each) in this
+/// process, one thread each, their regions at `base` and `base + 2^32`: with
+/// `network`, through one INI each over UDP on loopback (returned, to be dropped after
+/// the clusters), else through shared memory.
+fn join_two(
+    cfg: &JobConfig,
+    base: usize,
+    network: bool,
+) -> Result<(Dsm, Dsm, Vec<multigrain_messaging::net::IniGroup>), DsmError> {
+    let config_error = |cluster: usize, reason: String| DsmError::Config { cluster, reason };
+    let (ts, inis) = if network {
+        crate::transport::loopback_network_transports(cfg)
+            .map_err(|e| config_error(0, e.to_string()))?
+    } else {
+        (
+            local_transports(cfg).map_err(|e| config_error(e.cluster, e.to_string()))?,
+            Vec::new(),
+        )
+    };
+    let mut dsms = std::thread::scope(|s| {
+        let hs: Vec<_> = ts
+            .into_iter()
+            .enumerate()
+            .map(|(c, t)| {
+                s.spawn(move || {
+                    let o = DsmOptions {
+                        region_base: Some(base + (c << 32)),
+                        ..DsmOptions::default()
+                    };
+                    Dsm::join_with(t, cfg, o)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("join thread"))
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    let b = dsms.pop().expect("two clusters");
+    let a = dsms.pop().expect("two clusters");
+    Ok((a, b, inis))
+}
+
+/// Finishes the two clusters of [`join_two`] together (each waits for the other's
+/// end of the job) and returns the job's statistics, as cluster 0 gathered them.
+fn finish_two(a: Dsm, b: Dsm) -> Result<crate::JobStats, DsmError> {
+    let (ra, rb) = std::thread::scope(|s| {
+        let hb = s.spawn(|| b.finish());
+        (a.finish(), hb.join().expect("cluster 1 thread"))
+    });
+    rb?;
+    ra
+}
+
 /// A lock passed back and forth between two clusters of a job in this process (over
 /// shared memory, or through INIs over UDP loopback), one compute thread each, pinned to
 /// different CPUs. The lock protects [`HANDOFF_WORDS`] words (64 bytes); updates take
@@ -621,37 +637,7 @@ impl LockHandoff {
         cfg.dsm.protocol = protocol;
         cfg.dsm.region_size = 1 << 20;
         cfg.ini.mtu = 8972;
-        let config_error = |cluster: usize, reason: String| DsmError::Config { cluster, reason };
-        let (ts, inis) = if network {
-            crate::transport::loopback_network_transports(&cfg)
-                .map_err(|e| config_error(0, e.to_string()))?
-        } else {
-            (
-                local_transports(&cfg).map_err(|e| config_error(e.cluster, e.to_string()))?,
-                Vec::new(),
-            )
-        };
-        let mut dsms = std::thread::scope(|s| {
-            let hs: Vec<_> = ts
-                .into_iter()
-                .enumerate()
-                .map(|(c, t)| {
-                    let cfg = &cfg;
-                    s.spawn(move || {
-                        let o = DsmOptions {
-                            region_base: Some(base + (c << 32)),
-                            ..DsmOptions::default()
-                        };
-                        Dsm::join_with(t, cfg, o)
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| h.join().expect("join thread"))
-                .collect::<Result<Vec<_>, _>>()
-        })?;
-        let mut b = dsms.pop().expect("two clusters");
-        let mut a = dsms.pop().expect("two clusters");
+        let (mut a, mut b, inis) = join_two(&cfg, base, network)?;
         let words = [
             a.alloc::<u64>(HANDOFF_WORDS)?,
             b.alloc::<u64>(HANDOFF_WORDS)?,
@@ -722,14 +708,7 @@ impl LockHandoff {
     /// # Errors
     /// If the job fails.
     pub fn finish(mut self) -> Result<crate::JobStats, DsmError> {
-        let a = self.a.take().expect("live");
-        let b = self.b.take().expect("live");
-        let (ra, rb) = std::thread::scope(|s| {
-            let hb = s.spawn(|| b.finish());
-            (a.finish(), hb.join().expect("cluster 1 thread"))
-        });
-        rb?;
-        ra
+        finish_two(self.a.take().expect("live"), self.b.take().expect("live"))
     }
 }
 

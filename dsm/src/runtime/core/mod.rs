@@ -81,7 +81,7 @@ use multigrain_coherence::{
 };
 use multigrain_messaging::{
     BulkSendError, Endpoint, Express, Handler, Message as Received, SendError, Site, TagOnBuf,
-    TagOnData, VirtualName,
+    VirtualName,
 };
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};

@@ -154,24 +154,46 @@ impl Core {
         payload: u64,
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
-        let mut msg = Express::new(handler, payload)
+        let msg = Express::new(handler, payload)
             .map_err(|e| self.send_error(to, wire::op_name(handler.0), e.to_string()))?;
+        self.send_retrying(ep, to, handler, msg, pending, |msg, pending| {
+            ep.send_express_blocking(name(to), msg, Some(self.tuning.send_slice), |m| {
+                pending.push(m)
+            })
+            .into()
+        })?;
+        bump(&self.counters.sent[usize::from(handler.0)], 1);
+        Ok(())
+    }
+
+    /// The one retry path of every blocking send: `attempt` tries to send `item` for
+    /// at most [`Tuning::send_slice`](super::Tuning) (taking the messages received
+    /// meanwhile into `pending`); while it stalls — the destination's queue stays full,
+    /// or no buffer is free — the job's liveness is checked between attempts, so a dead
+    /// peer fails the send instead of hanging it. A refused send is a
+    /// [`DsmError::Send`] naming `to` and the message kind.
+    fn send_retrying<T>(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        handler: Handler,
+        mut item: T,
+        pending: &mut Pending,
+        mut attempt: impl FnMut(T, &mut Pending) -> Attempt<T>,
+    ) -> Result<(), DsmError> {
         let before = ep.network_sent();
         loop {
-            match ep.send_express_blocking(name(to), msg, Some(self.tuning.send_slice), |m| {
-                pending.push(m)
-            }) {
-                Ok(()) => {
+            match attempt(item, pending) {
+                Attempt::Sent => {
                     self.note_sent(ep, before);
-                    bump(&self.counters.sent[usize::from(handler.0)], 1);
                     return Ok(());
                 }
-                Err(SendError::Timeout(m)) => {
-                    msg = m;
+                Attempt::Stalled(back) => {
+                    item = back;
                     self.send_stalled(ep, pending, &|| format!("sending to cluster {to}"))?;
                 }
-                Err(e) => {
-                    return Err(self.send_error(to, wire::op_name(handler.0), e.to_string()));
+                Attempt::Refused(reason) => {
+                    return Err(self.send_error(to, wire::op_name(handler.0), reason));
                 }
             }
         }
@@ -219,30 +241,14 @@ impl Core {
         buf: TagOnBuf,
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
-        let mut data: TagOnData = buf.freeze();
-        let before = ep.network_sent();
-        loop {
-            match ep.send_tag_on_blocking(
-                name(to),
-                handler,
-                data,
-                Some(self.tuning.send_slice),
-                |m| pending.push(m),
-            ) {
-                Ok(()) => {
-                    self.note_sent(ep, before);
-                    bump(&self.counters.sent[usize::from(handler.0)], 1);
-                    return Ok(());
-                }
-                Err(SendError::Timeout(d)) => {
-                    data = d;
-                    self.send_stalled(ep, pending, &|| format!("sending to cluster {to}"))?;
-                }
-                Err(e) => {
-                    return Err(self.send_error(to, wire::op_name(handler.0), e.to_string()));
-                }
-            }
-        }
+        self.send_retrying(ep, to, handler, buf.freeze(), pending, |data, pending| {
+            ep.send_tag_on_blocking(name(to), handler, data, Some(self.tuning.send_slice), |m| {
+                pending.push(m)
+            })
+            .into()
+        })?;
+        bump(&self.counters.sent[usize::from(handler.0)], 1);
+        Ok(())
     }
 
     /// Sends one bulk message and counts it.
@@ -272,24 +278,18 @@ impl Core {
         data: &[u8],
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
-        let before = ep.network_sent();
-        loop {
+        self.send_retrying(ep, to, handler, (), pending, |(), pending| {
             match ep.send_bulk(name(to), handler, data, Some(self.tuning.send_slice), |m| {
                 pending.push(m)
             }) {
-                Ok(()) => {
-                    self.note_sent(ep, before);
-                    return Ok(());
-                }
+                Ok(()) => Attempt::Sent,
                 // Fragments already sent are discarded by the receiver; send it all again.
                 Err(BulkSendError::Pool(_)) | Err(BulkSendError::Send(SendError::Timeout(()))) => {
-                    self.send_stalled(ep, pending, &|| format!("sending to cluster {to}"))?;
+                    Attempt::Stalled(())
                 }
-                Err(e) => {
-                    return Err(self.send_error(to, wire::op_name(handler.0), e.to_string()));
-                }
+                Err(e) => Attempt::Refused(e.to_string()),
             }
-        }
+        })
     }
 
     /// Sends a runtime bulk message (statistics) to `to`.
@@ -304,5 +304,24 @@ impl Core {
         let mut pending = Pending::default();
         self.send_bulk(ep, to, op.handler(), data, &mut pending)?;
         self.drain_pending(ops, ep, &mut pending)
+    }
+}
+
+/// What one attempt of a blocking send came to (see [`Core::send_retrying`]).
+enum Attempt<T> {
+    Sent,
+    /// Not sent within the attempt's time; the item comes back for the next attempt.
+    Stalled(T),
+    /// Refused for good, with the message layer's reason.
+    Refused(String),
+}
+
+impl<T> From<Result<(), SendError<T>>> for Attempt<T> {
+    fn from(r: Result<(), SendError<T>>) -> Self {
+        match r {
+            Ok(()) => Attempt::Sent,
+            Err(SendError::Timeout(item)) => Attempt::Stalled(item),
+            Err(e) => Attempt::Refused(e.to_string()),
+        }
     }
 }
