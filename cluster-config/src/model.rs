@@ -593,8 +593,10 @@ pub struct EmulationConfig {
     /// Table 5.3).
     pub latency_us: f64,
     /// `per_byte_gap_ns`: *G*, ns of gap per byte of an injected DATA
-    /// datagram (network path only): the next injection starts no sooner than
-    /// *g* + *n*·*G* after a datagram of *n* bytes began to leave.
+    /// datagram's fragment (network path only): the next injection starts no
+    /// sooner than *g* + *n*·*G* after a datagram carrying *n* bytes of message
+    /// frames began to leave (the sliding window's 48-byte header and MAC are
+    /// not counted).
     pub per_byte_gap_ns: f64,
 }
 

@@ -589,10 +589,15 @@ fn gap_start(injected: Instant, due: Instant) -> Instant {
     }
 }
 
-/// The emulated gap after a DATA datagram of `len` bytes: *g* + `len`·*G* (paper 001
-/// §3.2: *G* is a stall "proportional to the fragment size", added to *g*).
+/// The emulated gap after a DATA datagram of `len` bytes: *g* + *n*·*G*, *n* the bytes
+/// of the fragment it carries — `len` less the sliding window's header and MAC
+/// ([`crate::window::wire::OVERHEAD`]), which are this layer's, not the message's (paper
+/// 001 §3.2: *G* is a stall "proportional to the fragment size", added to *g*; LogGP's
+/// *G* is a gap per byte of the message). A 4 KiB page then costs 4,128 × *G*, its
+/// message frame's header included, instead of the datagram's 4,176 × *G*.
 fn gap_after(gap: Duration, per_byte_ns: f64, len: usize) -> Duration {
-    gap + Duration::from_nanos((len as f64 * per_byte_ns).round() as u64)
+    let fragment = len.saturating_sub(crate::window::wire::OVERHEAD);
+    gap + Duration::from_nanos((fragment as f64 * per_byte_ns).round() as u64)
 }
 
 /// Builds the frame for `m`, reading (and then releasing) its buffer.

@@ -123,8 +123,12 @@ impl NetConfig {
             window: cfg.ini.window,
             ..WindowConfig::default()
         };
-        // An ACK at least every 32 frames, and at the latest when the window is full.
-        window.ack_every = window.ack_every.min(window.window);
+        // A standalone ACK once half the window has arrived unacknowledged (at most
+        // every 32 frames): the sender's window then slides while the second half is
+        // still in flight, instead of draining and waiting a round trip for the ACK of a
+        // full window on every one-way stream (the ACK every other segment of TCP,
+        // RFC 1122 §4.2.3.2, at window scale).
+        window.ack_every = window.ack_every.min((window.window / 2).max(1));
         // Off under an emulated g or G whatever this says (see `BoundInis::start`).
         window.coalesce = cfg.ini.coalesce;
         window.send_timeout = crate::window::Micros(cfg.ini.send_timeout_us);
