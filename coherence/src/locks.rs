@@ -15,7 +15,7 @@ use crate::ids::{ClusterId, LockId, PageId, SyncToken};
 use crate::interval::{IntervalDiff, IntervalRecord, VectorTime};
 use crate::machine::{Completion, Held, Machine, Resume};
 use crate::message::Message;
-use crate::sync::{MAX_CARRIED_DIFFS, MAX_LOCAL_HANDOFFS};
+use crate::sync::{MAX_CARRIED_DIFFS, MAX_LOCAL_HANDOFFS, next_tenure};
 
 /// A lock as seen by this cluster (not as its manager): owned or not, held by a
 /// local thread or cached, requested, recalled. See [`crate::sync`] (lock caching,
@@ -55,6 +55,13 @@ pub(crate) struct ClusterLock {
     pub(crate) early_recalls: Vec<u32>,
     /// Hand-offs between local threads since the lock had to go back.
     pub(crate) handoffs: u32,
+    /// Local uses (acquires by this cluster's threads) in the current *visit*: the
+    /// tenures granted here one after the other, no other cluster's tenure between.
+    pub(crate) visit_uses: u32,
+    /// `visit_uses` of the last visit with any: a contended or pushed lock released
+    /// after fewer uses than that in this visit is kept for the next local use instead
+    /// of going back (see [`crate::sync`], *Visits*).
+    pub(crate) expect_uses: u32,
     /// This cluster's interval index when a local thread first took the current
     /// tenure: the release carries the diffs of the intervals closed after it.
     pub(crate) since: u32,
@@ -139,6 +146,13 @@ impl Machine {
         self.note_stored(from, stored);
         let covered = self.covers(&time, &records);
         let l = self.cluster_locks.entry(lock).or_default();
+        // The tenure right after this cluster's last one continues its visit.
+        if l.tenure == 0 || next_tenure(l.tenure) != tenure {
+            if l.visit_uses > 0 {
+                l.expect_uses = l.visit_uses;
+            }
+            l.visit_uses = 0;
+        }
         l.owned = Some(time.clone());
         l.tenure = tenure;
         l.handoffs = 0;
@@ -196,6 +210,7 @@ impl Machine {
         l.busy = true;
         l.recalled = l.early_recalls.contains(&tenure);
         l.eager = contended;
+        l.visit_uses += 1;
         l.early_recalls.clear();
         self.take_grant(
             Grant {
@@ -327,6 +342,7 @@ impl Machine {
             }
             l.busy = true;
             l.used = true;
+            l.visit_uses += 1;
             self.stats.lock_local_acquires += 1;
             match pushed {
                 // The first use of a pushed lock: its notices took effect on arrival,
@@ -395,6 +411,7 @@ impl Machine {
             if must_go {
                 l.handoffs += 1;
             }
+            l.visit_uses += 1;
             self.stats.lock_local_acquires += 1;
             out.push(Action::ReleaseDone { lock, token });
             out.push(Action::AcquireDone { lock, token: next });
@@ -403,6 +420,18 @@ impl Machine {
         l.busy = false;
         out.push(Action::ReleaseDone { lock, token });
         if must_go {
+            if self.cfg.release_batch > 1
+                && !l.recalled
+                && !l.wanted
+                && l.waiters.is_empty()
+                && l.visit_uses < l.expect_uses
+            {
+                // Its last visit here had more local uses: kept for the next one. With
+                // release batches a request from another cluster recalls even a
+                // contended lock (it may wait in a batch), so it recalls this one too.
+                self.stats.lock_visit_keeps += 1;
+                return Ok(());
+            }
             if !l.recalled {
                 self.stats.lock_eager_releases += 1;
             }

@@ -153,6 +153,11 @@ counters! {
     /// Contended or pushed locks this cluster gave back at a release without being
     /// asked (eager release).
     lock_eager_releases,
+    /// Releases of a contended or pushed lock that kept it here instead of giving it
+    /// back: in its last visit here (the tenures granted here in a row) this cluster's
+    /// threads took it more often than in the current one so far (see [`crate::sync`],
+    /// *Visits*).
+    lock_visit_keeps,
     /// Flushes that gave back several eager locks at once, or one with the locks
     /// waiting for a batch ([`crate::Config::release_batch`]).
     release_batches,

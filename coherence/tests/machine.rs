@@ -1671,3 +1671,137 @@ fn a_departure_waits_for_the_updates_it_overtook() {
     let a = run(&mut me, msg(2, Message::Update { diff: update }));
     assert!(a.contains(&Action::BarrierDone { token }), "{a:?}");
 }
+
+/// A pushed lock whose records leave a gap in this cluster's log (the push that
+/// carried the missing record was given back, or has not arrived) waits for its first
+/// local use; if the gap is still open then, the cluster gives it back unused and asks
+/// for the lock instead, and the grant that answers carries the missing record.
+#[test]
+fn a_push_that_leaves_a_gap_is_refused_at_its_first_use() {
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
+    cfg.release_batch = 16;
+    let mut me = Machine::new(c(0), cfg).unwrap();
+    let time = multigrain_coherence::VectorTime::from_entries(vec![0, 1]);
+    let push = |tenure| Message::LockGrant {
+        lock: l(1),
+        time: time.clone(),
+        records: vec![],
+        diffs: vec![],
+        stored: 0,
+        tenure,
+        contended: true,
+    };
+    // the push names cluster 1's interval 1, whose record this cluster lacks: held
+    assert_eq!(run(&mut me, msg(1, push(1))), vec![]);
+    let a = run(&mut me, acquire(1, 1));
+    assert!(
+        matches!(
+            a.as_slice(),
+            [
+                Action::Send {
+                    msg: Message::LockRelease {
+                        tenure: 1,
+                        unused: true,
+                        ..
+                    },
+                    ..
+                },
+                Action::Send {
+                    msg: Message::LockAcquire { seen: 1, .. },
+                    ..
+                },
+            ]
+        ),
+        "{a:?}"
+    );
+    assert_eq!(me.stats().lock_pushes_refused, 1);
+    // the grant to the request carries the record: the acquire completes
+    let record = multigrain_coherence::IntervalRecord {
+        owner: c(1),
+        index: 1,
+        pages: std::sync::Arc::from(Vec::new()),
+    };
+    let grant = Message::LockGrant {
+        lock: l(1),
+        time,
+        records: vec![record],
+        diffs: vec![],
+        stored: 0,
+        tenure: 3,
+        contended: true,
+    };
+    assert_eq!(
+        run(&mut me, msg(1, grant)),
+        vec![Action::AcquireDone {
+            lock: l(1),
+            token: SyncToken(1)
+        }]
+    );
+}
+
+/// Visits (see `crate::sync`): a lock pushed back to the cluster that released it (the
+/// tenure right after its own) continues the cluster's visit. At its next visit the
+/// cluster keeps the lock at a release until its threads took it as often as in the
+/// last visit, or until the manager recalls it.
+#[test]
+fn a_lock_stays_for_as_many_uses_as_its_last_visit_had() {
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
+    cfg.release_batch = 2;
+    let mut me = Machine::new(c(0), cfg).unwrap();
+    let released_locks = |a: &[Action]| -> Vec<u32> {
+        let mut got: Vec<u32> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send {
+                    msg: Message::LockRelease { lock, .. },
+                    ..
+                } => Some(lock.get()),
+                _ => None,
+            })
+            .collect();
+        got.sort_unstable();
+        got
+    };
+    // One use of lock `lock` pushed here with `tenure` (both locks are managed by
+    // cluster 1); returns the release's actions.
+    let mut token = 0;
+    let mut use_pushed = |me: &mut Machine, lock: u32, tenure: u32| {
+        token += 1;
+        assert_eq!(run(me, msg(1, grant(lock, tenure, true))), vec![]);
+        assert_eq!(run(me, acquire(lock, token)).len(), 1);
+        run(me, release(lock, token))
+    };
+    // First visit of lock 1: tenures 1 and 2 (pushed back), one use each; lock 3 fills
+    // each release batch of two.
+    assert_eq!(released_locks(&use_pushed(&mut me, 1, 1)), vec![]);
+    assert_eq!(released_locks(&use_pushed(&mut me, 3, 1)), vec![1, 3]);
+    assert_eq!(released_locks(&use_pushed(&mut me, 1, 2)), vec![]);
+    assert_eq!(released_locks(&use_pushed(&mut me, 3, 2)), vec![1, 3]);
+    assert_eq!(me.stats().lock_visit_keeps, 0);
+    // Tenure 3 went to cluster 1. The next visit (tenure 4) keeps lock 1 after its
+    // first use: no batch, no message, and it stays through lock 3's batch.
+    let a = use_pushed(&mut me, 1, 4);
+    assert!(
+        matches!(a.as_slice(), [Action::ReleaseDone { .. }]),
+        "{a:?}"
+    );
+    assert_eq!(me.stats().lock_visit_keeps, 1);
+    assert_eq!(released_locks(&use_pushed(&mut me, 3, 3)), vec![]);
+    // The second use is taken without a message; its release joins the batch.
+    assert_eq!(
+        run(&mut me, acquire(1, 100)),
+        vec![Action::AcquireDone {
+            lock: l(1),
+            token: SyncToken(100)
+        }]
+    );
+    assert_eq!(released_locks(&run(&mut me, release(1, 100))), vec![1, 3]);
+    // A kept lock goes at once when the manager recalls it.
+    let a = use_pushed(&mut me, 1, 6);
+    assert!(
+        matches!(a.as_slice(), [Action::ReleaseDone { .. }]),
+        "{a:?}"
+    );
+    assert_eq!(released_locks(&run(&mut me, msg(1, recall(1, 6)))), vec![1]);
+    assert_eq!(me.stats().lock_visit_keeps, 2);
+}

@@ -200,6 +200,9 @@ pub struct Seen {
     pub lock_push: bool,
     /// A lock manager pushed a lock back to the cluster that had just released it.
     pub lock_push_back: bool,
+    /// A cluster kept a contended or pushed lock at its release, for its visit's next
+    /// local use.
+    pub lock_visit_keep: bool,
     /// A lock manager dropped a request that a push had answered.
     pub stale_lock_request: bool,
     /// A cluster gave a pushed lock back at its first use because the push's records
@@ -664,6 +667,7 @@ impl World {
         self.seen.sweep_recall |= st.lock_sweep_recalls > 0;
         self.seen.lock_push |= st.lock_pushes_received > 0;
         self.seen.lock_push_back |= st.lock_pushes_back > 0;
+        self.seen.lock_visit_keep |= st.lock_visit_keeps > 0;
         self.seen.stale_lock_request |= st.lock_stale_requests > 0;
         self.seen.push_refused |= st.lock_pushes_refused > 0;
         self.seen.update_early |= st.updates_early > 0;

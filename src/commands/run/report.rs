@@ -394,6 +394,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "    given back for missing records", &|c| {
         c.protocol.lock_pushes_refused
     });
+    row(&mut s, "  kept for the visit's next use", &|c| {
+        c.protocol.lock_visit_keeps
+    });
     row(&mut s, "lock recalls sent (as manager)", &|c| {
         c.protocol.lock_recalls
     });
