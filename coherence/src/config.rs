@@ -215,6 +215,15 @@ impl Config {
         }
     }
 
+    /// Whether eager releases wait for a batch ([`Config::release_batch`] above 1).
+    /// Then an owner may hold a released contended lock for a while — in its batch, or
+    /// kept for its visit (see [`crate::sync`]) — so lock managers recall contended
+    /// owners too, and clusters may keep locks for their visits only then: both sides
+    /// ask this one question.
+    pub(crate) fn batches_releases(&self) -> bool {
+        self.release_batch > 1
+    }
+
     /// Whether `page` is inside the region.
     ///
     /// Source: design.md, *dsm* (a region of a fixed number of pages).

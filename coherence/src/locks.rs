@@ -420,7 +420,7 @@ impl Machine {
         l.busy = false;
         out.push(Action::ReleaseDone { lock, token });
         if must_go {
-            if self.cfg.release_batch > 1
+            if self.cfg.batches_releases()
                 && !l.recalled
                 && !l.wanted
                 && l.waiters.is_empty()

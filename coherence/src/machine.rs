@@ -349,7 +349,7 @@ impl Machine {
                 known: VectorTime::new(),
             })
             .collect();
-        let batching = cfg.release_batch > 1;
+        let batching = cfg.batches_releases();
         Ok(Self {
             me,
             barrier_mgr: (cfg.barrier_manager == me).then(|| BarrierManager::new(cfg.clusters)),
