@@ -133,7 +133,7 @@
 //! processed the departure are held until it has. This is the home migration of
 //! JIAJIA (Hu, Shi, Tang, "Home Migration in Home-based Software DSMs", WSDSM 1999).
 
-use std::collections::BTreeMap;
+use smallvec::SmallVec;
 
 use crate::action::{Action, Source};
 use crate::error::ProtocolError;
@@ -647,7 +647,10 @@ impl Machine {
         held: &[IntervalDiff],
     ) -> Result<NoticePlan, ProtocolError> {
         let me = self.me;
-        let mut notices: BTreeMap<PageId, Vec<(ClusterId, u32)>> = BTreeMap::new();
+        // `(page, owner, index)` of each notice not reflected yet, grouped by page in
+        // page order (a stable sort keeps each page's notices in the order carried);
+        // inline for the few notices a lock hand-off or an update brings.
+        let mut notices: SmallVec<[(PageId, ClusterId, u32); 16]> = SmallVec::new();
         for r in records {
             // A record seen before may still be unreflected: a page homed here whose
             // diff has not arrived (an earlier acquire waits for it too).
@@ -657,12 +660,16 @@ impl Machine {
             for &p in r.pages.iter() {
                 self.check_page(p)?;
                 if self.pages[p.index()].known.get(r.owner) < r.index {
-                    notices.entry(p).or_default().push((r.owner, r.index));
+                    notices.push((p, r.owner, r.index));
                 }
             }
         }
+        notices.sort_by_key(|&(p, _, _)| p);
         let mut plan = NoticePlan::default();
-        for (page, list) in notices {
+        for group in notices.chunk_by(|a, b| a.0 == b.0) {
+            let page = group[0].0;
+            let list: SmallVec<[(ClusterId, u32); 4]> =
+                group.iter().map(|&(_, o, i)| (o, i)).collect();
             let e = &self.pages[page.index()];
             let home = self.homes.get(page) == Some(me);
             // Apply the carried diffs of these notices whose base the copy reflects,
@@ -675,12 +682,12 @@ impl Machine {
             if !home {
                 known.merge(&self.barrier.depart_time);
             }
-            let mut seq = Vec::new();
+            let mut seq: SmallVec<[IntervalDiff; 2]> = SmallVec::new();
             let mut held_in_seq = 0;
             let copy = matches!(e.access, PageAccess::ReadOnly | PageAccess::ReadWrite);
             if copy {
                 // Each with whether it is a held update.
-                let mut left: Vec<(&IntervalDiff, bool)> = diffs
+                let mut left: SmallVec<[(&IntervalDiff, bool); 4]> = diffs
                     .iter()
                     .map(|d| (d, false))
                     .chain(held.iter().map(|d| (d, true)))
@@ -693,7 +700,7 @@ impl Machine {
                     seq.push(d.clone());
                 }
             }
-            let missing: Vec<(ClusterId, u32)> = list
+            let missing: SmallVec<[(ClusterId, u32); 4]> = list
                 .iter()
                 .copied()
                 .filter(|&(o, i)| known.get(o) < i)

@@ -88,6 +88,17 @@ impl VectorTime {
         v
     }
 
+    /// A time from the entries `entries` yields in cluster order, as
+    /// [`VectorTime::from_entries`] without a vector in between (up to four clusters
+    /// allocate nothing: a lock release asks for its store's base once or twice).
+    ///
+    /// Source: see [`VectorTime`].
+    pub(crate) fn collect_entries(entries: impl IntoIterator<Item = u32>) -> Self {
+        let mut v = Self(entries.into_iter().collect());
+        v.trim();
+        v
+    }
+
     /// Entry for cluster `c` (zero when absent).
     ///
     /// Source: see [`VectorTime`].
@@ -162,16 +173,15 @@ pub struct IntervalRecord {
 ///
 /// Source: diffs of the multiple-writer protocol (Munin SOSP 1991 §3).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DiffBytes(Arc<Vec<u8>>);
+pub struct DiffBytes(Arc<[u8]>);
 
 impl DiffBytes {
-    /// Wraps encoded diff bytes: a `Vec<u8>` is taken over without copying (a flush
-    /// encodes each diff once, and every message and store shares those bytes); a
-    /// slice is copied.
+    /// Copies encoded diff bytes into one shared allocation (a flush encodes each diff
+    /// once, and every message and store then shares those bytes).
     ///
     /// Source: see [`DiffBytes`].
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
-        Self(Arc::new(bytes.into()))
+    pub fn new(bytes: impl AsRef<[u8]>) -> Self {
+        Self(Arc::from(bytes.as_ref()))
     }
 
     /// The encoded runs.
@@ -377,12 +387,12 @@ impl IntervalLog {
 
     /// The highest index held (or discarded) per owner.
     pub(crate) fn tops(&self) -> VectorTime {
-        VectorTime::from_entries(self.owners.iter().map(OwnerLog::top).collect())
+        VectorTime::collect_entries(self.owners.iter().map(OwnerLog::top))
     }
 
     /// The time up to which records were discarded, per owner.
     pub(crate) fn base(&self) -> VectorTime {
-        VectorTime::from_entries(self.owners.iter().map(|o| o.base).collect())
+        VectorTime::collect_entries(self.owners.iter().map(|o| o.base))
     }
 
     /// Records of `owner` above `after`.

@@ -940,7 +940,7 @@ impl Machine {
     /// Sends what the lock manager decided (grants, pushes and recalls).
     pub(crate) fn send_manager_messages(
         &mut self,
-        msgs: Vec<(ClusterId, Message)>,
+        msgs: impl IntoIterator<Item = (ClusterId, Message)>,
         out: &mut Vec<Action>,
     ) {
         for (to, m) in msgs {

@@ -24,6 +24,7 @@
 
 use crate::ids::{ClusterId, LockId, MAX_CLUSTERS, MAX_PAGES, PAGE_SIZE, PageId};
 use crate::interval::{DiffBytes, IntervalDiff, IntervalRecord, VectorTime};
+use smallvec::SmallVec;
 
 /// What a Tag-On message carries in its attached buffer. The data is out of band:
 /// the machine never sees page contents.
@@ -936,11 +937,11 @@ impl Reader<'_> {
         if n * 4 > self.0.len() {
             return Err(DecodeError::Truncated);
         }
-        let mut v = Vec::with_capacity(n);
+        let mut v: SmallVec<[u32; 4]> = SmallVec::with_capacity(n);
         for _ in 0..n {
             v.push(self.u32()?);
         }
-        Ok(VectorTime::from_entries(v))
+        Ok(VectorTime::collect_entries(v))
     }
     /// An update-count list: at most one entry per cluster, in increasing cluster order.
     fn update_counts(&mut self) -> Result<Vec<(ClusterId, u64)>, DecodeError> {

@@ -144,6 +144,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use smallvec::{SmallVec, smallvec};
+
 use crate::carried::{CarriedDiffs, newest_per_owner};
 use crate::ids::{ClusterId, LockId, PageId};
 use crate::interval::{GapError, IntervalDiff, IntervalLog, IntervalRecord, VectorTime};
@@ -347,11 +349,16 @@ pub(crate) struct LockManager {
     last_recall: Option<(ClusterId, ClusterId, LockId)>,
 }
 
+/// The messages a lock manager decided to send, `(destination, message)` in order:
+/// mostly one (a grant, a push or a recall, kept inline), sometimes a grant and a
+/// recall.
+pub(crate) type Sends = SmallVec<[(ClusterId, Message); 1]>;
+
 /// What [`LockManager::acquire`] did with a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Request {
     /// Messages to send (a grant, a recall, or nothing while the request waits).
-    Send(Vec<(ClusterId, Message)>),
+    Send(Sends),
     /// The request crossed a grant made to its sender meanwhile (a push), which
     /// answers it: dropped.
     Stale,
@@ -376,7 +383,7 @@ impl LockManager {
         their: &VectorTime,
         pushed: bool,
         own: &IntervalLog,
-    ) -> Result<Vec<(ClusterId, Message)>, SyncError> {
+    ) -> Result<Sends, SyncError> {
         let mut their = their.clone();
         if let Some(t) = self.seen.get(&to) {
             their.merge(t);
@@ -418,7 +425,7 @@ impl LockManager {
             self.pushed_upto.entry(to).or_default().merge(&time);
         }
         let stored = self.store.top(to);
-        let mut out = vec![(
+        let mut out: Sends = smallvec![(
             to,
             Message::LockGrant {
                 lock,
@@ -466,11 +473,11 @@ impl LockManager {
                 return Err(SyncError::RequestFromHolder(lock, from));
             }
             st.waiters.push_back((from, time));
-            return Ok(Request::Send(Vec::new()));
+            return Ok(Request::Send(Sends::new()));
         }
         st.waiters.push_back((from, time));
         if st.recalled {
-            return Ok(Request::Send(Vec::new()));
+            return Ok(Request::Send(Sends::new()));
         }
         st.recalled = true;
         if st.pushed {
@@ -480,7 +487,7 @@ impl LockManager {
         }
         let first = st.only_held_by(holder);
         let tenure = st.tenure;
-        let mut out = vec![(holder, Message::LockRecall { lock, tenure })];
+        let mut out: Sends = smallvec![(holder, Message::LockRecall { lock, tenure })];
         if first {
             self.recall_sweep(lock, from, holder, &mut out);
         }
@@ -494,13 +501,7 @@ impl LockManager {
     /// the next locks `holder` keeps cached and nobody waits for ([`SWEEP_RECALL`]).
     /// Each comes back with its holder's `LockRelease` and, nobody waiting, is pushed
     /// to `from`; a request of `from` that arrives first simply waits for it.
-    fn recall_sweep(
-        &mut self,
-        lock: LockId,
-        from: ClusterId,
-        holder: ClusterId,
-        out: &mut Vec<(ClusterId, Message)>,
-    ) {
+    fn recall_sweep(&mut self, lock: LockId, from: ClusterId, holder: ClusterId, out: &mut Sends) {
         let follows = |prev: LockId| prev < lock && self.locks.range(prev..lock).nth(1).is_none();
         let sweep = matches!(self.last_recall, Some((f, h, prev)) if f == from && h == holder && follows(prev))
             && self.successor.get(&holder) == Some(&from);
@@ -547,7 +548,7 @@ impl LockManager {
         diffs: Vec<IntervalDiff>,
         unused: bool,
         own: &IntervalLog,
-    ) -> Result<Vec<(ClusterId, Message)>, SyncError> {
+    ) -> Result<Sends, SyncError> {
         let Some(st) = self.locks.get(&lock) else {
             return Err(SyncError::NotHolder(lock, from));
         };
@@ -601,7 +602,7 @@ impl LockManager {
             return self.hand_over(lock, next, &their, false, own);
         }
         if unused {
-            return Ok(Vec::new());
+            return Ok(Sends::new());
         }
         // Back to the releaser itself only on a confirmed turn and while another cluster
         // held the lock in its last two tenures (such a push goes back after its use);
@@ -614,7 +615,7 @@ impl LockManager {
                 let base = self.store.base();
                 self.hand_over(lock, next, &base, true, own)
             }
-            _ => Ok(Vec::new()),
+            _ => Ok(Sends::new()),
         }
     }
 
@@ -826,7 +827,7 @@ mod tests {
 
     fn sent(r: Request) -> Vec<(ClusterId, Message)> {
         match r {
-            Request::Send(v) => v,
+            Request::Send(v) => v.into_vec(),
             Request::Stale => panic!("request dropped as stale"),
         }
     }
@@ -1095,7 +1096,7 @@ mod tests {
         assert_eq!(
             m.release(l(), c(2), 3, &t, &z, vec![], vec![], false, &own())
                 .unwrap(),
-            vec![]
+            Sends::new()
         );
         let g = sent(m.acquire(l(), c(0), t.clone(), 1, &own()).unwrap());
         assert_eq!(grant_of(&g), (c(0), 4, true, 0));
@@ -1130,7 +1131,7 @@ mod tests {
         assert_eq!(
             m.release(l(), c(0), 7, &t, &z, vec![], vec![], true, &own())
                 .unwrap(),
-            vec![]
+            Sends::new()
         );
         let g = sent(m.acquire(l(), c(0), t.clone(), 7, &own()).unwrap());
         assert_eq!(grant_of(&g).1, 8);
@@ -1143,7 +1144,7 @@ mod tests {
         assert_eq!(
             m.release(l(), c(1), 9, &t, &z, vec![], vec![], true, &own())
                 .unwrap(),
-            vec![]
+            Sends::new()
         );
         assert_eq!(m.stored_records(), 1);
         m.collect_garbage(&VectorTime::from_entries(vec![1]));
@@ -1183,6 +1184,7 @@ mod tests {
                         );
                         m.release(l(), c(to), t, &z, &z, vec![], vec![], true, &own())
                             .unwrap()
+                            .into_vec()
                     }
                     None => g,
                 };

@@ -341,19 +341,14 @@ impl Core {
                     source,
                 })?;
             // Encoded into a buffer with room for the largest diff (a vector grown by
-            // doubling took ten reallocations for a page rewritten whole): an unchanged
-            // page allocates nothing, a small diff is copied out, a large one takes the
-            // buffer along.
+            // doubling took ten reallocations for a page rewritten whole), then copied
+            // once into the shared bytes every message and store uses.
             st.diff_buf.clear();
             diff::encode(&twin[..], &st.scratch[..], &mut st.diff_buf)
                 .map_err(|e| self.internal(format!("diff of {:?}: {e}", fp.page)))?;
-            let out = if st.diff_buf.len() < diff::MAX_ENCODED / 2 {
-                st.diff_buf.clone()
-            } else {
-                std::mem::replace(&mut st.diff_buf, Vec::with_capacity(diff::MAX_ENCODED))
-            };
+            let changed = !st.diff_buf.is_empty();
             if fp.keep_open {
-                if !out.is_empty() {
+                if changed {
                     // The contents just diffed become the twin; the old twin, the next
                     // scratch buffer (no copy).
                     std::mem::swap(twin, &mut st.scratch);
@@ -361,7 +356,11 @@ impl Core {
             } else if let Some(t) = st.twins.remove(&key) {
                 st.spare.push(t);
             }
-            diffs.push(DiffBytes::new(out));
+            diffs.push(if changed {
+                DiffBytes::new(&st.diff_buf)
+            } else {
+                DiffBytes::default()
+            });
         }
         Ok(diffs)
     }
