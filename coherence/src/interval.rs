@@ -169,11 +169,21 @@ pub struct IntervalRecord {
 }
 
 /// The bytes of an encoded diff ([`crate::diff`]), shared without copying between the
-/// messages and stores that carry it. The machine never interprets them.
+/// messages and stores that carry it. The machine never interprets them. Equality,
+/// order and hash are those of the bytes.
 ///
 /// Source: diffs of the multiple-writer protocol (Munin SOSP 1991 §3).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DiffBytes(Arc<[u8]>);
+#[derive(Clone, Debug)]
+pub struct DiffBytes(Shared);
+
+/// Where a [`DiffBytes`] keeps its bytes: a small diff copied into one allocation, or a
+/// large one's encoding buffer taken over as it is (a page rewritten whole, EM3D's
+/// values: 4 KiB not copied again).
+#[derive(Clone, Debug)]
+enum Shared {
+    Copied(Arc<[u8]>),
+    Taken(Arc<Vec<u8>>),
+}
 
 impl DiffBytes {
     /// Copies encoded diff bytes into one shared allocation (a flush encodes each diff
@@ -181,28 +191,71 @@ impl DiffBytes {
     ///
     /// Source: see [`DiffBytes`].
     pub fn new(bytes: impl AsRef<[u8]>) -> Self {
-        Self(Arc::from(bytes.as_ref()))
+        Self(Shared::Copied(Arc::from(bytes.as_ref())))
+    }
+
+    /// Takes over the encoded diff `bytes` without copying them (for a large diff;
+    /// [`DiffBytes::new`] allocates once for a small one).
+    ///
+    /// Source: see [`DiffBytes`].
+    pub fn from_vec(bytes: Vec<u8>) -> Self {
+        Self(Shared::Taken(Arc::new(bytes)))
     }
 
     /// The encoded runs.
     ///
     /// Source: see [`DiffBytes`].
     pub fn as_slice(&self) -> &[u8] {
-        &self.0
+        match &self.0 {
+            Shared::Copied(b) => b,
+            Shared::Taken(b) => b,
+        }
     }
 
     /// Whether the diff changes nothing.
     ///
     /// Source: see [`DiffBytes`].
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.as_slice().is_empty()
     }
 
     /// Length in bytes.
     ///
     /// Source: see [`DiffBytes`].
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.as_slice().len()
+    }
+}
+
+impl Default for DiffBytes {
+    fn default() -> Self {
+        Self(Shared::Copied(Arc::default()))
+    }
+}
+
+impl PartialEq for DiffBytes {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for DiffBytes {}
+
+impl std::hash::Hash for DiffBytes {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state);
+    }
+}
+
+impl PartialOrd for DiffBytes {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for DiffBytes {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_slice().cmp(other.as_slice())
     }
 }
 

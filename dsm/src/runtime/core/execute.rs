@@ -341,12 +341,23 @@ impl Core {
                     source,
                 })?;
             // Encoded into a buffer with room for the largest diff (a vector grown by
-            // doubling took ten reallocations for a page rewritten whole), then copied
-            // once into the shared bytes every message and store uses.
+            // doubling took ten reallocations for a page rewritten whole): an unchanged
+            // page allocates nothing, a small diff is copied out, a large one takes the
+            // buffer along.
             st.diff_buf.clear();
             diff::encode(&twin[..], &st.scratch[..], &mut st.diff_buf)
                 .map_err(|e| self.internal(format!("diff of {:?}: {e}", fp.page)))?;
             let changed = !st.diff_buf.is_empty();
+            let out = if !changed {
+                DiffBytes::default()
+            } else if st.diff_buf.len() < diff::MAX_ENCODED / 2 {
+                DiffBytes::new(&st.diff_buf)
+            } else {
+                DiffBytes::from_vec(std::mem::replace(
+                    &mut st.diff_buf,
+                    Vec::with_capacity(diff::MAX_ENCODED),
+                ))
+            };
             if fp.keep_open {
                 if changed {
                     // The contents just diffed become the twin; the old twin, the next
@@ -356,11 +367,7 @@ impl Core {
             } else if let Some(t) = st.twins.remove(&key) {
                 st.spare.push(t);
             }
-            diffs.push(if changed {
-                DiffBytes::new(&st.diff_buf)
-            } else {
-                DiffBytes::default()
-            });
+            diffs.push(out);
         }
         Ok(diffs)
     }
