@@ -164,6 +164,22 @@ fn water_agrees(name: &str, topology: &[&str], clusters: usize) -> f64 {
         let stats = &dsm["stats"]["total"];
         assert!(stats["remote_fetches"].as_u64().unwrap() > 0, "{stats}");
         assert!(stats["diffs_sent"].as_u64().unwrap() > 0, "{stats}");
+        // The bytes of the grants, printed under their own heading as in the JSON.
+        let grant_bytes = stats["bulk_bytes_sent"]["LockGrant"].as_u64().unwrap();
+        assert!(grant_bytes > 0, "{stats}");
+        let bytes_table = out
+            .split("bulk message bytes sent, by kind")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{name}: no bulk bytes table in\n{out}"));
+        let grant_row = bytes_table
+            .lines()
+            .find(|l| l.trim_start().starts_with("LockGrant"))
+            .unwrap_or_else(|| panic!("{name}: no LockGrant bytes row in\n{out}"));
+        assert_eq!(
+            grant_row.split_whitespace().nth(1),
+            Some(grant_bytes.to_string().as_str()),
+            "{name}: {grant_row}"
+        );
     }
     let inis = if clusters > 1 { clusters } else { 0 };
     assert_eq!(

@@ -316,7 +316,7 @@ fn ms(ns: u64) -> u64 {
 }
 
 /// The DSM statistics table: job totals and, for up to [`MAX_COLUMNS`] clusters, one
-/// column per cluster; messages by kind; the message layer; the INIs.
+/// column per cluster; messages and bulk bytes by kind; the message layer; the INIs.
 pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     let mut s = String::new();
     let cols: &[ClusterStats] = if stats.clusters.len() <= MAX_COLUMNS {
@@ -445,6 +445,14 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     for kind in stats.total.messages_sent.keys() {
         row(&mut s, kind, &|c| {
             c.messages_sent.get(kind).copied().unwrap_or(0)
+        });
+    }
+    // Bulk messages only: an Express message is one word, a Tag-On message a word and
+    // its page.
+    header(&mut s, "bulk message bytes sent, by kind");
+    for kind in stats.total.bulk_bytes_sent.keys() {
+        row(&mut s, kind, &|c| {
+            c.bulk_bytes_sent.get(kind).copied().unwrap_or(0)
         });
     }
     header(&mut s, "message layer");
