@@ -104,7 +104,10 @@ pub use error::DsmError;
 pub use runtime::{
     Dsm, DsmOptions, FAULT_EXIT_CODE, LockGuard, MAX_LOCAL_HANDOFFS, Stall, StallProbe, Worker,
 };
-pub use stats::{ClusterStats, JobStats, LayerStats, PhaseTimes, ProtocolStats};
+pub use stats::{
+    ClusterStats, JobStats, LayerStats, LockWaits, PhaseTimes, ProtocolStats, SLOW_LOCK_WAIT,
+    SLOW_LOCKS_KEPT,
+};
 pub use transport::{
     Liveness, LivenessError, LocalJobError, NeverFails, PROTOCOL_QUEUE, PidLiveness, Transport,
     WAKE_QUEUES, local_transports, site_config,

@@ -4,7 +4,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ops::AddAssign;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// The coherence machine's counters, by name (serialized with the cluster's other
 /// statistics).
@@ -176,6 +178,12 @@ pub struct ClusterStats {
     pub lock_runtime_acquires: u64,
     /// Time threads spent waiting in `lock`.
     pub lock_wait_ns: u64,
+    /// The locks this cluster's threads waited on longest, by lock id: the acquires
+    /// that took longer than [`SLOW_LOCK_WAIT`] and their total time; the
+    /// [`SLOW_LOCKS_KEPT`] locks with the longest total per cluster (summed by lock in a
+    /// job total). Empty in older reports.
+    #[serde(default)]
+    pub slow_lock_waits: BTreeMap<u32, LockWaits>,
     /// Barriers passed by this cluster.
     pub barriers: u64,
     /// Time threads spent waiting in barriers.
@@ -266,6 +274,11 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         self.lock_local_handoffs += o.lock_local_handoffs;
         self.lock_runtime_acquires += o.lock_runtime_acquires;
         self.lock_wait_ns += o.lock_wait_ns;
+        for (&lock, w) in &o.slow_lock_waits {
+            let t = self.slow_lock_waits.entry(lock).or_default();
+            t.acquires += w.acquires;
+            t.wait_ns += w.wait_ns;
+        }
         self.barriers += o.barriers;
         self.barrier_wait_ns += o.barrier_wait_ns;
         self.realtime_protocol_threads += o.realtime_protocol_threads;
@@ -290,6 +303,25 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         self.messages_sent_by_other_threads += o.messages_sent_by_other_threads;
         self.protocol += &o.protocol;
     }
+}
+
+/// An acquire that takes longer than this counts in [`ClusterStats::slow_lock_waits`]:
+/// a lock passed between clusters over shared memory takes a few µs, through INIs over
+/// UDP some tens; waits well past that are a lock held elsewhere or a holder that does
+/// not answer soon (computing, descheduled).
+pub const SLOW_LOCK_WAIT: Duration = Duration::from_micros(20);
+
+/// Locks per cluster kept in [`ClusterStats::slow_lock_waits`]: those with the longest
+/// total wait.
+pub const SLOW_LOCKS_KEPT: usize = 8;
+
+/// One lock's slow acquires at a cluster (see [`ClusterStats::slow_lock_waits`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockWaits {
+    /// Acquires that took longer than [`SLOW_LOCK_WAIT`].
+    pub acquires: u64,
+    /// Their total time, ns.
+    pub wait_ns: u64,
 }
 
 /// Statistics of a whole job, gathered by [`crate::Dsm::finish`] from every cluster.
@@ -342,6 +374,9 @@ pub(crate) struct Counters {
     pub(crate) bundled_sent: AtomicU64,
     pub(crate) bundles_received: AtomicU64,
     pub(crate) bundled_received: AtomicU64,
+    /// Slow acquires by lock id (see [`ClusterStats::slow_lock_waits`]): at most one
+    /// entry per lock the cluster's threads waited on.
+    pub(crate) slow_locks: Mutex<BTreeMap<u32, LockWaits>>,
 }
 
 impl Default for Counters {
@@ -373,7 +408,30 @@ impl Default for Counters {
             bundled_sent: AtomicU64::new(0),
             bundles_received: AtomicU64::new(0),
             bundled_received: AtomicU64::new(0),
+            slow_locks: Mutex::new(BTreeMap::new()),
         }
+    }
+}
+
+impl Counters {
+    /// Notes an acquire of `lock` that took `wait`, if longer than [`SLOW_LOCK_WAIT`].
+    pub(crate) fn note_lock_wait(&self, lock: u32, wait: Duration) {
+        if wait <= SLOW_LOCK_WAIT {
+            return;
+        }
+        let mut slow = self.slow_locks.lock().unwrap_or_else(|e| e.into_inner());
+        let w = slow.entry(lock).or_default();
+        w.acquires += 1;
+        w.wait_ns += wait.as_nanos() as u64;
+    }
+
+    /// The [`SLOW_LOCKS_KEPT`] locks with the longest total slow wait.
+    fn slowest_locks(&self) -> BTreeMap<u32, LockWaits> {
+        let slow = self.slow_locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<(u32, LockWaits)> = slow.iter().map(|(&l, &w)| (l, w)).collect();
+        v.sort_by_key(|&(l, w)| (std::cmp::Reverse(w.wait_ns), l));
+        v.truncate(SLOW_LOCKS_KEPT);
+        v.into_iter().collect()
     }
 }
 
@@ -422,6 +480,7 @@ impl Counters {
             lock_local_handoffs: protocol.lock_local_acquires,
             lock_runtime_acquires: 0,
             lock_wait_ns: g(&self.lock_wait_ns),
+            slow_lock_waits: self.slowest_locks(),
             barriers: g(&self.barriers),
             barrier_wait_ns: g(&self.barrier_wait_ns),
             time: PhaseTimes {
@@ -499,6 +558,58 @@ mod tests {
     }
 
     #[test]
+    fn slow_lock_waits_keep_the_longest_locks_and_sum_by_lock_in_a_job_total() {
+        let c = Counters::default();
+        // At or below the threshold: not counted.
+        c.note_lock_wait(1, SLOW_LOCK_WAIT);
+        c.note_lock_wait(1, Duration::from_micros(5));
+        assert!(c.slowest_locks().is_empty());
+        // Lock l waits (l + 1) ms once; lock 3 a second time.
+        for l in 0..(SLOW_LOCKS_KEPT as u32 + 4) {
+            c.note_lock_wait(l, Duration::from_millis(u64::from(l) + 1));
+        }
+        c.note_lock_wait(3, Duration::from_millis(20));
+        let kept = c.slowest_locks();
+        assert_eq!(kept.len(), SLOW_LOCKS_KEPT);
+        // The shortest totals are dropped: locks 0, 1, 2 (1-3 ms) and 4 (5 ms).
+        assert!(!kept.contains_key(&0) && !kept.contains_key(&4), "{kept:?}");
+        assert_eq!(
+            kept[&3],
+            LockWaits {
+                acquires: 2,
+                wait_ns: 24_000_000
+            }
+        );
+        let a = ClusterStats {
+            cluster: Some(0),
+            slow_lock_waits: kept.clone(),
+            ..Default::default()
+        };
+        let mut b = ClusterStats {
+            cluster: Some(1),
+            ..Default::default()
+        };
+        b.slow_lock_waits.insert(
+            3,
+            LockWaits {
+                acquires: 1,
+                wait_ns: 1_000,
+            },
+        );
+        let job = JobStats::from_clusters(vec![a, b]);
+        assert_eq!(
+            job.total.slow_lock_waits[&3],
+            LockWaits {
+                acquires: 3,
+                wait_ns: 24_001_000
+            }
+        );
+        assert_eq!(job.total.slow_lock_waits.len(), SLOW_LOCKS_KEPT);
+        let json = serde_json::to_string(&job).unwrap();
+        assert_eq!(serde_json::from_str::<JobStats>(&json).unwrap(), job);
+    }
+
+    #[test]
     fn reports_without_per_thread_counts_still_parse() {
         let mut v = serde_json::to_value(ClusterStats::default()).unwrap();
         let o = v.as_object_mut().unwrap();
@@ -506,6 +617,7 @@ mod tests {
             "messages_sent_by_thread",
             "messages_sent_by_protocol_thread",
             "messages_sent_by_other_threads",
+            "slow_lock_waits",
         ] {
             assert!(o.remove(k).is_some(), "{k} is serialized");
         }

@@ -108,6 +108,44 @@ fn counter(slot: usize, protocol: Protocol) {
     assert_eq!(p.lock_grants, p.lock_requests + p.lock_pushes_received);
 }
 
+/// A lock held for 50 ms by cluster 0 while cluster 1 asks for it: cluster 1's acquire
+/// is among its slow lock waits, with the wait it took, and the job total sums the
+/// clusters'.
+#[test]
+fn a_lock_held_elsewhere_is_reported_among_the_slow_lock_waits() {
+    let cfg = config(2, 1, Protocol::Hlrc);
+    let results = on_each(job(14, &cfg), |dsm| {
+        dsm.run(|w| {
+            if w.cluster() == 0 {
+                let _g = w.lock(3).unwrap();
+                w.barrier().unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            } else {
+                w.barrier().unwrap();
+                drop(w.lock(3).unwrap());
+            }
+        })
+        .unwrap();
+        dsm.finish().unwrap()
+    });
+    let stats = &results[0];
+    let waited = stats.clusters[1].slow_lock_waits[&3];
+    assert!(waited.acquires >= 1, "{waited:?}");
+    assert!(
+        waited.wait_ns >= 30_000_000,
+        "cluster 1 waited for the holder's 50 ms: {waited:?}"
+    );
+    assert_eq!(
+        stats.total.slow_lock_waits[&3].wait_ns,
+        waited.wait_ns + {
+            stats.clusters[0]
+                .slow_lock_waits
+                .get(&3)
+                .map_or(0, |w| w.wait_ns)
+        }
+    );
+}
+
 #[test]
 fn counter_under_a_lock_hlrc() {
     counter(0, Protocol::Hlrc);

@@ -44,8 +44,10 @@ impl Inner {
             &|| format!("acquiring lock {id}"),
         )?;
         let c = &self.core.counters;
+        let waited = t0.elapsed();
         bump(&c.lock_acquires, 1);
-        bump(&c.lock_wait_ns, t0.elapsed().as_nanos() as u64);
+        bump(&c.lock_wait_ns, waited.as_nanos() as u64);
+        c.note_lock_wait(id, waited);
         Ok(LockGuard {
             inner: self,
             id,

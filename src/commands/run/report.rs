@@ -308,6 +308,9 @@ const MAX_COLUMNS: usize = 8;
 /// fits and the columns stay aligned.
 const LABEL_WIDTH: usize = 40;
 
+/// Locks listed under "locks waited on longest".
+const SLOW_LOCKS_SHOWN: usize = 5;
+
 /// Width of a row label (indented by two spaces under its title).
 const LABEL_WIDTH_ROW: usize = LABEL_WIDTH - 2;
 
@@ -316,7 +319,8 @@ fn ms(ns: u64) -> u64 {
 }
 
 /// The DSM statistics table: job totals and, for up to [`MAX_COLUMNS`] clusters, one
-/// column per cluster; messages and bulk bytes by kind; the message layer; the INIs.
+/// column per cluster; the locks waited on longest; messages and bulk bytes by kind; the
+/// message layer; the INIs.
 pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     let mut s = String::new();
     let cols: &[ClusterStats] = if stats.clusters.len() <= MAX_COLUMNS {
@@ -441,6 +445,33 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
         c.realtime_protocol_threads
     });
     row(&mut s, "  times", &|c| c.time.sleeps);
+    // The job's longest lock waits; each cluster reports its own longest
+    // (`SLOW_LOCKS_KEPT`), so a cluster's 0 may be a lock outside its own list.
+    let mut slow: Vec<(u32, u64)> = stats
+        .total
+        .slow_lock_waits
+        .iter()
+        .map(|(&lock, w)| (lock, w.wait_ns))
+        .collect();
+    slow.sort_by_key(|&(lock, ns)| (std::cmp::Reverse(ns), lock));
+    if !slow.is_empty() {
+        header(
+            &mut s,
+            &format!(
+                "locks waited on longest (over {} µs)",
+                multigrain_dsm::SLOW_LOCK_WAIT.as_micros()
+            ),
+        );
+        for &(lock, _) in slow.iter().take(SLOW_LOCKS_SHOWN) {
+            let waits = |c: &ClusterStats| c.slow_lock_waits.get(&lock).copied();
+            row(&mut s, &format!("lock {lock}: wait (µs)"), &|c| {
+                waits(c).map_or(0, |w| w.wait_ns / 1_000)
+            });
+            row(&mut s, "  acquires", &|c| {
+                waits(c).map_or(0, |w| w.acquires)
+            });
+        }
+    }
     header(&mut s, "messages sent, by kind");
     for kind in stats.total.messages_sent.keys() {
         row(&mut s, kind, &|c| {
