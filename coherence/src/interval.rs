@@ -494,6 +494,32 @@ mod tests {
     fn c(n: u16) -> ClusterId {
         ClusterId::new(n).unwrap()
     }
+    fn hash_of(d: &DiffBytes) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        d.hash(&mut h);
+        h.finish()
+    }
+
+    #[test]
+    fn diff_bytes_compare_and_hash_by_their_bytes_however_kept() {
+        let bytes = vec![
+            0u8, 0, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+        ];
+        let copied = DiffBytes::new(&bytes);
+        let taken = DiffBytes::from_vec(bytes.clone());
+        assert_eq!(copied, taken);
+        assert_eq!(hash_of(&copied), hash_of(&taken));
+        assert_eq!(copied.cmp(&taken), std::cmp::Ordering::Equal);
+        assert_eq!(taken.as_slice(), &bytes[..]);
+        assert_eq!(taken.len(), bytes.len());
+        let other = DiffBytes::from_vec(vec![1]);
+        assert_ne!(copied, other);
+        assert!(copied < other, "ordered as the bytes are");
+        assert!(DiffBytes::default().is_empty());
+        assert_eq!(DiffBytes::default(), DiffBytes::from_vec(Vec::new()));
+    }
+
     fn rec(o: u16, i: u32) -> IntervalRecord {
         IntervalRecord {
             owner: c(o),
