@@ -184,6 +184,10 @@ pub struct ClusterStats {
     /// job total). Empty in older reports.
     #[serde(default)]
     pub slow_lock_waits: BTreeMap<u32, LockWaits>,
+    /// Every lock's acquires that took longer than [`SLOW_LOCK_WAIT`], summed (those
+    /// of [`ClusterStats::slow_lock_waits`] and of the locks left out of it).
+    #[serde(default)]
+    pub slow_lock_waits_all: LockWaits,
     /// Barriers passed by this cluster.
     pub barriers: u64,
     /// Time threads spent waiting in barriers.
@@ -275,10 +279,9 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         self.lock_runtime_acquires += o.lock_runtime_acquires;
         self.lock_wait_ns += o.lock_wait_ns;
         for (&lock, w) in &o.slow_lock_waits {
-            let t = self.slow_lock_waits.entry(lock).or_default();
-            t.acquires += w.acquires;
-            t.wait_ns += w.wait_ns;
+            *self.slow_lock_waits.entry(lock).or_default() += w;
         }
+        self.slow_lock_waits_all += &o.slow_lock_waits_all;
         self.barriers += o.barriers;
         self.barrier_wait_ns += o.barrier_wait_ns;
         self.realtime_protocol_threads += o.realtime_protocol_threads;
@@ -322,6 +325,13 @@ pub struct LockWaits {
     pub acquires: u64,
     /// Their total time, ns.
     pub wait_ns: u64,
+}
+
+impl AddAssign<&LockWaits> for LockWaits {
+    fn add_assign(&mut self, o: &LockWaits) {
+        self.acquires += o.acquires;
+        self.wait_ns += o.wait_ns;
+    }
 }
 
 /// Statistics of a whole job, gathered by [`crate::Dsm::finish`] from every cluster.
@@ -425,13 +435,18 @@ impl Counters {
         w.wait_ns += wait.as_nanos() as u64;
     }
 
-    /// The [`SLOW_LOCKS_KEPT`] locks with the longest total slow wait.
-    fn slowest_locks(&self) -> BTreeMap<u32, LockWaits> {
+    /// The [`SLOW_LOCKS_KEPT`] locks with the longest total slow wait, and the sum over
+    /// every lock.
+    fn slowest_locks(&self) -> (BTreeMap<u32, LockWaits>, LockWaits) {
         let slow = self.slow_locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = LockWaits::default();
+        for w in slow.values() {
+            all += w;
+        }
         let mut v: Vec<(u32, LockWaits)> = slow.iter().map(|(&l, &w)| (l, w)).collect();
         v.sort_by_key(|&(l, w)| (std::cmp::Reverse(w.wait_ns), l));
         v.truncate(SLOW_LOCKS_KEPT);
-        v.into_iter().collect()
+        (v.into_iter().collect(), all)
     }
 }
 
@@ -459,6 +474,7 @@ impl Counters {
         layer: LayerStats,
     ) -> ClusterStats {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let (slow_lock_waits, slow_lock_waits_all) = self.slowest_locks();
         ClusterStats {
             cluster: Some(cluster),
             read_faults: g(&self.read_faults),
@@ -480,7 +496,8 @@ impl Counters {
             lock_local_handoffs: protocol.lock_local_acquires,
             lock_runtime_acquires: 0,
             lock_wait_ns: g(&self.lock_wait_ns),
-            slow_lock_waits: self.slowest_locks(),
+            slow_lock_waits,
+            slow_lock_waits_all,
             barriers: g(&self.barriers),
             barrier_wait_ns: g(&self.barrier_wait_ns),
             time: PhaseTimes {
@@ -563,14 +580,22 @@ mod tests {
         // At or below the threshold: not counted.
         c.note_lock_wait(1, SLOW_LOCK_WAIT);
         c.note_lock_wait(1, Duration::from_micros(5));
-        assert!(c.slowest_locks().is_empty());
+        assert_eq!(c.slowest_locks(), (BTreeMap::new(), LockWaits::default()));
         // Lock l waits (l + 1) ms once; lock 3 a second time.
         for l in 0..(SLOW_LOCKS_KEPT as u32 + 4) {
             c.note_lock_wait(l, Duration::from_millis(u64::from(l) + 1));
         }
         c.note_lock_wait(3, Duration::from_millis(20));
-        let kept = c.slowest_locks();
+        let (kept, all) = c.slowest_locks();
         assert_eq!(kept.len(), SLOW_LOCKS_KEPT);
+        // The sum covers the locks left out too: 1 + 2 + … + 12 ms, and 20 ms more.
+        assert_eq!(
+            all,
+            LockWaits {
+                acquires: SLOW_LOCKS_KEPT as u64 + 5,
+                wait_ns: 98_000_000
+            }
+        );
         // The shortest totals are dropped: locks 0, 1, 2 (1-3 ms) and 4 (5 ms).
         assert!(!kept.contains_key(&0) && !kept.contains_key(&4), "{kept:?}");
         assert_eq!(
@@ -583,6 +608,7 @@ mod tests {
         let a = ClusterStats {
             cluster: Some(0),
             slow_lock_waits: kept.clone(),
+            slow_lock_waits_all: all,
             ..Default::default()
         };
         let mut b = ClusterStats {
@@ -605,6 +631,7 @@ mod tests {
             }
         );
         assert_eq!(job.total.slow_lock_waits.len(), SLOW_LOCKS_KEPT);
+        assert_eq!(job.total.slow_lock_waits_all, all);
         let json = serde_json::to_string(&job).unwrap();
         assert_eq!(serde_json::from_str::<JobStats>(&json).unwrap(), job);
     }
@@ -618,6 +645,7 @@ mod tests {
             "messages_sent_by_protocol_thread",
             "messages_sent_by_other_threads",
             "slow_lock_waits",
+            "slow_lock_waits_all",
         ] {
             assert!(o.remove(k).is_some(), "{k} is serialized");
         }

@@ -135,6 +135,7 @@ fn a_lock_held_elsewhere_is_reported_among_the_slow_lock_waits() {
         waited.wait_ns >= 30_000_000,
         "cluster 1 waited for the holder's 50 ms: {waited:?}"
     );
+    assert!(stats.clusters[1].slow_lock_waits_all.wait_ns >= waited.wait_ns);
     assert_eq!(
         stats.total.slow_lock_waits[&3].wait_ns,
         waited.wait_ns + {

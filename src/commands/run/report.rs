@@ -462,6 +462,10 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
                 multigrain_dsm::SLOW_LOCK_WAIT.as_micros()
             ),
         );
+        row(&mut s, "all locks: wait (µs)", &|c| {
+            c.slow_lock_waits_all.wait_ns / 1_000
+        });
+        row(&mut s, "  acquires", &|c| c.slow_lock_waits_all.acquires);
         for &(lock, _) in slow.iter().take(SLOW_LOCKS_SHOWN) {
             let waits = |c: &ClusterStats| c.slow_lock_waits.get(&lock).copied();
             row(&mut s, &format!("lock {lock}: wait (µs)"), &|c| {
