@@ -264,7 +264,10 @@ impl Core {
             Action::ShareHomePage { to, page } => {
                 self.share_home_page(ops, ep, st, to.index(), page, pending)
             }
-            Action::Unprotect { page } => self.lift_protection(ops, PageRange::one(idx(page))),
+            // Lifted by `handle_one`, in runs (see `UnprotectRun`).
+            Action::Unprotect { page } => {
+                Err(self.internal(format!("an Unprotect of {page:?} outside its run")))
+            }
             Action::WriteProtect { pages } => ops.write_protect(range(pages)).map_err(op_err),
             Action::Invalidate { pages } => {
                 ops.invalidate(range(pages)).map_err(op_err)?;
