@@ -430,6 +430,14 @@ impl Connection {
                     || (self.frames.len() < p.window as usize && self.has_new_data())))
     }
 
+    /// Whether this connection has DATA it may send now: a retransmission, or new data
+    /// with room in the window (ACK- and NAK-only datagrams do not count).
+    pub(crate) fn data_ready(&self, p: &Params) -> bool {
+        !self.unresponsive
+            && (!self.retx.is_empty()
+                || (self.frames.len() < p.window as usize && self.has_new_data()))
+    }
+
     /// Writes the next datagram of this connection into `buf` (at least the MTU long).
     /// Order: NAKs, retransmissions, new DATA while the window has room, standalone ACK.
     /// Every datagram carries the cumulative ACK, so any of them settles an owed ACK.

@@ -565,6 +565,14 @@ impl Ini {
         self.conns.iter().map(Connection::queued).sum()
     }
 
+    /// Whether some connection has a DATA datagram it may send now: a retransmission,
+    /// or new data with room in its window (ACK- and NAK-only datagrams do not count).
+    /// O(connections). The emulated gap uses it to tell a transmit side held back by the
+    /// gap from an idle one.
+    pub fn data_ready(&self) -> bool {
+        self.conns.iter().any(|c| c.data_ready(&self.params))
+    }
+
     /// Unacknowledged frames of `conn` (at most [`WindowConfig::window`]).
     pub fn in_flight(&self, conn: ConnHandle) -> usize {
         self.c(conn).in_flight()

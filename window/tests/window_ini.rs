@@ -492,6 +492,35 @@ fn a_full_window_lets_other_connections_go_first() {
     assert_eq!(order, vec![B, B]);
 }
 
+/// What the emulated gap asks before it lets a late injection catch up (paper 001 §3.2):
+/// DATA it may send now — not an owed ACK, not data behind a full window.
+#[test]
+fn data_ready_counts_sendable_data_only() {
+    let (mut a, conn) = ini_a(WindowConfig {
+        window: 2,
+        ack_every: 2,
+        ..config()
+    });
+    assert!(!a.data_ready(), "nothing queued");
+    // An owed ACK is not DATA.
+    a.handle_datagram(Micros(0), &data(0, 0, b"x")).unwrap();
+    delivered(&mut a);
+    assert!(!a.data_ready(), "only an ACK owed");
+    for i in 0..3u8 {
+        a.enqueue(conn, vec![i]).unwrap();
+    }
+    assert!(a.data_ready());
+    next(&mut a, 10).unwrap();
+    assert!(a.data_ready(), "one sent, the window has room for the next");
+    next(&mut a, 10).unwrap();
+    // The third waits behind the full window: not ready until an ACK opens it.
+    assert_eq!((a.in_flight(conn), a.queued(conn)), (2, 1));
+    assert!(!a.data_ready(), "window full");
+    a.handle_datagram(Micros(20), &from_b(FrameKind::Ack, 1, 2, (0, 0), &[]))
+        .unwrap();
+    assert!(a.data_ready(), "the ACK opened the window");
+}
+
 #[test]
 fn peers_are_added_once_and_never_self() {
     let mut a = Ini::new(A, config()).unwrap();

@@ -151,6 +151,11 @@ pub(crate) struct IniCore {
     pub(crate) delayed: VecDeque<(Instant, Option<ConnHandle>, Vec<u8>)>,
     /// Under the emulated gap, when the transmit side may send again.
     pub(crate) next_inject: Instant,
+    /// Under the emulated gap, whether DATA has been ready to send since before
+    /// `next_inject` (seen right after the last injection or by a pass the gap held
+    /// back): the next gap then runs from `next_inject`, however late the INI thread
+    /// got to the injection (see [`gap_start`]).
+    pub(crate) gap_backlog: bool,
     pub(crate) buf: Vec<u8>,
     /// Segmentation offload of `socket` (`ini.offload`).
     pub(crate) offload: Offload,
@@ -366,6 +371,7 @@ impl IniCore {
             // the next one's own work fits inside the gap instead of adding to it.
             let injected = emulate_gap.then(Instant::now);
             if injected.is_some_and(|t| self.next_inject > t) {
+                self.gap_backlog |= self.ini.data_ready();
                 break;
             }
             let Some(t) = self.ini.poll_transmit(now, &mut self.buf) else {
@@ -391,8 +397,9 @@ impl IniCore {
                 offload::send(&self.socket, addr, &self.buf[..t.len]);
             }
             if let Some(injected) = injected.filter(|_| t.data) {
-                self.next_inject = gap_start(injected, self.next_inject)
+                self.next_inject = gap_start(injected, self.next_inject, self.gap_backlog)
                     + gap_after(self.gap, self.per_byte_ns, t.len);
+                self.gap_backlog = self.ini.data_ready();
             }
             if traced && let Some(tr) = self.trace.as_mut() {
                 tr.on_wire(t.conn, t.messages_started, windowed_ns, net.now_ns());
@@ -565,24 +572,33 @@ impl IniCore {
 }
 
 /// How late an injection may start after its gap ended and still have the next gap
-/// counted from when it was due (see [`gap_start`]).
+/// counted from when it was due, when nothing says that DATA waited for the gap (see
+/// [`gap_start`]).
 const GAP_SLACK: Duration = Duration::from_micros(2);
 
-/// When the gap after an injection that began at `injected` starts: at `due`, the end of
-/// the previous gap, if the injection began at most [`GAP_SLACK`] after it, else at
+/// When the gap after an injection that began at `injected` starts, the previous gap
+/// having ended at `due`: at `due` if DATA was ready to send since before `due`
+/// (`backlog`) or the injection began at most [`GAP_SLACK`] after it, else at
 /// `injected`.
 ///
-/// The pass that finds a gap over does its own work (the INI's lock, the hand-off ring,
-/// framing) before the next injection begins: 0.3–0.9 µs a datagram on 2 vCPUs. Counted
-/// from the late start, that added itself to every g. A probe of the sending INI with
-/// g = 10 µs, in streams its thread was not descheduled in: injections 10.66–10.92 µs
-/// apart on average, 10.27–10.49 µs with the slack.
+/// The emulated network interface's transmit side sends one DATA datagram per *g* +
+/// *n*·*G* while it has DATA (paper 001 §3.2: the LANai, a processor of its own, stalls
+/// after each injection). The INI is a thread that shares the CPUs: the pass that finds
+/// a gap over does its own work (the INI's lock, the hand-off ring, framing) before the
+/// injection begins, 0.3–0.9 µs a datagram on 2 vCPUs, and the scheduler may have taken
+/// the thread off its CPU at the end of a gap for a whole time slice. Counted from the
+/// late start, each delay added itself to the rate: with only the slack (no `backlog`),
+/// `experiment loggp-calibrate` read g = 10 µs as 11.9 µs and G = 5 ns/B as 5.7 (a
+/// stream of 20,000 messages; 4 CPU-bound threads on 2 vCPUs). With `backlog` the
+/// injections keep to the interface's schedule: after a delay the datagrams that waited
+/// leave back to back until the schedule is met, so the stream's rate is the asked one,
+/// and injection *k* of a backlog never starts before the first one's start + *k* gaps.
 ///
-/// An injection later than that (the INI had nothing to send, or its thread did not
-/// run) starts its gap itself, so nothing is ever sent in a burst to make up for lost
-/// time: two injections are at least g − [`GAP_SLACK`] apart.
-fn gap_start(injected: Instant, due: Instant) -> Instant {
-    if injected.saturating_duration_since(due) <= GAP_SLACK {
+/// An injection that nothing waited for (the INI had nothing to send when the gap
+/// ended) starts its gap itself, so nothing is sent in a burst to make up for idle
+/// time. A window that filled during the gap (its ACK late) does not count as waiting.
+fn gap_start(injected: Instant, due: Instant, backlog: bool) -> Instant {
+    if backlog || injected.saturating_duration_since(due) <= GAP_SLACK {
         due.min(injected)
     } else {
         injected
@@ -716,14 +732,26 @@ mod tests {
         let us = Duration::from_micros;
         // A pass's own work late: the next gap starts when this one was due, so the
         // average interval stays g.
-        assert_eq!(gap_start(due + us(1), due), due);
-        assert_eq!(gap_start(due + GAP_SLACK, due), due);
-        assert_eq!(gap_start(due, due), due);
-        // Later than the slack (idle, or the thread did not run): no catching up, the
-        // gap starts with the injection.
+        assert_eq!(gap_start(due + us(1), due, false), due);
+        assert_eq!(gap_start(due + GAP_SLACK, due, false), due);
+        assert_eq!(gap_start(due, due, false), due);
+        // Later than the slack with nothing waiting (idle): no catching up, the gap
+        // starts with the injection.
         let late = due + GAP_SLACK + us(1);
-        assert_eq!(gap_start(late, due), late);
+        assert_eq!(gap_start(late, due, false), late);
         let idle = due + Duration::from_millis(5);
-        assert_eq!(gap_start(idle, due), idle);
+        assert_eq!(gap_start(idle, due, false), idle);
+    }
+
+    #[test]
+    fn a_backlog_keeps_to_the_schedule_however_late_the_injection() {
+        let due = Instant::now();
+        // DATA waited since before `due` and the INI thread ran 5 ms late: the gap
+        // still starts at `due`, so the datagrams that waited catch up.
+        let late = due + Duration::from_millis(5);
+        assert_eq!(gap_start(late, due, true), due);
+        // Never earlier than the injection itself.
+        let early = due - Duration::from_micros(3);
+        assert_eq!(gap_start(early, due, true), early);
     }
 }

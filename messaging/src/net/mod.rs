@@ -646,6 +646,7 @@ impl BoundInis {
                 stalled: None,
                 delayed: VecDeque::new(),
                 next_inject: epoch,
+                gap_backlog: false,
                 buf: vec![0; 65_536],
                 offload,
                 c: Counters::default(),
