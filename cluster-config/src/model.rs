@@ -567,7 +567,7 @@ impl DsmConfig {
 /// |---|---|---|
 /// | `send_overhead_us` (*o_s*) | busy loop by the sending thread per message sent | the same |
 /// | `recv_overhead_us` (*o_r*) | busy loop by the thread that takes the message from its receive queue (a compute thread's poll, the protocol thread) | the same |
-/// | `gap_us` (*g*) | the sending INI starts no DATA injection sooner than *g* + *n*·*G* after the start of its previous one, of *n* bytes; ACK/NAK-only datagrams neither wait nor count | rejected ([`EmulationConfig::check_link`]) |
+/// | `gap_us` (*g*) | the sending INI injects DATA on a schedule of one datagram per *g* + *n*·*G* (*n* its bytes): the next starts no sooner than that after the previous one began — or was due, when DATA waited for a late INI thread (those datagrams catch up, never ahead of the schedule); ACK/NAK-only datagrams neither wait nor count | rejected ([`EmulationConfig::check_link`]) |
 /// | `per_byte_gap_ns` (*G*) | the per-byte term of that gap | rejected |
 /// | `latency_us` (*L*) | every datagram is held *L* after it is read, before the window sees it | every message is held *L* after the receiving thread first sees it |
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -582,7 +582,9 @@ pub struct EmulationConfig {
     pub recv_overhead_us: f64,
     /// `gap_us`: *g*, µs from the start of one DATA injection of the sending
     /// INI to the earliest start of its next (network path only; LogP's *g*,
-    /// the least interval between injections).
+    /// the least interval between injections). The start counted is when the
+    /// injection was due if DATA waited for a late INI thread, so that a thread
+    /// descheduled at the end of a gap does not slow the emulated interface.
     pub gap_us: f64,
     /// `latency_us`: *L*, µs a message waits before delivery, independent of
     /// load (each message its own *L*, none behind another): in the

@@ -5,7 +5,8 @@
 //! * *o_s*: a busy loop of the sending thread per message sent;
 //! * *o_r*: a busy loop of the thread that takes a message from its receive queue, per
 //!   message from another cluster (not of the INI that delivered it);
-//! * *g*: the sending INI injects DATA datagrams no closer than *g* apart;
+//! * *g*: the sending INI injects DATA datagrams at most one per *g* (a stream's last
+//!   datagram no sooner than (*n* − 1)·*g* after its first);
 //! * *G*: *n*·*G* more after a datagram of *n* bytes, added to *g*;
 //! * *L*: each message delivered no sooner than *L* after it was sent, none behind
 //!   another.
