@@ -423,11 +423,7 @@ impl Connection {
     /// Whether [`poll_write`](Self::poll_write) may produce a datagram (it may still
     /// return `None` when the only work was stale).
     pub(crate) fn wants_transmit(&self, p: &Params) -> bool {
-        !self.naks.is_empty()
-            || self.ack_now
-            || (!self.unresponsive
-                && (!self.retx.is_empty()
-                    || (self.frames.len() < p.window as usize && self.has_new_data())))
+        !self.naks.is_empty() || self.ack_now || self.data_ready(p)
     }
 
     /// Whether this connection has DATA it may send now: a retransmission, or new data

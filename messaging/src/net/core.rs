@@ -596,7 +596,8 @@ const GAP_SLACK: Duration = Duration::from_micros(2);
 ///
 /// An injection that nothing waited for (the INI had nothing to send when the gap
 /// ended) starts its gap itself, so nothing is sent in a burst to make up for idle
-/// time. A window that filled during the gap (its ACK late) does not count as waiting.
+/// time. Nor does data behind a full window: after such a stall (flow control, not a
+/// late thread) the schedule starts again with the injection the ACK lets go.
 fn gap_start(injected: Instant, due: Instant, backlog: bool) -> Instant {
     if backlog || injected.saturating_duration_since(due) <= GAP_SLACK {
         due.min(injected)
