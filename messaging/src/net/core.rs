@@ -371,7 +371,11 @@ impl IniCore {
             // the next one's own work fits inside the gap instead of adding to it.
             let injected = emulate_gap.then(Instant::now);
             if injected.is_some_and(|t| self.next_inject > t) {
-                self.gap_backlog |= self.ini.data_ready();
+                // Once DATA is known to wait, every pass the gap holds back need not
+                // ask again (only an injection clears it).
+                if !self.gap_backlog {
+                    self.gap_backlog = self.ini.data_ready();
+                }
                 break;
             }
             let Some(t) = self.ini.poll_transmit(now, &mut self.buf) else {
