@@ -567,7 +567,7 @@ impl DsmConfig {
 /// |---|---|---|
 /// | `send_overhead_us` (*o_s*) | busy loop by the sending thread per message sent | the same |
 /// | `recv_overhead_us` (*o_r*) | busy loop by the thread that takes the message from its receive queue (a compute thread's poll, the protocol thread) | the same |
-/// | `gap_us` (*g*) | the sending INI injects DATA on a schedule of one datagram per *g* + *n*·*G* (*n* its bytes): the next starts no sooner than that after the previous one began — or was due, when DATA waited for a late INI thread (those datagrams catch up, never ahead of the schedule); ACK/NAK-only datagrams neither wait nor count | rejected ([`EmulationConfig::check_link`]) |
+/// | `gap_us` (*g*) | the sending INI injects DATA on a schedule of one datagram per *g* + *n*·*G* (*n* its bytes): the next starts no sooner than that after the previous one began — or was due, when DATA waited for a late INI thread or a full window (those datagrams catch up, never ahead of the schedule); ACK/NAK-only datagrams neither wait nor count | rejected ([`EmulationConfig::check_link`]) |
 /// | `per_byte_gap_ns` (*G*) | the per-byte term of that gap | rejected |
 /// | `latency_us` (*L*) | every datagram is held *L* after it is read, before the window sees it | every message is held *L* after the receiving thread first sees it |
 #[derive(Debug, Clone, Copy, PartialEq, Default)]

@@ -434,6 +434,12 @@ impl Connection {
                 || (self.frames.len() < p.window as usize && self.has_new_data()))
     }
 
+    /// Whether this connection has DATA to send, now or once an ACK opens its window: a
+    /// retransmission or new data (ACK- and NAK-only datagrams do not count).
+    pub(crate) fn data_waiting(&self) -> bool {
+        !self.unresponsive && (!self.retx.is_empty() || self.has_new_data())
+    }
+
     /// Writes the next datagram of this connection into `buf` (at least the MTU long).
     /// Order: NAKs, retransmissions, new DATA while the window has room, standalone ACK.
     /// Every datagram carries the cumulative ACK, so any of them settles an owed ACK.

@@ -565,12 +565,13 @@ impl Ini {
         self.conns.iter().map(Connection::queued).sum()
     }
 
-    /// Whether some connection has a DATA datagram it may send now: a retransmission,
-    /// or new data with room in its window (ACK- and NAK-only datagrams do not count).
-    /// O(connections). The emulated gap uses it to tell a transmit side held back by the
-    /// gap from an idle one.
-    pub fn data_ready(&self) -> bool {
-        self.conns.iter().any(|c| c.data_ready(&self.params))
+    /// Whether some connection has DATA to send: a retransmission, or new data, whether
+    /// its window has room now or it waits for an ACK to open it (ACK- and NAK-only
+    /// datagrams do not count). O(connections). The emulated gap uses it to tell a
+    /// transmit side held back — by the gap, a late INI thread or a full window — from
+    /// an idle one.
+    pub fn data_waiting(&self) -> bool {
+        self.conns.iter().any(Connection::data_waiting)
     }
 
     /// Unacknowledged frames of `conn` (at most [`WindowConfig::window`]).

@@ -493,32 +493,35 @@ fn a_full_window_lets_other_connections_go_first() {
 }
 
 /// What the emulated gap asks before it lets a late injection catch up (paper 001 §3.2):
-/// DATA it may send now — not an owed ACK, not data behind a full window.
+/// DATA to send, held back or not by the window — not an owed ACK.
 #[test]
-fn data_ready_counts_sendable_data_only() {
+fn data_waiting_counts_data_not_acks() {
     let (mut a, conn) = ini_a(WindowConfig {
         window: 2,
         ack_every: 2,
         ..config()
     });
-    assert!(!a.data_ready(), "nothing queued");
+    assert!(!a.data_waiting(), "nothing queued");
     // An owed ACK is not DATA.
     a.handle_datagram(Micros(0), &data(0, 0, b"x")).unwrap();
     delivered(&mut a);
-    assert!(!a.data_ready(), "only an ACK owed");
+    assert!(!a.data_waiting(), "only an ACK owed");
     for i in 0..3u8 {
         a.enqueue(conn, vec![i]).unwrap();
     }
-    assert!(a.data_ready());
+    assert!(a.data_waiting());
     next(&mut a, 10).unwrap();
-    assert!(a.data_ready(), "one sent, the window has room for the next");
     next(&mut a, 10).unwrap();
-    // The third waits behind the full window: not ready until an ACK opens it.
+    // The third waits behind the full window: still DATA waiting (the window's stall,
+    // like a late INI thread, is time the emulated interface makes up).
     assert_eq!((a.in_flight(conn), a.queued(conn)), (2, 1));
-    assert!(!a.data_ready(), "window full");
+    assert!(a.data_waiting(), "window full");
     a.handle_datagram(Micros(20), &from_b(FrameKind::Ack, 1, 2, (0, 0), &[]))
         .unwrap();
-    assert!(a.data_ready(), "the ACK opened the window");
+    next(&mut a, 30).unwrap();
+    // All sent: frames in flight await their ACK, but nothing is left to send.
+    assert_eq!(a.queued(conn), 0);
+    assert!(!a.data_waiting(), "everything sent");
 }
 
 #[test]

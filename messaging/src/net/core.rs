@@ -151,10 +151,10 @@ pub(crate) struct IniCore {
     pub(crate) delayed: VecDeque<(Instant, Option<ConnHandle>, Vec<u8>)>,
     /// Under the emulated gap, when the transmit side may send again.
     pub(crate) next_inject: Instant,
-    /// Under the emulated gap, whether DATA has been ready to send since before
+    /// Under the emulated gap, whether DATA has waited to be sent since before
     /// `next_inject` (seen right after the last injection or by a pass the gap held
-    /// back): the next gap then runs from `next_inject`, however late the INI thread
-    /// got to the injection (see [`gap_start`]).
+    /// back; in the window or behind it): the next gap then runs from `next_inject`,
+    /// however late the INI thread got to the injection (see [`gap_start`]).
     pub(crate) gap_backlog: bool,
     pub(crate) buf: Vec<u8>,
     /// Segmentation offload of `socket` (`ini.offload`).
@@ -374,7 +374,7 @@ impl IniCore {
                 // Once DATA is known to wait, every pass the gap holds back need not
                 // ask again (only an injection clears it).
                 if !self.gap_backlog {
-                    self.gap_backlog = self.ini.data_ready();
+                    self.gap_backlog = self.ini.data_waiting();
                 }
                 break;
             }
@@ -403,7 +403,7 @@ impl IniCore {
             if let Some(injected) = injected.filter(|_| t.data) {
                 self.next_inject = gap_start(injected, self.next_inject, self.gap_backlog)
                     + gap_after(self.gap, self.per_byte_ns, t.len);
-                self.gap_backlog = self.ini.data_ready();
+                self.gap_backlog = self.ini.data_waiting();
             }
             if traced && let Some(tr) = self.trace.as_mut() {
                 tr.on_wire(t.conn, t.messages_started, windowed_ns, net.now_ns());
@@ -581,7 +581,7 @@ impl IniCore {
 const GAP_SLACK: Duration = Duration::from_micros(2);
 
 /// When the gap after an injection that began at `injected` starts, the previous gap
-/// having ended at `due`: at `due` if DATA was ready to send since before `due`
+/// having ended at `due`: at `due` if DATA waited to be sent since before `due`
 /// (`backlog`) or the injection began at most [`GAP_SLACK`] after it, else at
 /// `injected`.
 ///
@@ -598,10 +598,18 @@ const GAP_SLACK: Duration = Duration::from_micros(2);
 /// leave back to back until the schedule is met, so the stream's rate is the asked one,
 /// and injection *k* of a backlog never starts before the first one's start + *k* gaps.
 ///
+/// Data behind a full window counts as waiting too: the window fills when the receiving
+/// INI thread is off its CPU longer than a window's worth of gaps (32 × 42 µs for 4 KiB
+/// datagrams at G = 10 ns/B), a stall the paper's receiving LANai, never descheduled,
+/// does not have. Restarting the schedule after such a stall read G = 10 / 20 ns/B as
+/// 11.5–20.8 / 23.0–30.0 in four alternating pairs where catching up read 10.7–11.6 /
+/// 21.0–26.5 (`loggp-calibrate --repeat 2`). A receiver that is slow for real still
+/// bounds the stream's rate; the catch-up after it is at most a window of datagrams
+/// back to back.
+///
 /// An injection that nothing waited for (the INI had nothing to send when the gap
 /// ended) starts its gap itself, so nothing is sent in a burst to make up for idle
-/// time. Nor does data behind a full window: after such a stall (flow control, not a
-/// late thread) the schedule starts again with the injection the ACK lets go.
+/// time.
 fn gap_start(injected: Instant, due: Instant, backlog: bool) -> Instant {
     if backlog || injected.saturating_duration_since(due) <= GAP_SLACK {
         due.min(injected)
