@@ -71,8 +71,7 @@ pub struct NetConfig {
     pub emulation: EmulationConfig,
     /// Fault injection (all zero = off).
     pub faults: FaultConfig,
-    /// How long an idle INI keeps polling before it sleeps (longer by 2 *L* under an
-    /// emulated latency *L*).
+    /// How long an idle INI keeps polling before it sleeps.
     pub spin: Duration,
     /// How often receive loops (endpoints and INI threads) poll the network among
     /// their polls of shared memory (`ini.poll_interval_min`/`max`; paper 000 §3.4).
@@ -448,19 +447,6 @@ impl Net {
 
 pub(crate) use crate::delay::spin_for;
 
-/// How long an idle INI thread keeps polling before it sleeps: [`NetConfig::spin`], plus
-/// two emulated latencies *L* when *L* is emulated.
-///
-/// Paper 001 §3.2 adds *L* to a path whose network interface never sleeps. An INI that
-/// has just let a held datagram go waits about one emulated round trip (2 *L* and the
-/// path's own) for the reply; once *L* outgrew the spin, it slept in `epoll_wait` and
-/// every one-way paid the wake-up on top of *L* (`experiment loggp-calibrate`, four
-/// alternating pairs: L = 40 µs read +0.8 … +10.9 % with a 50 µs spin, +1.2 … +3.6 % with
-/// 500 µs).
-fn idle_spin(cfg: &NetConfig) -> Duration {
-    cfg.spin + Duration::from_secs_f64(2.0 * cfg.emulation.latency_us.max(0.0) / 1e6)
-}
-
 /// A thread that would sleep while a datagram held for the emulated latency *L* is due,
 /// or an emulated gap *g* ends, sooner than this yields instead (`epoll_wait` sleeps in
 /// whole milliseconds).
@@ -724,7 +710,7 @@ impl BoundInis {
         });
         let mut threads = Vec::with_capacity(k);
         for (i, slot) in net.slots.iter().enumerate() {
-            let (n, s, spin) = (net.clone(), slot.clone(), idle_spin(cfg));
+            let (n, s, spin) = (net.clone(), slot.clone(), cfg.spin);
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("mg-ini-{i}"))
