@@ -426,12 +426,10 @@ impl Connection {
         !self.naks.is_empty() || self.ack_now || self.data_ready(p)
     }
 
-    /// Whether this connection has DATA it may send now: a retransmission, or new data
-    /// with room in the window (ACK- and NAK-only datagrams do not count).
+    /// Whether this connection has DATA it may send now: [`data_waiting`](Self::data_waiting)
+    /// that is a retransmission, or new data with room in the window.
     pub(crate) fn data_ready(&self, p: &Params) -> bool {
-        !self.unresponsive
-            && (!self.retx.is_empty()
-                || (self.frames.len() < p.window as usize && self.has_new_data()))
+        self.data_waiting() && (!self.retx.is_empty() || self.frames.len() < p.window as usize)
     }
 
     /// Whether this connection has DATA to send, now or once an ACK opens its window: a
