@@ -66,6 +66,7 @@ pub mod home;
 mod home_lookup;
 mod ids;
 pub mod interval;
+mod lock_table;
 mod locks;
 mod machine;
 pub mod message;

@@ -4,7 +4,7 @@
 //! notices and carried diffs). The managers are in [`crate::sync`], whose module
 //! documentation states the rules (tenures, caching, pushes, carried diffs).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use smallvec::SmallVec;
 
@@ -13,6 +13,7 @@ use crate::config::Protocol;
 use crate::error::ProtocolError;
 use crate::ids::{ClusterId, LockId, PageId, SyncToken};
 use crate::interval::{IntervalDiff, IntervalRecord, VectorTime};
+use crate::lock_table::LockTable;
 use crate::machine::{Completion, Held, Machine, Resume};
 use crate::message::Message;
 use crate::sync::{MAX_CARRIED_DIFFS, MAX_LOCAL_HANDOFFS, next_tenure};
@@ -135,7 +136,7 @@ impl Machine {
         }
         if self
             .cluster_locks
-            .get(&lock)
+            .get(lock)
             .is_some_and(|l| l.owned.is_some())
         {
             return Err(unexpected("lock grant for a lock this cluster owns"));
@@ -145,7 +146,7 @@ impl Machine {
         self.manager_seen.entry(from).or_default().merge(&time);
         self.note_stored(from, stored);
         let covered = self.covers(&time, &records);
-        let l = self.cluster_locks.entry(lock).or_default();
+        let l = self.cluster_locks.get_or_default(lock);
         // The tenure right after this cluster's last one continues its visit.
         if l.tenure == 0 || next_tenure(l.tenure) != tenure {
             if l.visit_uses > 0 {
@@ -176,7 +177,7 @@ impl Machine {
                 return self.give_back_now(lock, out);
             }
             if !covered {
-                let l = self.cluster_locks.entry(lock).or_default();
+                let l = self.cluster_locks.get_or_default(lock);
                 l.pushed = Some(Pushed::Deferred {
                     time,
                     records,
@@ -202,7 +203,7 @@ impl Machine {
             // A push that answered this cluster's request (the manager dropped the
             // request as stale) and left out records of an earlier push that this
             // cluster has not taken: refused like a pushed lock at its first use.
-            let l = self.cluster_locks.entry(lock).or_default();
+            let l = self.cluster_locks.get_or_default(lock);
             l.waiters.push_front(token);
             return self.refuse_push(lock, out);
         }
@@ -235,7 +236,7 @@ impl Machine {
     ) -> Result<(), ProtocolError> {
         if g.token.is_some() {
             let since = self.time.get(self.me);
-            if let Some(l) = self.cluster_locks.get_mut(&g.lock) {
+            if let Some(l) = self.cluster_locks.get_mut(g.lock) {
                 l.since = since;
             }
         }
@@ -267,7 +268,7 @@ impl Machine {
         match g.token {
             Some(token) => self.complete_acquire(g.lock, token, &g.time, out),
             None => {
-                if let Some(l) = self.cluster_locks.get_mut(&g.lock) {
+                if let Some(l) = self.cluster_locks.get_mut(g.lock) {
                     l.pushed = Some(Pushed::Taken);
                 }
             }
@@ -311,7 +312,7 @@ impl Machine {
         self.stats.lock_requests += 1;
         let mgr = self.cfg.lock_manager(lock);
         let time = self.time.clone();
-        let seen = self.cluster_locks.get(&lock).map_or(0, |l| l.tenure);
+        let seen = self.cluster_locks.get(lock).map_or(0, |l| l.tenure);
         self.send(mgr, Message::LockAcquire { lock, time, seen }, out);
     }
 
@@ -325,7 +326,7 @@ impl Machine {
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
         self.stats.lock_acquires += 1;
-        let l = self.cluster_locks.entry(lock).or_default();
+        let l = self.cluster_locks.get_or_default(lock);
         if l.owned.is_some() && !l.busy && !l.returning {
             let pushed = l.pushed.take();
             // Released into a batch and taken again before it left: it stays.
@@ -334,7 +335,7 @@ impl Machine {
                 Some(Pushed::Deferred { time, records, .. }) => self.covers(time, records),
                 _ => true,
             };
-            let l = self.cluster_locks.entry(lock).or_default();
+            let l = self.cluster_locks.get_or_default(lock);
             if !covered {
                 // A deferred push whose records still leave a gap.
                 l.waiters.push_back(token);
@@ -375,7 +376,7 @@ impl Machine {
                 }
             }
         }
-        let l = self.cluster_locks.entry(lock).or_default();
+        let l = self.cluster_locks.get_or_default(lock);
         l.waiters.push_back(token);
         if l.busy {
             // The holder may be passing it among local threads without the machine.
@@ -461,7 +462,7 @@ impl Machine {
     /// (MGS, ISCA 1996 §3); the machine's own local hand-off does nothing more for such
     /// a lock (its release only marks it free).
     pub fn lock_cacheable(&self, lock: LockId) -> bool {
-        self.cluster_locks.get(&lock).is_some_and(|l| {
+        self.cluster_locks.get(lock).is_some_and(|l| {
             l.owned.is_some()
                 && l.busy
                 && !l.recalled
@@ -476,7 +477,7 @@ impl Machine {
     /// returning (the flush that closes their interval is about to start).
     pub(crate) fn take_deferred_releases(&mut self) {
         for lock in std::mem::take(&mut self.deferred_releases) {
-            if let Some(l) = self.cluster_locks.get_mut(&lock) {
+            if let Some(l) = self.cluster_locks.get_mut(lock) {
                 l.returning = true;
                 self.leaving.push(lock);
             }
@@ -526,7 +527,7 @@ impl Machine {
                 page: None,
             });
         }
-        let l = self.cluster_locks.entry(lock).or_default();
+        let l = self.cluster_locks.get_or_default(lock);
         if l.tenure != tenure {
             // Not granted yet, or a stale recall of an older tenure (which the next
             // grant drops).
@@ -721,8 +722,8 @@ impl Machine {
 /// free function over the map (not a method) so the caller can still use `self`'s other
 /// fields while it holds the entry.
 fn held_lock(
-    locks: &mut BTreeMap<LockId, ClusterLock>,
+    locks: &mut LockTable<ClusterLock>,
     lock: LockId,
 ) -> Result<&mut ClusterLock, ProtocolError> {
-    locks.get_mut(&lock).ok_or(ProtocolError::NotHeld(lock))
+    locks.get_mut(lock).ok_or(ProtocolError::NotHeld(lock))
 }

@@ -14,6 +14,7 @@ use crate::error::ProtocolError;
 use crate::home::{CopySet, HomeMap};
 use crate::ids::{ClusterId, FaultToken, LockId, PageId, SyncToken};
 use crate::interval::{IntervalDiff, IntervalLog, IntervalRecord, VectorTime};
+use crate::lock_table::LockTable;
 use crate::locks::{ClusterLock, Grant};
 use crate::message::Message;
 use crate::readahead::Readahead;
@@ -314,7 +315,7 @@ pub struct Machine {
     pub(crate) time: VectorTime,
     pub(crate) log: IntervalLog,
     /// Locks this cluster owns, requests or waits for, or was granted before.
-    pub(crate) cluster_locks: BTreeMap<LockId, ClusterLock>,
+    pub(crate) cluster_locks: LockTable<ClusterLock>,
     /// Per lock manager, the merge of the lock times of the grants it sent here: its
     /// record store holds every record up to it, so releases need not resend those.
     pub(crate) manager_seen: BTreeMap<ClusterId, VectorTime>,
@@ -377,7 +378,7 @@ impl Machine {
             dirs: BTreeMap::new(),
             time: VectorTime::new(),
             log: IntervalLog::default(),
-            cluster_locks: BTreeMap::new(),
+            cluster_locks: LockTable::default(),
             manager_seen: BTreeMap::new(),
             barrier: BarrierState::default(),
             locks: LockManager::new(batching),

@@ -149,6 +149,7 @@ use smallvec::{SmallVec, smallvec};
 use crate::carried::{CarriedDiffs, newest_per_owner};
 use crate::ids::{ClusterId, LockId, PageId};
 use crate::interval::{GapError, IntervalDiff, IntervalLog, IntervalRecord, VectorTime};
+use crate::lock_table::LockTable;
 use crate::message::Message;
 
 /// Why a manager rejected a message.
@@ -316,7 +317,7 @@ impl LockState {
 /// Manager of the locks whose home is this cluster.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct LockManager {
-    locks: BTreeMap<LockId, LockState>,
+    locks: LockTable<LockState>,
     store: IntervalLog,
     /// The diffs releases carried here, by (owner, interval, page): a grant sends
     /// those of the records it carries (see the module documentation).
@@ -394,7 +395,7 @@ impl LockManager {
         let their = &their;
         let st = self
             .locks
-            .get_mut(&lock)
+            .get_mut(lock)
             .expect("the caller created the entry");
         let contended = st.recent.iter().flatten().any(|&h| h != to);
         st.tenure = next_tenure(st.tenure);
@@ -457,7 +458,7 @@ impl LockManager {
         own: &IntervalLog,
     ) -> Result<Request, SyncError> {
         self.seen.entry(from).or_default().merge(&time);
-        let st = self.locks.entry(lock).or_default();
+        let st = self.locks.get_or_default(lock);
         if st.granted.get(&from).copied().unwrap_or(0) != seen {
             return Ok(Request::Stale);
         }
@@ -502,19 +503,19 @@ impl LockManager {
     /// Each comes back with its holder's `LockRelease` and, nobody waiting, is pushed
     /// to `from`; a request of `from` that arrives first simply waits for it.
     fn recall_sweep(&mut self, lock: LockId, from: ClusterId, holder: ClusterId, out: &mut Sends) {
-        let follows = |prev: LockId| prev < lock && self.locks.range(prev..lock).nth(1).is_none();
+        let follows = |prev: LockId| prev < lock && !self.locks.any_between(prev, lock);
         let sweep = matches!(self.last_recall, Some((f, h, prev)) if f == from && h == holder && follows(prev))
             && self.successor.get(&holder) == Some(&from);
         let mut last = lock;
         if sweep {
             let next = self
                 .locks
-                .range_mut(lock..)
+                .iter_mut_from(lock)
                 .skip(1)
                 .take(2 * SWEEP_RECALL)
                 .filter(|(_, st)| st.only_held_by(holder) && !st.recalled && st.waiters.is_empty())
                 .take(SWEEP_RECALL);
-            for (&l, st) in next {
+            for (l, st) in next {
                 st.recalled = true;
                 out.push((
                     holder,
@@ -549,7 +550,7 @@ impl LockManager {
         unused: bool,
         own: &IntervalLog,
     ) -> Result<Sends, SyncError> {
-        let Some(st) = self.locks.get(&lock) else {
+        let Some(st) = self.locks.get(lock) else {
             return Err(SyncError::NotHolder(lock, from));
         };
         if st.holder != Some(from) || st.tenure != tenure {
@@ -582,7 +583,7 @@ impl LockManager {
                 self.diffs.insert(d, MAX_MANAGER_DIFFS);
             }
         }
-        let st = self.locks.get_mut(&lock).expect("checked above");
+        let st = self.locks.get_mut(lock).expect("checked above");
         st.time.merge(time);
         if st.pushed
             && !unused
@@ -651,7 +652,7 @@ impl LockManager {
     /// receiver may keep the grant's records out of its log until a local thread takes
     /// it (`Pushed::Deferred` in [`crate::locks`]).
     pub(crate) fn is_pushed(&self, lock: LockId) -> bool {
-        self.locks.get(&lock).is_some_and(|st| st.pushed)
+        self.locks.get(lock).is_some_and(|st| st.pushed)
     }
 
     /// The newest of `c`'s records this manager holds (or discarded).
@@ -1163,7 +1164,7 @@ mod tests {
             other => {
                 let seen = m
                     .locks
-                    .get(&l())
+                    .get(l())
                     .and_then(|st| st.granted.get(&c(who)).copied());
                 let g = sent(
                     m.acquire(l(), c(who), z.clone(), seen.unwrap_or(0), &own())
