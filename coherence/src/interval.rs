@@ -176,13 +176,20 @@ pub struct IntervalRecord {
 #[derive(Clone, Debug)]
 pub struct DiffBytes(Shared);
 
-/// Where a [`DiffBytes`] keeps its bytes: a small diff copied into one allocation, or a
+/// Where a [`DiffBytes`] keeps its bytes: a small diff copied into one allocation, a
 /// large one's encoding buffer taken over as it is (a page rewritten whole, EM3D's
-/// values: 4 KiB not copied again).
+/// values: 4 KiB not copied again), or a range of a received message buffer that other
+/// messages share (an update decoded without copying its diff out of its bundle).
 #[derive(Clone, Debug)]
 enum Shared {
     Copied(Arc<[u8]>),
     Taken(Arc<Vec<u8>>),
+    /// `buf[start..end]`, checked in range when made (the buffer never changes).
+    Part {
+        buf: Arc<Vec<u8>>,
+        start: usize,
+        end: usize,
+    },
 }
 
 impl DiffBytes {
@@ -202,6 +209,20 @@ impl DiffBytes {
         Self(Shared::Taken(Arc::new(bytes)))
     }
 
+    /// The bytes `range` of `buf`, shared with it without copying (a received bundle's
+    /// buffer, which lives as long as any diff made from it); `None` if `range` is not
+    /// within `buf`.
+    ///
+    /// Source: see [`DiffBytes`].
+    pub fn shared(buf: &Arc<Vec<u8>>, range: std::ops::Range<usize>) -> Option<Self> {
+        buf.get(range.clone())?;
+        Some(Self(Shared::Part {
+            buf: Arc::clone(buf),
+            start: range.start,
+            end: range.end,
+        }))
+    }
+
     /// The encoded runs.
     ///
     /// Source: see [`DiffBytes`].
@@ -209,6 +230,7 @@ impl DiffBytes {
         match &self.0 {
             Shared::Copied(b) => b,
             Shared::Taken(b) => b,
+            Shared::Part { buf, start, end } => &buf[*start..*end],
         }
     }
 

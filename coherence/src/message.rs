@@ -22,6 +22,8 @@
 //! field widths from issue 4, message set from HLRC (OSDI 1996 §2), MGS (ISCA 1996
 //! §3) and Ivy (Li & Hudak, TOCS 1989 §4.1).
 
+use std::sync::Arc;
+
 use crate::ids::{ClusterId, LockId, MAX_CLUSTERS, MAX_PAGES, PAGE_SIZE, PageId};
 use crate::interval::{DiffBytes, IntervalDiff, IntervalRecord, VectorTime};
 use smallvec::SmallVec;
@@ -654,6 +656,54 @@ impl Message {
         )
     }
 
+    /// [`Message::from_parts`] for a bulk body that is `body` of the received buffer
+    /// `buf`: an [`Message::Update`] whose diff is at least [`SHARED_DIFF_MIN`] bytes
+    /// keeps its diff as a range of `buf` ([`DiffBytes::shared`]) instead of a copy
+    /// (EM3D and Water receive thousands of whole-page updates per run, each otherwise
+    /// copied out of its bundle once more). Every other message decodes as with
+    /// `from_parts(opcode, payload, Some(&buf[body]))`. Only updates share: they are
+    /// applied on arrival or at the next barrier departure, so a buffer is not kept
+    /// alive by a diff a lock manager stores.
+    ///
+    /// # Errors
+    /// As [`Message::from_parts`]; [`DecodeError::Truncated`] if `body` is not within
+    /// `buf`.
+    ///
+    /// Source: see the module documentation.
+    pub fn from_shared_parts(
+        opcode: u8,
+        payload: u64,
+        buf: &Arc<Vec<u8>>,
+        body: std::ops::Range<usize>,
+    ) -> Result<Self, DecodeError> {
+        let bulk = buf.get(body.clone()).ok_or(DecodeError::Truncated)?;
+        if opcode != op::UPDATE {
+            return Self::from_parts(opcode, payload, Some(bulk));
+        }
+        let page = PageId::new((payload & PAGE_MASK) as u32)
+            .filter(|_| payload >> 24 == 0)
+            .ok_or(DecodeError::ReservedBits { opcode, payload })?;
+        let mut r = Reader(bulk);
+        let (owner, index, base, data) = r.diff_fields()?;
+        let len = data.len();
+        r.finish()?;
+        if len < SHARED_DIFF_MIN {
+            return Self::from_parts(opcode, payload, Some(bulk));
+        }
+        // The diff's bytes end the body (nothing trails them: `finish` checked).
+        let data =
+            DiffBytes::shared(buf, body.end - len..body.end).ok_or(DecodeError::Truncated)?;
+        Ok(Message::Update {
+            diff: IntervalDiff {
+                page,
+                owner,
+                index,
+                base,
+                data,
+            },
+        })
+    }
+
     /// Decodes a message from its opcode, payload and bulk body (`None` for Express
     /// and Tag-On messages; the attached buffer of a Tag-On message is not needed to
     /// decode the header — check it against [`Message::attachment`]).
@@ -983,6 +1033,17 @@ impl Reader<'_> {
         Ok(v)
     }
     fn diff_body(&mut self, page: PageId) -> Result<IntervalDiff, DecodeError> {
+        let (owner, index, base, data) = self.diff_fields()?;
+        Ok(IntervalDiff {
+            page,
+            owner,
+            index,
+            base,
+            data: DiffBytes::new(data),
+        })
+    }
+    /// A diff's owner, interval, base time and encoded bytes (not copied).
+    fn diff_fields(&mut self) -> Result<(ClusterId, u32, VectorTime, &[u8]), DecodeError> {
         let owner = self.cluster()?;
         let index = self.u32()?;
         if index == 0 {
@@ -995,13 +1056,7 @@ impl Reader<'_> {
         }
         let (data, rest) = self.0.split_at_checked(len).ok_or(DecodeError::Truncated)?;
         self.0 = rest;
-        Ok(IntervalDiff {
-            page,
-            owner,
-            index,
-            base,
-            data: DiffBytes::new(data),
-        })
+        Ok((owner, index, base, data))
     }
     fn diffs(&mut self) -> Result<Vec<IntervalDiff>, DecodeError> {
         // page, owner, index, an empty time, a length: 16 bytes at least
@@ -1021,6 +1076,13 @@ impl Reader<'_> {
         }
     }
 }
+
+/// Smallest diff an [`Message::Update`] decoded by [`Message::from_shared_parts`]
+/// shares with its received buffer instead of copying (bytes): smaller ones are copied,
+/// so that a buffer of up to a bundle's size is not kept alive for a few words.
+///
+/// Source: see [`Message::from_shared_parts`].
+pub const SHARED_DIFF_MIN: usize = 1024;
 
 /// Largest attached buffer of any message.
 ///
@@ -1050,9 +1112,89 @@ mod tests {
             Message::from_parts(parts.opcode, parts.payload, bulk),
             Ok(m.clone())
         );
+        if let Some(b) = bulk {
+            // The same body inside a larger received buffer.
+            let buf = Arc::new([&[0xAB; 7][..], b, &[0xCD; 5]].concat());
+            assert_eq!(
+                Message::from_shared_parts(parts.opcode, parts.payload, &buf, 7..7 + b.len()),
+                Ok(m.clone())
+            );
+        }
         match parts.body {
             Body::Attached(a) => assert_eq!(m.attachment(), Some(a)),
             _ => assert_eq!(m.attachment(), None),
+        }
+    }
+
+    fn update(page: u32, len_words: usize) -> Message {
+        let mut data = Vec::new();
+        let words: Vec<u64> = (0..len_words as u64).collect();
+        let twin = vec![0u8; PAGE_SIZE];
+        let mut cur = twin.clone();
+        for (i, w) in words.iter().enumerate() {
+            cur[i * 8..i * 8 + 8].copy_from_slice(&(w + 1).to_ne_bytes());
+        }
+        crate::diff::encode(&twin, &cur, &mut data).unwrap();
+        Message::Update {
+            diff: IntervalDiff {
+                page: p(page),
+                owner: c(1),
+                index: 4,
+                base: VectorTime::from_entries(vec![1, 3]),
+                data: DiffBytes::new(data),
+            },
+        }
+    }
+
+    #[test]
+    fn a_large_update_shares_its_received_buffer() {
+        for (words, shares) in [(512, true), (200, true), (10, false)] {
+            let m = update(9, words);
+            let parts = m.to_parts();
+            let Body::Bulk(b) = &parts.body else {
+                panic!("an update is bulk")
+            };
+            let buf = Arc::new([&[1u8; 3][..], b].concat());
+            let got = Message::from_shared_parts(parts.opcode, parts.payload, &buf, 3..buf.len());
+            assert_eq!(got, Ok(m.clone()), "{words} words");
+            assert_eq!(
+                Arc::strong_count(&buf),
+                if shares { 2 } else { 1 },
+                "{words} words"
+            );
+            drop(got);
+            assert_eq!(Arc::strong_count(&buf), 1);
+        }
+    }
+
+    #[test]
+    fn a_shared_decode_refuses_what_a_copying_one_refuses() {
+        let m = update(9, 512);
+        let parts = m.to_parts();
+        let Body::Bulk(b) = parts.body else {
+            panic!("an update is bulk")
+        };
+        let buf = Arc::new(b.clone());
+        let n = b.len();
+        // The body's range outside the buffer.
+        assert_eq!(
+            Message::from_shared_parts(parts.opcode, parts.payload, &buf, 0..n + 1),
+            Err(DecodeError::Truncated)
+        );
+        // Truncated, trailing bytes, reserved payload bits: as `from_parts` says.
+        let longer = Arc::new([&b[..], &[0]].concat());
+        for (buf, range, payload) in [
+            (&buf, 0..n - 1, parts.payload),
+            (&longer, 0..n + 1, parts.payload),
+            (&buf, 0..n, parts.payload | 1 << 30),
+            (&buf, 0..n, parts.payload | 1 << 40),
+        ] {
+            assert_eq!(
+                Message::from_shared_parts(parts.opcode, payload, buf, range.clone()),
+                Message::from_parts(parts.opcode, payload, Some(&buf[range.clone()])),
+                "{range:?} {payload:#x}"
+            );
+            assert!(Message::from_parts(parts.opcode, payload, Some(&buf[range])).is_err());
         }
     }
 

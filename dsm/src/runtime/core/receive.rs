@@ -50,16 +50,7 @@ impl Core {
         let m = match m {
             Incoming::Msg(m) => m,
             Incoming::Copied { tag, data, .. } => {
-                return self.protocol_message(
-                    ops,
-                    ep,
-                    from,
-                    handler,
-                    tag,
-                    None,
-                    Some(&data),
-                    pending,
-                );
+                return self.protocol_message(ops, ep, from, handler, tag, Some(&data), pending);
             }
         };
         if bundle {
@@ -70,7 +61,7 @@ impl Core {
         }
         match m {
             Received::Express(e) => {
-                self.protocol_message(ops, ep, from, handler, e.payload, None, None, pending)
+                self.protocol_message(ops, ep, from, handler, e.payload, None, pending)
             }
             Received::TagOn(t) => self.protocol_message(
                 ops,
@@ -78,7 +69,6 @@ impl Core {
                 from,
                 handler,
                 t.data.tag(),
-                None,
                 Some(t.data.as_slice()),
                 pending,
             ),
@@ -118,7 +108,8 @@ impl Core {
             return Ok(());
         };
         loop {
-            self.bundle_parts(ops, ep, from, &data, pending)?;
+            // Shared, not copied, by the large updates decoded from it.
+            self.bundle_parts(ops, ep, from, &Arc::new(data), pending)?;
             match self.reseq[from].lock().done() {
                 Some(next) => data = next,
                 None => return Ok(()),
@@ -136,13 +127,14 @@ impl Core {
     }
 
     /// Checks all of a bundle body from `from`, then handles its messages in order,
-    /// each as a bulk message received alone from `from`.
+    /// each as a bulk message received alone from `from` (decoded with
+    /// [`Message::from_shared_parts`]: a large update keeps its diff in `data`).
     fn bundle_parts(
         &self,
         ops: &RegionOps,
         ep: &Endpoint,
         from: usize,
-        data: &[u8],
+        data: &Arc<Vec<u8>>,
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
         let parts = wire::decode_bundle(data).map_err(|r| self.malformed_bundle(from, r))?;
@@ -150,21 +142,22 @@ impl Core {
         bump(&self.counters.bundled_received, parts.len() as u64);
         for p in parts {
             bump(&self.counters.received[usize::from(p.handler.0)], 1);
-            self.protocol_message(
-                ops,
-                ep,
-                from,
-                p.handler,
+            // Where the part's body lies in the bundle (a subslice of it).
+            let start = p.body.as_ptr() as usize - data.as_ptr() as usize;
+            let msg = Message::from_shared_parts(
+                p.handler.0,
                 p.payload,
-                Some(p.body),
-                None,
-                pending,
-            )?;
+                data,
+                start..start + p.body.len(),
+            )
+            .map_err(|e| DsmError::malformed(self.me, from, e))?;
+            self.decoded_message(ops, ep, from, msg, None, pending)?;
         }
         Ok(())
     }
 
-    /// Decodes a coherence message and hands it to the machine.
+    /// Decodes an Express or Tag-On coherence message (`data`: its attached buffer) and
+    /// hands it to the machine.
     #[allow(clippy::too_many_arguments)]
     fn protocol_message(
         &self,
@@ -173,12 +166,25 @@ impl Core {
         from: usize,
         handler: Handler,
         payload: u64,
-        bulk: Option<&[u8]>,
         data: Option<&[u8]>,
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
-        let msg = Message::from_parts(handler.0, payload, bulk)
+        let msg = Message::from_parts(handler.0, payload, None)
             .map_err(|e| DsmError::malformed(self.me, from, e))?;
+        self.decoded_message(ops, ep, from, msg, data, pending)
+    }
+
+    /// Hands a decoded coherence message from `from` (with its attached buffer, for a
+    /// Tag-On message) to the machine.
+    fn decoded_message(
+        &self,
+        ops: &RegionOps,
+        ep: &Endpoint,
+        from: usize,
+        msg: Message,
+        data: Option<&[u8]>,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
         wire::check_attachment(&msg, data).map_err(|reason| DsmError::Malformed {
             cluster: self.me,
             from,
