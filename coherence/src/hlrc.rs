@@ -902,7 +902,12 @@ impl Machine {
         if self.at_barrier() && self.hlrc_apply_update_now(&diff, out)? {
             return Ok(());
         }
-        self.updates.push(diff);
+        // Held: in its own allocation, not in the received bundle's buffer
+        // (`Message::from_shared_parts`), which a peer could otherwise keep alive.
+        self.updates.push(IntervalDiff {
+            data: diff.data.unshared(),
+            ..diff
+        });
         Ok(())
     }
 

@@ -223,6 +223,18 @@ impl DiffBytes {
         }))
     }
 
+    /// These bytes in an allocation of their own: a diff made with
+    /// [`DiffBytes::shared`] is copied out of the buffer it shares (so that keeping the
+    /// diff does not keep the whole received buffer), any other is returned as it is.
+    ///
+    /// Source: see [`DiffBytes`].
+    pub fn unshared(self) -> Self {
+        match self.0 {
+            Shared::Part { .. } => Self::new(self.as_slice()),
+            _ => self,
+        }
+    }
+
     /// The encoded runs.
     ///
     /// Source: see [`DiffBytes`].

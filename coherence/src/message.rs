@@ -661,9 +661,11 @@ impl Message {
     /// keeps its diff as a range of `buf` ([`DiffBytes::shared`]) instead of a copy
     /// (EM3D and Water receive thousands of whole-page updates per run, each otherwise
     /// copied out of its bundle once more). Every other message decodes as with
-    /// `from_parts(opcode, payload, Some(&buf[body]))`. Only updates share: they are
-    /// applied on arrival or at the next barrier departure, so a buffer is not kept
-    /// alive by a diff a lock manager stores.
+    /// `from_parts(opcode, payload, Some(&buf[body]))`. Only updates share, and only
+    /// while their message is handled: one applied on arrival (at a barrier, EM3D's
+    /// and Water's usual case) never copies its diff, one held for a later grant or
+    /// departure is copied out then ([`DiffBytes::unshared`]), so no received buffer
+    /// outlives the handling of its bundle.
     ///
     /// # Errors
     /// As [`Message::from_parts`]; [`DecodeError::Truncated`] if `body` is not within
@@ -1162,8 +1164,17 @@ mod tests {
                 if shares { 2 } else { 1 },
                 "{words} words"
             );
-            drop(got);
-            assert_eq!(Arc::strong_count(&buf), 1);
+            // A held update keeps a copy of its own instead.
+            let Ok(Message::Update { diff }) = got else {
+                panic!("decoded above")
+            };
+            let own = diff.data.clone().unshared();
+            drop(diff);
+            assert_eq!(Arc::strong_count(&buf), 1, "{words} words");
+            let Message::Update { diff } = &m else {
+                unreachable!()
+            };
+            assert_eq!(own, diff.data);
         }
     }
 
