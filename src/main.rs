@@ -30,7 +30,7 @@ struct Cli {
     /// by `run` and `launch` log at the same level.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
-    /// Only errors on stderr (no warnings).
+    /// Only errors on stderr: no warnings, no progress bars or lines.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     quiet: bool,
     /// Which launcher started this process: auto (default: a Slurm task inside a job step
@@ -365,6 +365,7 @@ fn main() {
     if let Some(choice) = cli.launcher {
         multigrain_cluster_config::set_launcher_choice(choice);
     }
+    progress::set_quiet(cli.quiet);
     logging::init(logging::filter_for(cli.verbose, cli.quiet, |k| {
         std::env::var(k).ok().filter(|v| !v.is_empty())
     }));

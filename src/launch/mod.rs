@@ -321,10 +321,12 @@ pub fn run(opts: Options) -> Result<()> {
         };
         let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
         let how = if plan.remote { "ssh to" } else { "on" };
-        launch_line(&format!(
-            "cluster {}: pid {pid} {how} {}",
-            plan.cluster, plan.host
-        ));
+        if crate::progress::shown() != crate::progress::Shown::Nothing {
+            launch_line(&format!(
+                "cluster {}: pid {pid} {how} {}",
+                plan.cluster, plan.host
+            ));
+        }
         let streams = [
             child
                 .stdout

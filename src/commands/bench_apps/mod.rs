@@ -227,35 +227,45 @@ pub fn run(args: &BenchAppsArgs) -> Result<()> {
     let total = plan.runs();
     let mut done = 0;
     let started = Instant::now();
+    // Under `-q`: no line per run, only failures.
+    let quiet = crate::progress::shown() == crate::progress::Shown::Nothing;
     for round in 0..plan.repeat {
         for (problem, recs) in plan.problems.iter().zip(records.iter_mut()) {
             for rec in recs.iter_mut() {
                 done += 1;
-                eprint!(
-                    "bench apps: run {done}/{total} (round {}/{}): {} on {} … ",
+                let what = format!(
+                    "bench apps: run {done}/{total} (round {}/{}): {} on {}",
                     round + 1,
                     plan.repeat,
                     short_name(problem),
                     rec.setup.label()
                 );
+                if !quiet {
+                    eprint!("{what} … ");
+                }
                 let t = Instant::now();
                 let r = run_once(&exe, dir.path(), problem, rec.setup, &plan, timeout);
                 match &r {
+                    Ok(_) if quiet => {}
                     Ok(ok) => eprintln!(
                         "run_s {} s ({:.1} s with start-up)",
                         secs(ok.run_s),
                         t.elapsed().as_secs_f64()
                     ),
+                    // `-q`: the error only, with what failed.
+                    Err(e) if quiet => eprintln!("{what}: FAILED: {e}"),
                     Err(e) => eprintln!("FAILED: {e}"),
                 }
                 rec.runs.push(r);
             }
         }
     }
-    eprintln!(
-        "bench apps: {total} runs in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
+    if !quiet {
+        eprintln!(
+            "bench apps: {total} runs in {:.0} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
     let problems: Vec<ProblemReport> = plan
         .problems
         .iter()

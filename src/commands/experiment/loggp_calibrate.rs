@@ -24,7 +24,6 @@ use multigrain_bench::network::{Pair, tag_on_stream};
 use multigrain_cluster_config::{EMBEDDED_DEFAULT_TOML, EmulationConfig, JobConfig};
 use multigrain_messaging::net::NetConfig;
 use serde_json::json;
-use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
 /// Tolerance of the calibration: observed above baseline within 10 % of what was asked
@@ -321,7 +320,7 @@ pub fn run(ctx: &Context, _a: &LoggpCalibrateArgs) -> Result<Outcome> {
         .collect();
     let total = (ctx.repeat * (rows.len() + 1)) as u64;
     let progress = crate::progress::bar(total, &format!("experiment {}", ctx.name));
-    let lines = !std::io::stderr().is_terminal();
+    let lines = crate::progress::shown() == crate::progress::Shown::Lines;
     let started = Instant::now();
     let mut sig = Vec::new();
     for round in 0..ctx.repeat {

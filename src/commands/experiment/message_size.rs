@@ -21,7 +21,6 @@ use multigrain_bench::sizes::{EXPRESS_MAX, Kind, Threads};
 use multigrain_cluster_config::IniPolicy;
 use serde_json::json;
 use std::collections::HashMap;
-use std::io::IsTerminal as _;
 use std::time::Instant;
 
 /// Largest message of the full size: 1 MiB (bulk's limit, `max_bulk`).
@@ -688,7 +687,7 @@ pub fn run(ctx: &Context, a: &MessageSizeArgs) -> Result<Outcome> {
     let mut harness = Harness::start(&paths, senders.last().copied().unwrap_or(1))?;
     let total = (ctx.repeat * points.len()) as u64;
     let progress = crate::progress::bar(total, &format!("experiment {}", ctx.name));
-    let lines = !std::io::stderr().is_terminal();
+    let lines = crate::progress::shown() == crate::progress::Shown::Lines;
     let started = Instant::now();
     let mut samples: Samples = HashMap::new();
     for round in 0..ctx.repeat {
@@ -717,7 +716,9 @@ pub fn run(ctx: &Context, a: &MessageSizeArgs) -> Result<Outcome> {
     progress.finish_and_clear();
     drop(harness);
     let wall_s = started.elapsed().as_secs_f64();
-    eprintln!("experiment {}: {total} samples in {wall_s:.0} s", ctx.name);
+    if crate::progress::shown() != crate::progress::Shown::Nothing {
+        eprintln!("experiment {}: {total} samples in {wall_s:.0} s", ctx.name);
+    }
     let r = Results {
         ctx,
         budget,

@@ -18,7 +18,6 @@ use crate::commands::bench_mva::{
 use crate::measure::Summary;
 use anyhow::{Result, bail};
 use serde_json::json;
-use std::io::IsTerminal as _;
 use std::time::Instant;
 
 /// Largest N of `--quick`.
@@ -195,7 +194,7 @@ pub fn run(ctx: &Context, a: &MvaArgs) -> Result<Outcome> {
     let opts = Options::new(threads_max, requests, ctx.repeat, &a.workload);
     let total = (ctx.repeat * threads_max) as u64;
     let progress = crate::progress::bar(total, &format!("experiment {}", ctx.name));
-    let lines = !std::io::stderr().is_terminal();
+    let lines = crate::progress::shown() == crate::progress::Shown::Lines;
     let started = Instant::now();
     let mut done = 0u64;
     let report = bench_mva::run(&opts, || {
@@ -213,10 +212,12 @@ pub fn run(ctx: &Context, a: &MvaArgs) -> Result<Outcome> {
         }
     })?;
     progress.finish_and_clear();
-    eprintln!(
-        "experiment {}: {total} runs in {:.0} s",
-        ctx.name, report.wall_s
-    );
+    if crate::progress::shown() != crate::progress::Shown::Nothing {
+        eprintln!(
+            "experiment {}: {total} runs in {:.0} s",
+            ctx.name, report.wall_s
+        );
+    }
     let t = table(ctx, &report);
     let figure = figure(&report);
     Ok(Outcome {

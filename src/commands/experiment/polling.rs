@@ -25,7 +25,6 @@ use multigrain_cluster_config::{EMBEDDED_DEFAULT_TOML, JobConfig};
 use multigrain_messaging::net::NetConfig;
 use multigrain_messaging::poll::PollBounds;
 use serde_json::json;
-use std::io::IsTerminal as _;
 use std::time::Instant;
 
 /// The paper's bound on the shared-memory round trip beside a busy network under
@@ -289,7 +288,7 @@ pub fn run(ctx: &Context, _a: &PollingArgs) -> Result<Outcome> {
         .collect();
     let total = (ctx.repeat * plan.len()) as u64;
     let progress = crate::progress::bar(total, &format!("experiment {}", ctx.name));
-    let lines = !std::io::stderr().is_terminal();
+    let lines = crate::progress::shown() == crate::progress::Shown::Lines;
     let started = Instant::now();
     for round in 0..ctx.repeat {
         for (i, row) in rows.iter_mut().enumerate() {

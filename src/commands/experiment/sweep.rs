@@ -9,7 +9,6 @@ use crate::commands::run::spawn::ScratchDir;
 use anyhow::{Context as _, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use multigrain_cluster_config::Override;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -72,6 +71,9 @@ pub struct Sweep {
     timeout: Duration,
     user_sets: Vec<String>,
     bar: Option<ProgressBar>,
+    /// Without a bar: a line per run (stderr not a terminal), or nothing but failures
+    /// (`-q`).
+    lines: bool,
     name: &'static str,
     total: u64,
     done: u64,
@@ -85,7 +87,8 @@ impl Sweep {
     /// # Errors
     /// The executable cannot be found or the scratch directory cannot be made.
     pub fn new(ctx: &Context, total: u64) -> Result<Sweep> {
-        let bar = std::io::stderr().is_terminal().then(|| {
+        let shown = crate::progress::shown();
+        let bar = (shown == crate::progress::Shown::Bars).then(|| {
             let bar = ProgressBar::new(total);
             bar.set_style(
                 ProgressStyle::with_template(
@@ -103,6 +106,7 @@ impl Sweep {
             timeout: ctx.timeout,
             user_sets: ctx.sets.iter().map(Override::assignment).collect(),
             bar,
+            lines: shown == crate::progress::Shown::Lines,
             name: ctx.name,
             total,
             done: 0,
@@ -133,7 +137,7 @@ impl Sweep {
         let what = format!("round {}/{rounds}: {}", round + 1, p.label);
         if let Some(bar) = &self.bar {
             bar.set_message(what.clone());
-        } else {
+        } else if self.lines {
             eprint!(
                 "experiment {}: run {}/{} ({what}) … ",
                 self.name, self.done, self.total
@@ -149,12 +153,18 @@ impl Sweep {
         match (&self.bar, &r) {
             (Some(bar), Err(e)) => bar.println(format!("FAILED: {what}: {e}")),
             (Some(_), Ok(_)) => {}
-            (None, Ok(rep)) => eprintln!(
+            (None, Ok(rep)) if self.lines => eprintln!(
                 "run_s {:.3} s ({:.1} s with start-up)",
                 rep.run_s,
                 t.elapsed().as_secs_f64()
             ),
-            (None, Err(e)) => eprintln!("FAILED: {e}"),
+            (None, Ok(_)) => {}
+            (None, Err(e)) if self.lines => eprintln!("FAILED: {e}"),
+            // `-q`: the error only, with what failed.
+            (None, Err(e)) => eprintln!(
+                "experiment {}: run {}/{} ({what}) FAILED: {e}",
+                self.name, self.done, self.total
+            ),
         }
         if let Some(bar) = &self.bar {
             bar.inc(1);
@@ -180,6 +190,10 @@ impl Sweep {
     pub fn finish(self) -> usize {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
+        }
+        if self.bar.is_none() && !self.lines && self.failed == 0 {
+            // `-q`, nothing failed: nothing to say.
+            return 0;
         }
         eprintln!(
             "experiment {}: {} runs in {:.0} s{}",

@@ -120,15 +120,17 @@ pub fn run(
         command.push(j.to_string_lossy().into_owned());
     }
     let n = cfg.clusters.len();
-    eprintln!(
-        "multigrain run: starting {n} cluster process(es) of {}{} ({} compute threads); their own messages are prefixed [cN]",
-        config.map_or_else(
-            || "the embedded default job (examples/2x2.toml)".to_owned(),
-            |p| p.display().to_string()
-        ),
-        if resolved { " with --set values" } else { "" },
-        cfg.total_threads()
-    );
+    if crate::progress::shown() != crate::progress::Shown::Nothing {
+        eprintln!(
+            "multigrain run: starting {n} cluster process(es) of {}{} ({} compute threads); their own messages are prefixed [cN]",
+            config.map_or_else(
+                || "the embedded default job (examples/2x2.toml)".to_owned(),
+                |p| p.display().to_string()
+            ),
+            if resolved { " with --set values" } else { "" },
+            cfg.total_threads()
+        );
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = if local_reporter {
         let listener = UnixListener::bind(dir.path().join(SOCKET_FILE))

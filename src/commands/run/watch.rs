@@ -6,7 +6,7 @@ use crate::progress;
 use indicatif::ProgressBar;
 use multigrain_apps::progress::Progress;
 use serde::{Deserialize, Serialize};
-use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::Arc;
@@ -48,19 +48,20 @@ struct Current {
 }
 
 /// Shows phases: a bar each on a terminal, a line at the start and end (and every few
-/// seconds) otherwise.
+/// seconds) otherwise, nothing under `-q` but a phase cut short by a failure.
 pub struct Display {
     label: String,
-    terminal: bool,
+    shown: progress::Shown,
     current: Mutex<Option<Current>>,
 }
 
 impl Display {
-    /// A display whose lines start with `label`; bars only when stderr is a terminal.
+    /// A display whose lines start with `label`; bars only when stderr is a terminal,
+    /// nothing under `-q` ([`progress::shown`]).
     pub fn new(label: &str) -> Display {
         Display {
             label: label.to_owned(),
-            terminal: std::io::stderr().is_terminal(),
+            shown: progress::shown(),
             current: Mutex::new(None),
         }
     }
@@ -81,12 +82,13 @@ impl Display {
                 // The finished bar stays; the next one starts on a line of its own.
                 eprintln!();
             }
-            None => eprintln!(
+            None if self.shown == progress::Shown::Lines => eprintln!(
                 "{}: {} done in {:.2} s",
                 self.label,
                 cur.phase,
                 cur.started.elapsed().as_secs_f64()
             ),
+            None => {}
         }
     }
 
@@ -96,18 +98,20 @@ impl Display {
         if let Some(cur) = g.take() {
             self.end(cur);
         }
-        let bar = if self.terminal {
-            Some(progress::bar(
+        let bar = match self.shown {
+            progress::Shown::Bars => Some(progress::bar(
                 steps.max(1),
                 &format!("{}: {phase}", self.label),
-            ))
-        } else {
-            if steps > 0 {
-                eprintln!("{}: {phase} ({steps} steps)…", self.label);
-            } else {
-                eprintln!("{}: {phase}…", self.label);
+            )),
+            progress::Shown::Lines => {
+                if steps > 0 {
+                    eprintln!("{}: {phase} ({steps} steps)…", self.label);
+                } else {
+                    eprintln!("{}: {phase}…", self.label);
+                }
+                None
             }
-            None
+            progress::Shown::Nothing => None,
         };
         let now = Instant::now();
         *g = Some(Current {
@@ -125,7 +129,10 @@ impl Display {
         let Some(cur) = g.as_mut() else { return };
         match &cur.bar {
             Some(bar) => bar.set_position(done),
-            None if cur.last_line.elapsed() >= LINE_EVERY && done < cur.steps => {
+            None if self.shown == progress::Shown::Lines
+                && cur.last_line.elapsed() >= LINE_EVERY
+                && done < cur.steps =>
+            {
                 cur.last_line = Instant::now();
                 eprintln!(
                     "{}: {} {done}/{} after {:.1} s",
