@@ -324,6 +324,47 @@ fn the_conformance_suite_passes_on_the_dsm() {
     }
 }
 
+/// `-q` leaves stderr to errors: the same run prints its phases on stderr without it and
+/// nothing with it, and the report on stdout either way.
+#[test]
+fn quiet_runs_print_the_report_and_no_progress() {
+    for quiet in [false, true] {
+        let mut args = if quiet { vec!["-q"] } else { vec![] };
+        args.extend([
+            "water",
+            "--threads",
+            "2",
+            "--molecules",
+            "64",
+            "--steps",
+            "2",
+        ]);
+        let name = if quiet { "quiet" } else { "not-quiet" };
+        let mut p = run_cmd(name, &args);
+        let status = p.wait_exit(JOB);
+        assert!(
+            status.success(),
+            "{name}: {status}; output:\n{}",
+            p.transcript()
+        );
+        let out = p.lines(Stream::Out);
+        assert!(
+            out.iter()
+                .any(|l| l.starts_with("energies every 1 step(s)")),
+            "{name}: no report on stdout: {out:?}"
+        );
+        let err = p.lines(Stream::Err);
+        if quiet {
+            assert!(err.is_empty(), "{name}: stderr under -q: {err:?}");
+        } else {
+            assert!(
+                err.iter().any(|l| l == "water: time steps (2 steps)…"),
+                "{name}: no progress lines: {err:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn sequential_water_prints_splash_reference_energies() {
     let v = random_in();
