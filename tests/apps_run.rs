@@ -324,21 +324,24 @@ fn the_conformance_suite_passes_on_the_dsm() {
     }
 }
 
+/// A small Water run on plain threads (no DSM, no cluster processes).
+const SMALL_PLAIN_THREADS: &[&str] = &[
+    "water",
+    "--threads",
+    "2",
+    "--molecules",
+    "64",
+    "--steps",
+    "2",
+];
+
 /// `-q` leaves stderr to errors: the same run prints its phases on stderr without it and
 /// nothing with it, and the report on stdout either way.
 #[test]
 fn quiet_runs_print_the_report_and_no_progress() {
     for quiet in [false, true] {
         let mut args = if quiet { vec!["-q"] } else { vec![] };
-        args.extend([
-            "water",
-            "--threads",
-            "2",
-            "--molecules",
-            "64",
-            "--steps",
-            "2",
-        ]);
+        args.extend(SMALL_PLAIN_THREADS);
         let name = if quiet { "quiet" } else { "not-quiet" };
         let mut p = run_cmd(name, &args);
         let status = p.wait_exit(JOB);
@@ -855,19 +858,7 @@ fn bad_input_is_reported_naming_the_flag_file_or_value() {
 
 #[test]
 fn plain_threads_run_on_one_process() {
-    let (r, p) = run_ok(
-        "water --threads 2",
-        &[
-            "water",
-            "--threads",
-            "2",
-            "--molecules",
-            "64",
-            "--steps",
-            "2",
-        ],
-        None,
-    );
+    let (r, p) = run_ok("water --threads 2", SMALL_PLAIN_THREADS, None);
     assert_eq!(
         r["backend"],
         serde_json::json!({"kind": "threads", "threads": 2})
