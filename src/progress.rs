@@ -24,6 +24,11 @@ pub enum Shown {
     Nothing,
 }
 
+/// Whether `-q` was given: print start-up notices and per-run lines only without it.
+pub fn quiet() -> bool {
+    shown() == Shown::Nothing
+}
+
 /// How progress is shown now: nothing under `-q`, else bars on a terminal and lines
 /// elsewhere.
 pub fn shown() -> Shown {

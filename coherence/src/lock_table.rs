@@ -131,18 +131,19 @@ impl<V> LockTable<V> {
 
     /// Whether any lock numbered strictly between `low` and `high` has a state.
     pub(crate) fn any_between(&self, low: LockId, high: LockId) -> bool {
+        if low >= high {
+            return false;
+        }
         let (first, first_slot) = split(low);
         let (last, last_slot) = split(high);
-        (first..=last.min(self.chunks.len().saturating_sub(1)))
-            .filter(|_| low < high)
-            .any(|c| {
-                let Some(slots) = self.chunks[c].as_ref() else {
-                    return false;
-                };
-                let from = if c == first { first_slot + 1 } else { 0 };
-                let to = if c == last { last_slot } else { CHUNK };
-                from < to && slots[from..to].iter().any(Option::is_some)
-            })
+        (first..=last.min(self.chunks.len().saturating_sub(1))).any(|c| {
+            let Some(slots) = self.chunks[c].as_ref() else {
+                return false;
+            };
+            let from = if c == first { first_slot + 1 } else { 0 };
+            let to = if c == last { last_slot } else { CHUNK };
+            from < to && slots[from..to].iter().any(Option::is_some)
+        })
     }
 }
 

@@ -689,12 +689,12 @@ impl Message {
         let (owner, index, base, data) = r.diff_fields()?;
         let len = data.len();
         r.finish()?;
-        if len < SHARED_DIFF_MIN {
-            return Self::from_parts(opcode, payload, Some(bulk));
-        }
-        // The diff's bytes end the body (nothing trails them: `finish` checked).
-        let data =
-            DiffBytes::shared(buf, body.end - len..body.end).ok_or(DecodeError::Truncated)?;
+        let data = if len < SHARED_DIFF_MIN {
+            DiffBytes::new(data)
+        } else {
+            // The diff's bytes end the body (nothing trails them: `finish` checked).
+            DiffBytes::shared(buf, body.end - len..body.end).ok_or(DecodeError::Truncated)?
+        };
         Ok(Message::Update {
             diff: IntervalDiff {
                 page,
@@ -939,7 +939,7 @@ impl Writer<'_> {
 
 struct Reader<'a>(&'a [u8]);
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
         let (head, rest) = self
             .0
@@ -1045,7 +1045,7 @@ impl Reader<'_> {
         })
     }
     /// A diff's owner, interval, base time and encoded bytes (not copied).
-    fn diff_fields(&mut self) -> Result<(ClusterId, u32, VectorTime, &[u8]), DecodeError> {
+    fn diff_fields(&mut self) -> Result<(ClusterId, u32, VectorTime, &'a [u8]), DecodeError> {
         let owner = self.cluster()?;
         let index = self.u32()?;
         if index == 0 {

@@ -321,7 +321,7 @@ pub fn run(opts: Options) -> Result<()> {
         };
         let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
         let how = if plan.remote { "ssh to" } else { "on" };
-        if crate::progress::shown() != crate::progress::Shown::Nothing {
+        if !crate::progress::quiet() {
             launch_line(&format!(
                 "cluster {}: pid {pid} {how} {}",
                 plan.cluster, plan.host

@@ -228,7 +228,7 @@ pub fn run(args: &BenchAppsArgs) -> Result<()> {
     let mut done = 0;
     let started = Instant::now();
     // Under `-q`: no line per run, only failures.
-    let quiet = crate::progress::shown() == crate::progress::Shown::Nothing;
+    let quiet = crate::progress::quiet();
     for round in 0..plan.repeat {
         for (problem, recs) in plan.problems.iter().zip(records.iter_mut()) {
             for rec in recs.iter_mut() {

@@ -716,7 +716,7 @@ pub fn run(ctx: &Context, a: &MessageSizeArgs) -> Result<Outcome> {
     progress.finish_and_clear();
     drop(harness);
     let wall_s = started.elapsed().as_secs_f64();
-    if crate::progress::shown() != crate::progress::Shown::Nothing {
+    if !crate::progress::quiet() {
         eprintln!("experiment {}: {total} samples in {wall_s:.0} s", ctx.name);
     }
     let r = Results {

@@ -212,7 +212,7 @@ pub fn run(ctx: &Context, a: &MvaArgs) -> Result<Outcome> {
         }
     })?;
     progress.finish_and_clear();
-    if crate::progress::shown() != crate::progress::Shown::Nothing {
+    if !crate::progress::quiet() {
         eprintln!(
             "experiment {}: {total} runs in {:.0} s",
             ctx.name, report.wall_s

@@ -120,7 +120,7 @@ pub fn run(
         command.push(j.to_string_lossy().into_owned());
     }
     let n = cfg.clusters.len();
-    if crate::progress::shown() != crate::progress::Shown::Nothing {
+    if !crate::progress::quiet() {
         eprintln!(
             "multigrain run: starting {n} cluster process(es) of {}{} ({} compute threads); their own messages are prefixed [cN]",
             config.map_or_else(
