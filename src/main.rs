@@ -129,6 +129,12 @@ struct SelftestArgs {
 /// as `SSH HOST 'cd CWD && exec env VAR=... COMMAND'`. Their output lines are prefixed with
 /// `[cN] `.
 ///
+/// Two or more clusters started here are each bound to their own share of the CPUs launch
+/// may use (its own mask, so `taskset -c 0-7 multigrain launch …` confines them all), in
+/// proportion to their compute threads, as `mpirun --bind-to core` places ranks; each
+/// cluster's launch line names its CPUs. `launch.cpu_bind = "none"` in the config (or `--set
+/// launch.cpu_bind=none` with `run`) leaves placement to the kernel.
+///
 /// If a cluster fails, the others learn it through the control plane and exit. A cluster that
 /// dies before the job started (before it reached cluster 0's coordinator, or as the
 /// coordinator before the others reached it) is seen only by launch: it tells the `multigrain`
@@ -140,7 +146,8 @@ struct SelftestArgs {
 /// with the launcher, even if the launcher is killed (PR_SET_PDEATHSIG).
 ///
 /// Under Slurm or an MPI launcher no launcher is needed: `srun -n 4 multigrain hello --config
-/// job.toml` works when cluster 0 has a fixed port in the config.
+/// job.toml` works when cluster 0 has a fixed port in the config (their binding options
+/// apply: `srun --cpu-bind=cores`, `mpirun --bind-to core`).
 #[derive(Args, Debug)]
 #[command(
     after_help = "Example: multigrain launch --config cluster-config/examples/4x1.toml -- multigrain hello"

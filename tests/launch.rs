@@ -218,3 +218,82 @@ fn this_machines_own_host_name_is_local() {
     assert!(err.contains(&format!(" on {host}")), "{err}");
     assert!(!err.contains("ssh to"), "{err}");
 }
+
+/// `Cpus_allowed_list` of /proc/PID/status (`0-3,8`) as CPU numbers.
+fn cpu_list(text: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = (a.parse().unwrap(), b.parse().unwrap());
+        cpus.extend(a..=b);
+    }
+    cpus
+}
+
+/// Each cluster's `Cpus_allowed_list` under `launch.cpu_bind = bind`, 2 clusters of 1
+/// thread, and the launcher's launch lines.
+fn cluster_cpus(bind: &str) -> (Vec<Vec<usize>>, String) {
+    let dir = TempDir::new("launch-cpus");
+    let name = format!("cpus-{bind}");
+    let config = dir.write(
+        "job.toml",
+        &format!(
+            "[job]\nname = \"{name}\"\nstartup_timeout_ms = 20000\n\n[local]\nclusters = 2\n\n\
+             [launch]\ncpu_bind = \"{bind}\"\n"
+        ),
+    );
+    let script = "grep Cpus_allowed_list /proc/self/status";
+    let mut job = launch(&name, &config, &[], &["sh", "-c", script]);
+    let pids = launched_pids(&job, 2);
+    job.adopt(&pids);
+    let status = job.wait_exit(HANG);
+    assert!(status.success(), "{name}: {status}\n{}", job.transcript());
+    let out = job.lines(Stream::Out);
+    let cpus = (0..2)
+        .map(|c| {
+            let prefix = format!("[c{c}] Cpus_allowed_list:");
+            let line = out
+                .iter()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| {
+                    panic!("{name}: no CPU list of cluster {c}\n{}", job.transcript())
+                });
+            cpu_list(&line[prefix.len()..])
+        })
+        .collect();
+    assert_gone(&pids, HANG, &name);
+    (cpus, job.lines(Stream::Err).join("\n"))
+}
+
+#[test]
+fn clusters_started_together_split_the_launchers_cpus() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list in /proc/self/status");
+    let mine = cpu_list(line);
+    let (bound, err) = cluster_cpus("auto");
+    for (c, cpus) in bound.iter().enumerate() {
+        assert!(
+            !cpus.is_empty() && cpus.iter().all(|x| mine.contains(x)),
+            "{bound:?}"
+        );
+        let line = err
+            .lines()
+            .find(|l| l.contains(&format!("cluster {c}: pid ")))
+            .unwrap_or_else(|| panic!("no launch line of cluster {c}:\n{err}"));
+        assert!(line.contains(", CPUs "), "{line} (bound to {cpus:?})");
+    }
+    if mine.len() >= 2 {
+        // Two clusters of one thread each: half of the CPUs each, none shared.
+        assert!(bound[0].iter().all(|x| !bound[1].contains(x)), "{bound:?}");
+        assert_eq!(bound[0].len() + bound[1].len(), mine.len(), "{bound:?}");
+    } else {
+        eprintln!("one CPU here: both clusters are bound to it ({bound:?})");
+        assert_eq!(bound[0], bound[1]);
+    }
+    let (unbound, err) = cluster_cpus("none");
+    assert_eq!(unbound, vec![mine.clone(), mine], "cpu_bind = none");
+    assert!(!err.contains(", CPUs "), "{err}");
+}

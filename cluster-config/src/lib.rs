@@ -66,6 +66,7 @@
 //! | `faults.drop`, `duplicate`, `reorder`, `corrupt` | 0 | 0 ..= 1 |
 //! | `faults.seed` | 1 | 0 ..= 2^64−1 |
 //! | `launch.ssh` | `["ssh", "-o", "BatchMode=yes"]` | non-empty list of strings |
+//! | `launch.cpu_bind` | `"auto"` | `auto` (clusters started together on the launcher's host each get their own share of its CPUs), `none` |
 //!
 //! The cluster list is either `[local]` (N clusters on 127.0.0.1, port 0)
 //! or one `[[cluster]]` table per cluster, not both, with at least one
@@ -102,13 +103,14 @@ pub use launcher::{
     instance_key, rendezvous_port, set_launcher_choice, slurm_step_id,
 };
 pub use model::{
-    BarrierUpdates, ClusterSpec, DEFAULT_JOB_KEY, DEFAULT_PREFETCH, DEFAULT_PROGRESS_TIMEOUT_MS,
-    DEFAULT_RELEASE_BATCH, DEFAULT_WRITE_AHEAD, DsmConfig, EmulationConfig, EmulationLinkError,
-    FaultConfig, HomePolicy, IniConfig, IniPolicy, JobConfig, JobSettings, LOCAL_HOST,
-    LaunchConfig, Link, MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_POLL_INTERVAL,
-    MAX_PREFETCH, MAX_REGION_SIZE, MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS,
-    MAX_WINDOW, MAX_WRITE_AHEAD, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol,
-    ProtocolPriority, Substrate, USER_SPACE_END, is_loopback, same_host,
+    BarrierUpdates, ClusterSpec, CpuBind, DEFAULT_JOB_KEY, DEFAULT_PREFETCH,
+    DEFAULT_PROGRESS_TIMEOUT_MS, DEFAULT_RELEASE_BATCH, DEFAULT_WRITE_AHEAD, DsmConfig,
+    EmulationConfig, EmulationLinkError, FaultConfig, HomePolicy, IniConfig, IniPolicy, JobConfig,
+    JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU,
+    MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_REGION_SIZE, MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER,
+    MAX_TRACE_RECORDS, MAX_WINDOW, MAX_WRITE_AHEAD, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE,
+    ParseChoiceError, Protocol, ProtocolPriority, Substrate, USER_SPACE_END, is_loopback,
+    same_host,
 };
 pub use overrides::{BadOverride, Override};
 pub use size::{ParseSizeError, format_bytes, parse_byte_size};

@@ -185,6 +185,24 @@ choice_enum! {
 }
 
 choice_enum! {
+    /// How `multigrain launch` places the cluster processes it starts on its own host
+    /// on that host's CPUs (`launch.cpu_bind`).
+    pub enum CpuBind ("CPU binding") {
+        /// Where two or more clusters start on the launcher's host, each is bound to
+        /// its own share of the CPUs the launcher may use, in proportion to its compute
+        /// threads (one CPU at least; clusters share CPUs only when there are more
+        /// clusters than CPUs); a single cluster there, and clusters started over ssh,
+        /// stay unbound (`auto`, the default). As `mpirun --bind-to` and `srun
+        /// --cpu-bind` place ranks: each cluster's threads stay on its CPUs, so every
+        /// cluster always has a thread running to answer the others' requests.
+        #[default]
+        Auto = "auto",
+        /// No binding: the kernel places every thread (`none`).
+        None = "none",
+    }
+}
+
+choice_enum! {
     /// Whether homes send updates at barriers (`dsm.barrier_updates`, hlrc only).
     pub enum BarrierUpdates ("barrier update policy") {
         /// On (`auto`, the default): the same as `on` in every job, kept so that
@@ -744,12 +762,16 @@ pub struct LaunchConfig {
     /// host and the command are appended. Non-empty. Default:
     /// `["ssh", "-o", "BatchMode=yes"]`.
     pub ssh: Vec<String>,
+    /// `cpu_bind`: how the clusters started on the launcher's host are placed on its
+    /// CPUs ([`CpuBind`]). Default: `auto`.
+    pub cpu_bind: CpuBind,
 }
 
 impl Default for LaunchConfig {
     fn default() -> Self {
         Self {
             ssh: ["ssh", "-o", "BatchMode=yes"].map(str::to_owned).to_vec(),
+            cpu_bind: CpuBind::Auto,
         }
     }
 }

@@ -7,7 +7,9 @@ use serde::Deserialize;
 use serde::de::{self, Visitor};
 use toml::Spanned;
 
-use crate::model::{BarrierUpdates, HomePolicy, IniPolicy, Protocol, ProtocolPriority, Substrate};
+use crate::model::{
+    BarrierUpdates, CpuBind, HomePolicy, IniPolicy, Protocol, ProtocolPriority, Substrate,
+};
 use crate::size::parse_byte_size;
 
 /// A whole file.
@@ -119,6 +121,7 @@ pub(crate) struct RawFaults {
 #[serde(deny_unknown_fields, expecting = "a table")]
 pub(crate) struct RawLaunch {
     pub ssh: Field<Vec<Spanned<Text>>>,
+    pub cpu_bind: Field<CpuBind>,
 }
 
 /// Implements `Deserialize` for `$ty` through `deserialize_any` with a

@@ -207,6 +207,20 @@ impl JobConfig {
                 ),
             ));
         }
+        let n = self.clusters.len();
+        let shared_host = (0..n).any(|a| (a + 1..n).any(|b| self.clusters_on_same_host(a, b)));
+        match self.launch.cpu_bind {
+            crate::model::CpuBind::Auto if shared_host => lines.push((
+                "cpus",
+                "clusters started together on one host each bound to their own share of its \
+                 CPUs (cpu_bind = auto)"
+                    .to_owned(),
+            )),
+            crate::model::CpuBind::Auto => {}
+            crate::model::CpuBind::None => {
+                lines.push(("cpus", "no CPU binding (cpu_bind = none)".to_owned()));
+            }
+        }
         if self.clusters.iter().any(|c| !c.is_loopback()) {
             lines.push((
                 "launch",
@@ -328,7 +342,12 @@ impl JobConfig {
             toml_u64(f.seed, false)
         );
         let ssh: Vec<String> = self.launch.ssh.iter().map(|w| toml_str(w)).collect();
-        let _ = writeln!(out, "\n[launch]\nssh = [{}]", ssh.join(", "));
+        let _ = writeln!(
+            out,
+            "\n[launch]\nssh = [{}]\ncpu_bind = \"{}\"",
+            ssh.join(", "),
+            self.launch.cpu_bind
+        );
         out
     }
 }

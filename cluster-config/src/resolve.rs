@@ -689,8 +689,12 @@ impl Resolver<'_, '_> {
     }
 
     fn launch(&self, raw: Option<&RawLaunch>) -> Result<LaunchConfig, ConfigError> {
+        let d = LaunchConfig::default();
+        let cpu_bind = raw
+            .and_then(|r| r.cpu_bind.as_ref())
+            .map_or(d.cpu_bind, |b| *b.get_ref());
         let Some(ssh) = raw.and_then(|r| r.ssh.as_ref()) else {
-            return Ok(LaunchConfig::default());
+            return Ok(LaunchConfig { cpu_bind, ..d });
         };
         let words = ssh.get_ref();
         if words
@@ -705,6 +709,7 @@ impl Resolver<'_, '_> {
         }
         Ok(LaunchConfig {
             ssh: words.iter().map(|w| w.get_ref().0.clone()).collect(),
+            cpu_bind,
         })
     }
 

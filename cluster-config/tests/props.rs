@@ -2,10 +2,10 @@
 //! parsing, and no input makes the parser panic or point outside the text.
 
 use multigrain_cluster_config::{
-    BarrierUpdates, ClusterSpec, DsmConfig, EMBEDDED_DEFAULT_TOML, EmulationConfig, FaultConfig,
-    HomePolicy, IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig, MAX_POLL_INTERVAL,
-    MAX_PREFETCH, MAX_RELEASE_BATCH, MAX_TRACE_RECORDS, MAX_WRITE_AHEAD, PAGE_SIZE, Protocol,
-    ProtocolPriority, Substrate,
+    BarrierUpdates, ClusterSpec, CpuBind, DsmConfig, EMBEDDED_DEFAULT_TOML, EmulationConfig,
+    FaultConfig, HomePolicy, IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig,
+    MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_RELEASE_BATCH, MAX_TRACE_RECORDS, MAX_WRITE_AHEAD,
+    PAGE_SIZE, Protocol, ProtocolPriority, Substrate,
 };
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -127,7 +127,10 @@ prop_compose! {
                 corrupt: probs[3],
                 seed,
             },
-            launch: LaunchConfig { ssh: ssh.into_iter().map(|w| format!("x{w}")).collect() },
+            launch: LaunchConfig {
+                ssh: ssh.into_iter().map(|w| format!("x{w}")).collect(),
+                cpu_bind: [CpuBind::Auto, CpuBind::None][(seed >> 44) as usize % 2],
+            },
         };
         // g and G are refused on shared-memory links.
         if cfg.check_emulation().is_err() {

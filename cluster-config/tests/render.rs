@@ -20,6 +20,7 @@ total   2 clusters, 4 compute threads, 2 INIs
 dsm     protocol hlrc, home policy round-robin
 region  1 GiB at 0x500000000000..0x500040000000 (262144 pages of 4096 bytes)
 ini     window 32 frames, SEND timeout 2000 µs, ACK timeout 200 µs, MTU 8972 bytes, queue 4096 messages, network polled 1 in 8–32 polls (adaptive)
+cpus    clusters started together on one host each bound to their own share of its CPUs (cpu_bind = auto)
 "
     );
 }
@@ -62,6 +63,13 @@ fn explicit_hosts_ports_and_optional_lines() {
     );
     assert!(table.contains("\nfaults     drop 0.01, duplicate 0, reorder 0, corrupt 0 (seed 7)\n"));
     assert!(table.contains("\nlaunch     ssh -q HOST COMMAND for clusters not on loopback\n"));
+    // Clusters 0 and 1 share node-a.
+    assert!(table.contains("\ncpus       clusters started together on one host each bound"));
+    let unbound = parse("[local]\nclusters = 2\n[launch]\ncpu_bind = 'none'\n").render_table();
+    assert!(
+        unbound.contains("\ncpus    no CPU binding (cpu_bind = none)\n"),
+        "{unbound}"
+    );
     assert!(
         table.lines().all(|l| l == l.trim_end()),
         "no trailing spaces"
@@ -72,7 +80,7 @@ fn explicit_hosts_ports_and_optional_lines() {
 fn off_sections_are_not_shown() {
     let table = parse("[local]\nclusters = 1\n").render_table();
     assert!(table.contains("auto (no peers)"));
-    for absent in ["emulation", "faults", "launch"] {
+    for absent in ["emulation", "faults", "launch", "cpus"] {
         assert!(!table.contains(absent), "{absent} shown:\n{table}");
     }
     assert!(table.contains("job     (unnamed), key 0x6d756c7469000001"));

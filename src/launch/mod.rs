@@ -24,6 +24,7 @@
 //! cluster never reached the coordinator, or was the coordinator — stops at once with
 //! that report (see [`spawn::watch_stdin`]) instead of waiting for a timeout.
 
+mod cpus;
 mod output;
 mod signals;
 pub mod spawn;
@@ -268,6 +269,13 @@ pub fn run(opts: Options) -> Result<()> {
     } else {
         None
     };
+    let binding = match cpus::allowed() {
+        Ok(allowed) => cpus::plan(cfg.launch.cpu_bind, &cfg.clusters, &here, &allowed),
+        Err(e) => {
+            tracing::warn!("cannot read this process's CPU mask ({e}): clusters not bound");
+            vec![None; n]
+        }
+    };
     let plans: Vec<Plan> = cfg
         .clusters
         .iter()
@@ -286,7 +294,9 @@ pub fn run(opts: Options) -> Result<()> {
                 env.push(("RUST_LOG".to_owned(), f.to_owned()));
             }
             if here[c.id] {
-                Plan::local(c.id, &c.host, &opts.command, env)
+                let mut plan = Plan::local(c.id, &c.host, &opts.command, env);
+                plan.cpus = binding[c.id].clone();
+                plan
             } else {
                 Plan::remote(c.id, &c.host, &ssh, &cwd, &opts.command, env)
             }
@@ -322,8 +332,13 @@ pub fn run(opts: Options) -> Result<()> {
         let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
         let how = if plan.remote { "ssh to" } else { "on" };
         if !crate::progress::quiet() {
+            let cpus = plan
+                .cpus
+                .as_ref()
+                .map(|c| format!(", CPUs {}", cpus::describe(c)))
+                .unwrap_or_default();
             launch_line(&format!(
-                "cluster {}: pid {pid} {how} {}",
+                "cluster {}: pid {pid} {how} {}{cpus}",
                 plan.cluster, plan.host
             ));
         }

@@ -24,6 +24,8 @@ pub struct Plan {
     pub env: Vec<(String, String)>,
     /// Its stdin is the launcher's notice channel ([`watch_stdin`]): it runs `multigrain`.
     pub notices: bool,
+    /// The CPUs it is bound to (`launch.cpu_bind`; local plans only), `None`: unbound.
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// Set for a cluster process whose stdin is the launcher's notice channel (every
@@ -144,6 +146,7 @@ impl Plan {
             argv,
             env,
             notices,
+            cpus: None,
         }
     }
 
@@ -184,6 +187,7 @@ impl Plan {
             argv,
             env: Vec::new(),
             notices: true,
+            cpus: None,
         }
     }
 
@@ -201,8 +205,18 @@ impl Plan {
     /// [`watch_stdin`] and [`Plan::remote`]), in its own
     /// process group, and with `PR_SET_PDEATHSIG(SIGKILL)`: when the thread
     /// that started it (the launcher's main thread) ends, even by SIGKILL,
-    /// the kernel kills it. Call from the launcher's main thread.
+    /// the kernel kills it. Bound to [`Plan::cpus`] where they are set (the mask is
+    /// set before `exec`, so every thread of the process inherits it). Call from the
+    /// launcher's main thread.
+    ///
+    /// # Errors
+    /// Spawning's; `EINVAL` for a CPU the kernel's mask cannot name or the process may
+    /// not use.
     pub fn spawn(&self) -> io::Result<Child> {
+        let cpus = match &self.cpus {
+            Some(cpus) => Some(super::cpus::cpu_set(cpus).map_err(io::Error::from)?),
+            None => None,
+        };
         let mut cmd = Command::new(&self.argv[0]);
         cmd.args(&self.argv[1..])
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -216,14 +230,18 @@ impl Plan {
             .process_group(0);
         let launcher = Pid::this();
         // SAFETY: the closure runs in the child between fork and exec, where
-        // only async-signal-safe operations are allowed: it makes two system
-        // calls (prctl, getppid) through nix wrappers that neither allocate
-        // nor lock, and builds an io::Error from a raw errno, which does not
-        // allocate either.
+        // only async-signal-safe operations are allowed: it makes three system
+        // calls (prctl, getppid, sched_setaffinity with a mask built before the
+        // fork) through nix wrappers that neither allocate nor lock, and builds an
+        // io::Error from a raw errno, which does not allocate either.
         unsafe {
             cmd.pre_exec(move || {
                 nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
                     .map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+                if let Some(set) = &cpus {
+                    nix::sched::sched_setaffinity(Pid::from_raw(0), set)
+                        .map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+                }
                 // The launcher may have died before the line above: then
                 // nobody would kill this process later.
                 if getppid() != launcher {

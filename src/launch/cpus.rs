@@ -1,0 +1,194 @@
+//! Placing the clusters that start on the launcher's host on its CPUs
+//! (`launch.cpu_bind`, [`CpuBind`]).
+//!
+//! With `auto`, two or more clusters started here split the CPUs the launcher may use
+//! (its own affinity mask, so `taskset` or a batch system's binding of the launcher is
+//! respected): each gets a contiguous share in proportion to its compute threads, at
+//! least one CPU, and shares overlap only when there are more clusters than CPUs. This
+//! is how `mpirun --bind-to core` and `srun --cpu-bind` place ranks. Unbound, the
+//! kernel moves every cluster's threads across all CPUs, and on a host with fewer CPUs
+//! than threads a cluster can have none of its threads running for a time slice while
+//! another cluster waits for its answer: the default job (2 clusters × 2 threads over
+//! UDP, 2 vCPUs) ran Water 512 × 50 in 1.26 s bound against 1.64 s unbound (median of 4
+//! interleaved rounds; README, *CPU binding*).
+//!
+//! A single cluster here, and clusters started over ssh, are not bound.
+
+use multigrain_cluster_config::{ClusterSpec, CpuBind};
+use nix::sched::CpuSet;
+use nix::unistd::Pid;
+
+/// The CPUs each cluster of `clusters` that starts on this host (`here[c.id]`) is bound
+/// to, by cluster id (`None`: not bound), for `bind` and the launcher's allowed CPUs
+/// `allowed` (ascending).
+pub(crate) fn plan(
+    bind: CpuBind,
+    clusters: &[ClusterSpec],
+    here: &[bool],
+    allowed: &[usize],
+) -> Vec<Option<Vec<usize>>> {
+    let mut out = vec![None; clusters.len()];
+    let local: Vec<&ClusterSpec> = clusters.iter().filter(|c| here[c.id]).collect();
+    if bind == CpuBind::None || local.len() < 2 || allowed.is_empty() {
+        return out;
+    }
+    let threads: Vec<usize> = local.iter().map(|c| c.threads.max(1)).collect();
+    for (c, share) in local.iter().zip(shares(allowed, &threads)) {
+        out[c.id] = Some(share);
+    }
+    out
+}
+
+/// Splits `allowed` (CPU numbers) into one contiguous share per entry of `threads`, in
+/// proportion to it: share `i` is `allowed[m·Tᵢ/T .. m·Tᵢ₊₁/T]` (`m` CPUs, `Tᵢ` the
+/// threads before entry `i`, `T` all of them), or the single CPU at its start when
+/// that range is empty (more entries than CPUs: neighbours share one).
+///
+/// # Panics
+/// If `allowed` is empty.
+pub(crate) fn shares(allowed: &[usize], threads: &[usize]) -> Vec<Vec<usize>> {
+    assert!(!allowed.is_empty(), "no CPU to share");
+    let m = allowed.len();
+    let total: usize = threads.iter().sum::<usize>().max(1);
+    let mut before = 0;
+    threads
+        .iter()
+        .map(|&t| {
+            let start = m * before / total;
+            before += t;
+            let end = m * before / total;
+            if end > start {
+                allowed[start..end].to_vec()
+            } else {
+                vec![allowed[start.min(m - 1)]]
+            }
+        })
+        .collect()
+}
+
+/// The CPUs this process may run on, ascending.
+///
+/// # Errors
+/// `sched_getaffinity`'s.
+pub(crate) fn allowed() -> nix::Result<Vec<usize>> {
+    let set = nix::sched::sched_getaffinity(Pid::from_raw(0))?;
+    Ok((0..CpuSet::count())
+        .filter(|&i| set.is_set(i).unwrap_or(false))
+        .collect())
+}
+
+/// `cpus` as a kernel CPU mask.
+///
+/// # Errors
+/// `EINVAL` for a CPU number beyond the mask's size ([`CpuSet::count`]).
+pub(crate) fn cpu_set(cpus: &[usize]) -> nix::Result<CpuSet> {
+    let mut set = CpuSet::new();
+    for &c in cpus {
+        set.set(c)?;
+    }
+    Ok(set)
+}
+
+/// `cpus` (ascending) as a list of ranges, as `taskset -c` writes it: `0-3,8,10-11`.
+pub(crate) fn describe(cpus: &[usize]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", cpus[i], cpus[j])
+        } else {
+            cpus[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(id: usize, threads: usize) -> ClusterSpec {
+        ClusterSpec {
+            id,
+            host: "127.0.0.1".into(),
+            port: 0,
+            threads,
+            inis: None,
+        }
+    }
+
+    #[test]
+    fn equal_clusters_split_the_cpus_in_blocks() {
+        let cpus: Vec<usize> = (0..16).collect();
+        assert_eq!(
+            shares(&cpus, &[8, 8]),
+            vec![(0..8).collect::<Vec<_>>(), (8..16).collect()]
+        );
+        assert_eq!(shares(&[0, 1], &[2, 2]), vec![vec![0], vec![1]]);
+        // Three clusters on 16 CPUs: 5, 5 and 6, every CPU used once.
+        let s = shares(&cpus, &[1, 1, 1]);
+        assert_eq!(s.iter().map(Vec::len).collect::<Vec<_>>(), vec![5, 5, 6]);
+        assert_eq!(s.concat(), cpus);
+    }
+
+    #[test]
+    fn shares_follow_the_thread_counts_and_the_allowed_mask() {
+        // A launcher confined to CPUs 2, 3, 6, 7 (taskset): a cluster of 3 threads
+        // gets three of them, its neighbour of 1 thread the last.
+        assert_eq!(shares(&[2, 3, 6, 7], &[3, 1]), vec![vec![2, 3, 6], vec![7]]);
+    }
+
+    #[test]
+    fn more_clusters_than_cpus_share_neighbouring_cpus() {
+        assert_eq!(
+            shares(&[0, 1], &[1, 1, 1, 1]),
+            vec![vec![0], vec![0], vec![1], vec![1]]
+        );
+        assert_eq!(shares(&[5], &[1, 1, 1]), vec![vec![5], vec![5], vec![5]]);
+    }
+
+    #[test]
+    fn only_clusters_started_together_here_are_bound() {
+        let clusters = [spec(0, 2), spec(1, 2), spec(2, 4)];
+        let cpus = [0, 1, 2, 3];
+        assert_eq!(
+            plan(CpuBind::Auto, &clusters, &[true, true, true], &cpus),
+            vec![Some(vec![0]), Some(vec![1]), Some(vec![2, 3])]
+        );
+        // Cluster 2 starts over ssh: the two local ones split this host's CPUs.
+        assert_eq!(
+            plan(CpuBind::Auto, &clusters, &[true, true, false], &cpus),
+            vec![Some(vec![0, 1]), Some(vec![2, 3]), None]
+        );
+        // One cluster here: it keeps every CPU.
+        assert_eq!(
+            plan(CpuBind::Auto, &clusters, &[false, true, false], &cpus),
+            vec![None, None, None]
+        );
+        assert_eq!(
+            plan(CpuBind::None, &clusters, &[true, true, true], &cpus),
+            vec![None, None, None]
+        );
+    }
+
+    #[test]
+    fn lists_read_as_taskset_writes_them() {
+        assert_eq!(describe(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
+        assert_eq!(describe(&[7]), "7");
+        assert_eq!(describe(&[]), "");
+    }
+
+    #[test]
+    fn this_process_has_cpus_and_they_make_a_mask() {
+        let cpus = allowed().unwrap();
+        assert!(!cpus.is_empty());
+        let set = cpu_set(&cpus).unwrap();
+        assert!(cpus.iter().all(|&c| set.is_set(c).unwrap()));
+        assert!(cpu_set(&[CpuSet::count()]).is_err());
+    }
+}
