@@ -129,11 +129,12 @@ struct SelftestArgs {
 /// as `SSH HOST 'cd CWD && exec env VAR=... COMMAND'`. Their output lines are prefixed with
 /// `[cN] `.
 ///
-/// Two or more clusters started here are each bound to their own share of the CPUs launch
-/// may use (its own mask, so `taskset -c 0-7 multigrain launch …` confines them all), in
-/// proportion to their compute threads, as `mpirun --bind-to core` places ranks; each
-/// cluster's launch line names its CPUs. `launch.cpu_bind = "none"` in the config (or `--set
-/// launch.cpu_bind=none` with `run`) leaves placement to the kernel.
+/// Two or more clusters started here whose compute threads outnumber the CPUs launch may use
+/// (its own mask, so `taskset -c 0-7 multigrain launch …` confines them all) are each bound
+/// to their own share of those CPUs, in proportion to their threads, as `mpirun --bind-to
+/// core` places ranks; each cluster's launch line names its CPUs. `launch.cpu_bind =
+/// "split"` in the config (or `--set launch.cpu_bind=split` with `run`) always splits,
+/// `"none"` leaves placement to the kernel.
 ///
 /// If a cluster fails, the others learn it through the control plane and exit. A cluster that
 /// dies before the job started (before it reached cluster 0's coordinator, or as the

@@ -230,16 +230,16 @@ fn cpu_list(text: &str) -> Vec<usize> {
     cpus
 }
 
-/// Each cluster's `Cpus_allowed_list` under `launch.cpu_bind = bind`, 2 clusters of 1
-/// thread, and the launcher's launch lines.
-fn cluster_cpus(bind: &str) -> (Vec<Vec<usize>>, String) {
+/// Each cluster's `Cpus_allowed_list` under `launch.cpu_bind = bind`, 2 clusters of
+/// `threads` threads each, and the launcher's launch lines.
+fn cluster_cpus(bind: &str, threads: usize) -> (Vec<Vec<usize>>, String) {
     let dir = TempDir::new("launch-cpus");
-    let name = format!("cpus-{bind}");
+    let name = format!("cpus-{bind}-{threads}");
     let config = dir.write(
         "job.toml",
         &format!(
-            "[job]\nname = \"{name}\"\nstartup_timeout_ms = 20000\n\n[local]\nclusters = 2\n\n\
-             [launch]\ncpu_bind = \"{bind}\"\n"
+            "[job]\nname = \"{name}\"\nstartup_timeout_ms = 20000\n\n[local]\nclusters = 2\n\
+             threads = {threads}\n\n[launch]\ncpu_bind = \"{bind}\"\n"
         ),
     );
     let script = "grep Cpus_allowed_list /proc/self/status";
@@ -265,15 +265,9 @@ fn cluster_cpus(bind: &str) -> (Vec<Vec<usize>>, String) {
     (cpus, job.lines(Stream::Err).join("\n"))
 }
 
-#[test]
-fn clusters_started_together_split_the_launchers_cpus() {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .expect("Cpus_allowed_list in /proc/self/status");
-    let mine = cpu_list(line);
-    let (bound, err) = cluster_cpus("auto");
+/// Asserts that two clusters were bound to disjoint halves of `mine` (the same single
+/// CPU where there is only one), and that their launch lines say so.
+fn assert_split(bound: &[Vec<usize>], err: &str, mine: &[usize]) {
     for (c, cpus) in bound.iter().enumerate() {
         assert!(
             !cpus.is_empty() && cpus.iter().all(|x| mine.contains(x)),
@@ -286,14 +280,39 @@ fn clusters_started_together_split_the_launchers_cpus() {
         assert!(line.contains(", CPUs "), "{line} (bound to {cpus:?})");
     }
     if mine.len() >= 2 {
-        // Two clusters of one thread each: half of the CPUs each, none shared.
         assert!(bound[0].iter().all(|x| !bound[1].contains(x)), "{bound:?}");
         assert_eq!(bound[0].len() + bound[1].len(), mine.len(), "{bound:?}");
     } else {
         eprintln!("one CPU here: both clusters are bound to it ({bound:?})");
         assert_eq!(bound[0], bound[1]);
     }
-    let (unbound, err) = cluster_cpus("none");
-    assert_eq!(unbound, vec![mine.clone(), mine], "cpu_bind = none");
-    assert!(!err.contains(", CPUs "), "{err}");
+}
+
+#[test]
+fn clusters_started_together_split_the_launchers_cpus() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list in /proc/self/status");
+    let mine = cpu_list(line);
+    // split: two clusters of one thread each get half of the CPUs each, none shared.
+    let (bound, err) = cluster_cpus("split", 1);
+    assert_split(&bound, &err, &mine);
+    // auto: split once the clusters' threads outnumber the CPUs …
+    let (bound, err) = cluster_cpus("auto", mine.len().min(1024));
+    assert_split(&bound, &err, &mine);
+    // … unbound while every thread can have a CPU, and never with none.
+    for (bind, threads) in [("auto", mine.len() / 2), ("none", mine.len())] {
+        if threads == 0 {
+            continue;
+        }
+        let (unbound, err) = cluster_cpus(bind, threads);
+        assert_eq!(
+            unbound,
+            vec![mine.clone(), mine.clone()],
+            "{bind}, {threads}"
+        );
+        assert!(!err.contains(", CPUs "), "{err}");
+    }
 }

@@ -188,15 +188,21 @@ choice_enum! {
     /// How `multigrain launch` places the cluster processes it starts on its own host
     /// on that host's CPUs (`launch.cpu_bind`).
     pub enum CpuBind ("CPU binding") {
+        /// `split` when the clusters started on the launcher's host have more compute
+        /// threads together than the CPUs it may use, `none` otherwise (`auto`, the
+        /// default). Oversubscribed, an unbound cluster can go a time slice with none
+        /// of its threads running while another cluster waits for its answer; with a CPU
+        /// per compute thread, unbound protocol threads can use the CPUs that waiting
+        /// threads leave idle.
+        #[default]
+        Auto = "auto",
         /// Where two or more clusters start on the launcher's host, each is bound to
         /// its own share of the CPUs the launcher may use, in proportion to its compute
         /// threads (one CPU at least; clusters share CPUs only when there are more
-        /// clusters than CPUs); a single cluster there, and clusters started over ssh,
-        /// stay unbound (`auto`, the default). As `mpirun --bind-to` and `srun
-        /// --cpu-bind` place ranks: each cluster's threads stay on its CPUs, so every
-        /// cluster always has a thread running to answer the others' requests.
-        #[default]
-        Auto = "auto",
+        /// clusters than CPUs), as `mpirun --bind-to` and `srun --cpu-bind` place ranks
+        /// (`split`). A single cluster there, and clusters started over ssh, stay
+        /// unbound.
+        Split = "split",
         /// No binding: the kernel places every thread (`none`).
         None = "none",
     }

@@ -213,10 +213,16 @@ impl JobConfig {
             crate::model::CpuBind::Auto if shared_host => lines.push((
                 "cpus",
                 "clusters started together on one host each bound to their own share of its \
-                 CPUs (cpu_bind = auto)"
+                 CPUs when their compute threads outnumber them (cpu_bind = auto)"
                     .to_owned(),
             )),
-            crate::model::CpuBind::Auto => {}
+            crate::model::CpuBind::Split if shared_host => lines.push((
+                "cpus",
+                "clusters started together on one host each bound to their own share of its \
+                 CPUs (cpu_bind = split)"
+                    .to_owned(),
+            )),
+            crate::model::CpuBind::Auto | crate::model::CpuBind::Split => {}
             crate::model::CpuBind::None => {
                 lines.push(("cpus", "no CPU binding (cpu_bind = none)".to_owned()));
             }

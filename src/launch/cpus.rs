@@ -1,16 +1,17 @@
 //! Placing the clusters that start on the launcher's host on its CPUs
 //! (`launch.cpu_bind`, [`CpuBind`]).
 //!
-//! With `auto`, two or more clusters started here split the CPUs the launcher may use
-//! (its own affinity mask, so `taskset` or a batch system's binding of the launcher is
+//! Split, two or more clusters started here divide the CPUs the launcher may use (its
+//! own affinity mask, so `taskset` or a batch system's binding of the launcher is
 //! respected): each gets a contiguous share in proportion to its compute threads, at
 //! least one CPU, and shares overlap only when there are more clusters than CPUs. This
-//! is how `mpirun --bind-to core` and `srun --cpu-bind` place ranks. Unbound, the
-//! kernel moves every cluster's threads across all CPUs, and on a host with fewer CPUs
-//! than threads a cluster can have none of its threads running for a time slice while
-//! another cluster waits for its answer: the default job (2 clusters × 2 threads over
-//! UDP, 2 vCPUs) ran Water 512 × 50 in 1.26 s bound against 1.64 s unbound (median of 4
-//! interleaved rounds; README, *CPU binding*).
+//! is how `mpirun --bind-to core` and `srun --cpu-bind` place ranks. `auto` splits only
+//! when the clusters here have more compute threads than there are CPUs. Measured on 2
+//! vCPUs (README, *CPU binding*): oversubscribed, unbound clusters lose time slices to
+//! each other while the other waits for an answer — the default job (2 clusters × 2
+//! threads over UDP) ran Water 512 × 50 in 1.26 s split against 1.64 s unbound (median of
+//! 4 interleaved rounds); with a CPU per compute thread (2 × 1), splitting took the
+//! protocol threads' idle CPU away: Water 4096 × 3 over shared memory 8 % slower.
 //!
 //! A single cluster here, and clusters started over ssh, are not bound.
 
@@ -20,7 +21,8 @@ use nix::unistd::Pid;
 
 /// The CPUs each cluster of `clusters` that starts on this host (`here[c.id]`) is bound
 /// to, by cluster id (`None`: not bound), for `bind` and the launcher's allowed CPUs
-/// `allowed` (ascending).
+/// `allowed` (ascending): [`shares`] of `allowed` for `split`, and for `auto` when the
+/// local clusters' compute threads outnumber `allowed`.
 pub(crate) fn plan(
     bind: CpuBind,
     clusters: &[ClusterSpec],
@@ -29,10 +31,15 @@ pub(crate) fn plan(
 ) -> Vec<Option<Vec<usize>>> {
     let mut out = vec![None; clusters.len()];
     let local: Vec<&ClusterSpec> = clusters.iter().filter(|c| here[c.id]).collect();
-    if bind == CpuBind::None || local.len() < 2 || allowed.is_empty() {
+    let threads: Vec<usize> = local.iter().map(|c| c.threads.max(1)).collect();
+    let split = match bind {
+        CpuBind::Split => true,
+        CpuBind::Auto => threads.iter().sum::<usize>() > allowed.len(),
+        CpuBind::None => false,
+    };
+    if !split || local.len() < 2 || allowed.is_empty() {
         return out;
     }
-    let threads: Vec<usize> = local.iter().map(|c| c.threads.max(1)).collect();
     for (c, share) in local.iter().zip(shares(allowed, &threads)) {
         out[c.id] = Some(share);
     }
@@ -156,22 +163,34 @@ mod tests {
     fn only_clusters_started_together_here_are_bound() {
         let clusters = [spec(0, 2), spec(1, 2), spec(2, 4)];
         let cpus = [0, 1, 2, 3];
+        // 8 compute threads on 4 CPUs: auto splits.
+        for bind in [CpuBind::Auto, CpuBind::Split] {
+            assert_eq!(
+                plan(bind, &clusters, &[true, true, true], &cpus),
+                vec![Some(vec![0]), Some(vec![1]), Some(vec![2, 3])]
+            );
+        }
+        // Cluster 2 starts over ssh: the two local ones (4 threads) split this host's
+        // CPUs if told to; auto leaves them a CPU per thread, unbound.
         assert_eq!(
-            plan(CpuBind::Auto, &clusters, &[true, true, true], &cpus),
-            vec![Some(vec![0]), Some(vec![1]), Some(vec![2, 3])]
-        );
-        // Cluster 2 starts over ssh: the two local ones split this host's CPUs.
-        assert_eq!(
-            plan(CpuBind::Auto, &clusters, &[true, true, false], &cpus),
+            plan(CpuBind::Split, &clusters, &[true, true, false], &cpus),
             vec![Some(vec![0, 1]), Some(vec![2, 3]), None]
         );
-        // One cluster here: it keeps every CPU.
         assert_eq!(
-            plan(CpuBind::Auto, &clusters, &[false, true, false], &cpus),
+            plan(CpuBind::Auto, &clusters, &[true, true, false], &cpus),
             vec![None, None, None]
         );
         assert_eq!(
-            plan(CpuBind::None, &clusters, &[true, true, true], &cpus),
+            plan(CpuBind::Auto, &clusters, &[true, true, false], &cpus[..3]),
+            vec![Some(vec![0]), Some(vec![1, 2]), None]
+        );
+        // One cluster here: it keeps every CPU.
+        assert_eq!(
+            plan(CpuBind::Split, &clusters, &[false, true, false], &cpus[..1]),
+            vec![None, None, None]
+        );
+        assert_eq!(
+            plan(CpuBind::None, &clusters, &[true, true, true], &cpus[..1]),
             vec![None, None, None]
         );
     }
