@@ -935,6 +935,19 @@ fn json_to_stdout_carries_metadata_and_no_sentinels() {
         stats["total"]
     );
     assert_eq!(stats["clusters"][1]["cluster"], 1);
+    // Each cluster says which CPUs it ran on (its own mask, as the kernel lists it);
+    // the total does not.
+    assert!(stats["total"].get("cpus").is_none(), "{}", stats["total"]);
+    for c in 0..2 {
+        let cpus = stats["clusters"][c]["cpus"].as_str().unwrap_or_default();
+        assert!(
+            !cpus.is_empty()
+                && cpus
+                    .chars()
+                    .all(|ch| ch.is_ascii_digit() || ",-".contains(ch)),
+            "cluster {c}: cpus {cpus:?}"
+        );
+    }
 }
 
 #[test]

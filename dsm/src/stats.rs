@@ -129,6 +129,19 @@ impl AddAssign<&PhaseTimes> for PhaseTimes {
     }
 }
 
+/// The CPUs this process may run on, as the kernel lists them (`Cpus_allowed_list` of
+/// `/proc/self/status`, e.g. `0-3,8`); empty if it cannot be read.
+pub(crate) fn allowed_cpu_list() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(|l| l.trim().to_owned())
+        })
+        .unwrap_or_default()
+}
+
 /// Statistics of one cluster (or, in [`JobStats::total`], summed over the job). Times
 /// are nanoseconds of wall-clock time summed over threads.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,6 +149,12 @@ pub struct ClusterStats {
     /// The cluster; `None` in a job total (absent from its JSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<usize>,
+    /// The CPUs this cluster's process may run on when its statistics were taken, as
+    /// `/proc/self/status`'s `Cpus_allowed_list` writes them (`0-3,8`): its share where
+    /// the launcher bound it (`launch.cpu_bind`). Empty in a job total, or where the
+    /// kernel does not say (absent from the JSON then).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cpus: String,
     /// Read faults taken by this cluster's threads.
     pub read_faults: u64,
     /// Write faults taken by this cluster's threads (write to a missing or read-only page).
@@ -257,7 +276,7 @@ pub struct ClusterStats {
 
 /// Adds `o` into a job total: every count is summed, except
 /// `messages_sent_by_thread`, whose entries are appended (one per compute thread of the
-/// job, in the order the clusters are added).
+/// job, in the order the clusters are added), and `cpus`, which stays the total's own.
 impl AddAssign<&ClusterStats> for ClusterStats {
     fn add_assign(&mut self, o: &ClusterStats) {
         self.read_faults += o.read_faults;
@@ -477,6 +496,7 @@ impl Counters {
         let (slow_lock_waits, slow_lock_waits_all) = self.slowest_locks();
         ClusterStats {
             cluster: Some(cluster),
+            cpus: allowed_cpu_list(),
             read_faults: g(&self.read_faults),
             write_faults: g(&self.write_faults),
             remote_faults: g(&self.remote_faults),

@@ -343,6 +343,18 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
         s.push('\n');
     };
     header(&mut s, "DSM statistics");
+    if cols.iter().any(|c| !c.cpus.is_empty()) {
+        // Each cluster's CPU mask (its share where launch.cpu_bind split the host).
+        let _ = write!(
+            s,
+            "  {:<LABEL_WIDTH_ROW$}{:>12}",
+            "CPUs (launch.cpu_bind)", ""
+        );
+        for c in cols {
+            let _ = write!(s, "{:>12}", c.cpus);
+        }
+        s.push('\n');
+    }
     row(&mut s, "read faults", &|c| c.read_faults);
     row(&mut s, "write faults", &|c| c.write_faults);
     row(&mut s, "faults waiting on a cluster", &|c| c.remote_faults);
