@@ -130,7 +130,8 @@ struct SelftestArgs {
 /// `[cN] `.
 ///
 /// Two or more clusters started here whose compute threads outnumber the CPUs launch may use
-/// (its own mask, so `taskset -c 0-7 multigrain launch …` confines them all) are each bound
+/// (its own mask, so `taskset -c 0-7 multigrain launch …` confines them all), with inline INIs
+/// (`ini.inline`, the default), are each bound
 /// to their own share of those CPUs, in proportion to their threads, as `mpirun --bind-to
 /// core` places ranks; each cluster's launch line names its CPUs. `launch.cpu_bind =
 /// "split"` in the config (or `--set launch.cpu_bind=split` with `run`) always splits,

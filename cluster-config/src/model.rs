@@ -189,11 +189,13 @@ choice_enum! {
     /// on that host's CPUs (`launch.cpu_bind`).
     pub enum CpuBind ("CPU binding") {
         /// `split` when the clusters started on the launcher's host have more compute
-        /// threads together than the CPUs it may use, `none` otherwise (`auto`, the
-        /// default). Oversubscribed, an unbound cluster can go a time slice with none
-        /// of its threads running while another cluster waits for its answer; with a CPU
-        /// per compute thread, unbound protocol threads can use the CPUs that waiting
-        /// threads leave idle.
+        /// threads together than the CPUs it may use and their INIs are inline
+        /// (`ini.inline`, the default), `none` otherwise (`auto`, the default).
+        /// Oversubscribed, an unbound cluster can go a time slice with none of its
+        /// threads running while another cluster waits for its answer; with a CPU per
+        /// compute thread, unbound protocol threads can use the CPUs that waiting threads
+        /// leave idle; a dedicated INI thread confined with its cluster's busy compute
+        /// threads waits for a time slice for every datagram.
         #[default]
         Auto = "auto",
         /// Where two or more clusters start on the launcher's host, each is bound to

@@ -210,7 +210,7 @@ impl JobConfig {
         let n = self.clusters.len();
         let shared_host = (0..n).any(|a| (a + 1..n).any(|b| self.clusters_on_same_host(a, b)));
         match self.launch.cpu_bind {
-            crate::model::CpuBind::Auto if shared_host => lines.push((
+            crate::model::CpuBind::Auto if shared_host && ini.inline => lines.push((
                 "cpus",
                 "clusters started together on one host each bound to their own share of its \
                  CPUs when their compute threads outnumber them (cpu_bind = auto)"

@@ -70,6 +70,9 @@ fn explicit_hosts_ports_and_optional_lines() {
         split.contains("their own share of its CPUs (cpu_bind = split)\n"),
         "{split}"
     );
+    // Dedicated INI threads: auto does not bind.
+    let dedicated = parse("[local]\nclusters = 2\n[ini]\ninline = false\n").render_table();
+    assert!(!dedicated.contains("\ncpus"), "{dedicated}");
     let unbound = parse("[local]\nclusters = 2\n[launch]\ncpu_bind = 'none'\n").render_table();
     assert!(
         unbound.contains("\ncpus    no CPU binding (cpu_bind = none)\n"),

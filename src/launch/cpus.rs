@@ -6,12 +6,15 @@
 //! respected): each gets a contiguous share in proportion to its compute threads, at
 //! least one CPU, and shares overlap only when there are more clusters than CPUs. This
 //! is how `mpirun --bind-to core` and `srun --cpu-bind` place ranks. `auto` splits only
-//! when the clusters here have more compute threads than there are CPUs. Measured on 2
+//! when the clusters here have more compute threads than there are CPUs and their INIs
+//! are inline (`ini.inline`, the default). Measured on 2
 //! vCPUs (README, *CPU binding*): oversubscribed, unbound clusters lose time slices to
 //! each other while the other waits for an answer — the default job (2 clusters × 2
 //! threads over UDP) ran Water 512 × 50 in 1.26 s split against 1.64 s unbound (median of
 //! 4 interleaved rounds); with a CPU per compute thread (2 × 1), splitting took the
-//! protocol threads' idle CPU away: Water 4096 × 3 over shared memory 8 % slower.
+//! protocol threads' idle CPU away: Water 4096 × 3 over shared memory 8 % slower; with
+//! dedicated INI threads (`ini.inline = false`) splitting 2 × 2 made Water 1.5 × slower,
+//! each INI thread waiting behind its cluster's compute threads for every datagram.
 //!
 //! A single cluster here, and clusters started over ssh, are not bound.
 
@@ -22,19 +25,23 @@ use nix::unistd::Pid;
 /// The CPUs each cluster of `clusters` that starts on this host (`here[c.id]`) is bound
 /// to, by cluster id (`None`: not bound), for `bind` and the launcher's allowed CPUs
 /// `allowed` (ascending): [`shares`] of `allowed` for `split`, and for `auto` when the
-/// local clusters' compute threads outnumber `allowed`.
+/// local clusters' compute threads outnumber `allowed` and the INIs are not
+/// `dedicated_inis` (`ini.inline = false`: an INI thread then needs a CPU for every
+/// datagram, and confined with its cluster's busy compute threads it waits for a time
+/// slice).
 pub(crate) fn plan(
     bind: CpuBind,
     clusters: &[ClusterSpec],
     here: &[bool],
     allowed: &[usize],
+    dedicated_inis: bool,
 ) -> Vec<Option<Vec<usize>>> {
     let mut out = vec![None; clusters.len()];
     let local: Vec<&ClusterSpec> = clusters.iter().filter(|c| here[c.id]).collect();
     let threads: Vec<usize> = local.iter().map(|c| c.threads.max(1)).collect();
     let split = match bind {
         CpuBind::Split => true,
-        CpuBind::Auto => threads.iter().sum::<usize>() > allowed.len(),
+        CpuBind::Auto => !dedicated_inis && threads.iter().sum::<usize>() > allowed.len(),
         CpuBind::None => false,
     };
     if !split || local.len() < 2 || allowed.is_empty() {
@@ -166,32 +173,65 @@ mod tests {
         // 8 compute threads on 4 CPUs: auto splits.
         for bind in [CpuBind::Auto, CpuBind::Split] {
             assert_eq!(
-                plan(bind, &clusters, &[true, true, true], &cpus),
+                plan(bind, &clusters, &[true, true, true], &cpus, false),
                 vec![Some(vec![0]), Some(vec![1]), Some(vec![2, 3])]
             );
         }
         // Cluster 2 starts over ssh: the two local ones (4 threads) split this host's
         // CPUs if told to; auto leaves them a CPU per thread, unbound.
         assert_eq!(
-            plan(CpuBind::Split, &clusters, &[true, true, false], &cpus),
+            plan(
+                CpuBind::Split,
+                &clusters,
+                &[true, true, false],
+                &cpus,
+                false
+            ),
             vec![Some(vec![0, 1]), Some(vec![2, 3]), None]
         );
         assert_eq!(
-            plan(CpuBind::Auto, &clusters, &[true, true, false], &cpus),
+            plan(CpuBind::Auto, &clusters, &[true, true, false], &cpus, false),
             vec![None, None, None]
         );
         assert_eq!(
-            plan(CpuBind::Auto, &clusters, &[true, true, false], &cpus[..3]),
+            plan(
+                CpuBind::Auto,
+                &clusters,
+                &[true, true, false],
+                &cpus[..3],
+                false
+            ),
             vec![Some(vec![0]), Some(vec![1, 2]), None]
         );
         // One cluster here: it keeps every CPU.
         assert_eq!(
-            plan(CpuBind::Split, &clusters, &[false, true, false], &cpus[..1]),
+            plan(
+                CpuBind::Split,
+                &clusters,
+                &[false, true, false],
+                &cpus[..1],
+                false
+            ),
             vec![None, None, None]
         );
         assert_eq!(
-            plan(CpuBind::None, &clusters, &[true, true, true], &cpus[..1]),
+            plan(
+                CpuBind::None,
+                &clusters,
+                &[true, true, true],
+                &cpus[..1],
+                false
+            ),
             vec![None, None, None]
+        );
+        // Dedicated INI threads: auto leaves them unbound, split does as told.
+        assert_eq!(
+            plan(CpuBind::Auto, &clusters, &[true, true, true], &cpus, true),
+            vec![None, None, None]
+        );
+        assert_eq!(
+            plan(CpuBind::Split, &clusters, &[true, true, true], &cpus, true),
+            vec![Some(vec![0]), Some(vec![1]), Some(vec![2, 3])]
         );
     }
 

@@ -270,7 +270,13 @@ pub fn run(opts: Options) -> Result<()> {
         None
     };
     let binding = match cpus::allowed() {
-        Ok(allowed) => cpus::plan(cfg.launch.cpu_bind, &cfg.clusters, &here, &allowed),
+        Ok(allowed) => cpus::plan(
+            cfg.launch.cpu_bind,
+            &cfg.clusters,
+            &here,
+            &allowed,
+            !cfg.ini.inline,
+        ),
         Err(e) => {
             tracing::warn!("cannot read this process's CPU mask ({e}): clusters not bound");
             vec![None; n]
