@@ -7,14 +7,14 @@
 //! least one CPU, and shares overlap only when there are more clusters than CPUs. This
 //! is how `mpirun --bind-to core` and `srun --cpu-bind` place ranks. `auto` splits only
 //! when the clusters here have more compute threads than there are CPUs and their INIs
-//! are inline (`ini.inline`, the default). Measured on 2
-//! vCPUs (README, *CPU binding*): oversubscribed, unbound clusters lose time slices to
-//! each other while the other waits for an answer — the default job (2 clusters × 2
-//! threads over UDP) ran Water 512 × 50 in 1.26 s split against 1.64 s unbound (median of
-//! 4 interleaved rounds); with a CPU per compute thread (2 × 1), splitting took the
-//! protocol threads' idle CPU away: Water 4096 × 3 over shared memory 8 % slower; with
-//! dedicated INI threads (`ini.inline = false`) splitting 2 × 2 made Water 1.5 × slower,
-//! each INI thread waiting behind its cluster's compute threads for every datagram.
+//! are inline (`ini.inline`, the default). Measured on 2 vCPUs (README, *CPU binding*):
+//! oversubscribed, unbound clusters lose time slices to each other while the other waits
+//! for an answer — the default job (2 clusters × 2 threads over UDP) ran Water 512 × 50
+//! in 1.26 s split against 1.64 s unbound (median of 4 interleaved rounds); with a CPU
+//! per compute thread (2 × 1), splitting took the protocol threads' idle CPU away: Water
+//! 4096 × 3 over shared memory 8 % slower; with dedicated INI threads (`ini.inline =
+//! false`) splitting 2 × 2 made Water 1.5 × slower, each INI thread waiting behind its
+//! cluster's compute threads for every datagram.
 //!
 //! A single cluster here, and clusters started over ssh, are not bound.
 
