@@ -3,8 +3,9 @@
 //!
 //! Split, two or more clusters started here divide the CPUs the launcher may use (its
 //! own affinity mask, so `taskset` or a batch system's binding of the launcher is
-//! respected): each gets a contiguous share in proportion to its compute threads, at
-//! least one CPU, and shares overlap only when there are more clusters than CPUs. This
+//! respected): each gets a share in proportion to its compute threads, at least one
+//! CPU, made of whole cores of one socket where the counts allow ([`by_core`]), and
+//! shares overlap only when there are more clusters than CPUs. This
 //! is how `mpirun --bind-to core` and `srun --cpu-bind` place ranks. `auto` splits only
 //! when the clusters here have more compute threads than there are CPUs and their INIs
 //! are inline (`ini.inline`, the default). Measured on 2 vCPUs (README, *CPU binding*):
@@ -24,7 +25,8 @@ use nix::unistd::Pid;
 
 /// The CPUs each cluster of `clusters` that starts on this host (`here[c.id]`) is bound
 /// to, by cluster id (`None`: not bound), for `bind` and the launcher's allowed CPUs
-/// `allowed` (ascending): [`shares`] of `allowed` for `split`, and for `auto` when the
+/// `allowed` (ascending): [`shares`] of `allowed` in [`by_core`] order (each share
+/// listed ascending) for `split`, and for `auto` when the
 /// local clusters' compute threads outnumber `allowed` and the INIs are not
 /// `dedicated_inis` (`ini.inline = false`: an INI thread then needs a CPU for every
 /// datagram, and confined with its cluster's busy compute threads it waits for a time
@@ -47,10 +49,40 @@ pub(crate) fn plan(
     if !split || local.len() < 2 || allowed.is_empty() {
         return out;
     }
-    for (c, share) in local.iter().zip(shares(allowed, &threads)) {
+    let ordered = by_core(allowed, sysfs_core);
+    for (c, mut share) in local.iter().zip(shares(&ordered, &threads)) {
+        share.sort_unstable();
         out[c.id] = Some(share);
     }
     out
+}
+
+/// `cpus` ordered so that a contiguous run of them is whole cores, grouped by socket:
+/// by `(package, core)` as `core_of` gives them, then CPU number; CPUs whose place is
+/// unknown (`None`) keep their numeric order after the others. Linux numbers the
+/// second hardware thread of every core after all the first ones (`0-15` and `16-31`
+/// on 16 cores with SMT): in numeric order, halves of the CPUs would give two clusters
+/// the two threads of the same cores, where `mpirun --bind-to core` gives each rank
+/// whole cores.
+pub(crate) fn by_core(cpus: &[usize], core_of: impl Fn(usize) -> Option<(u32, u32)>) -> Vec<usize> {
+    let mut keyed: Vec<(Option<(u32, u32)>, usize)> =
+        cpus.iter().map(|&c| (core_of(c), c)).collect();
+    // `None` after every `Some`: sort on (is unknown, place, cpu).
+    keyed.sort_by_key(|&(place, cpu)| (place.is_none(), place, cpu));
+    keyed.into_iter().map(|(_, c)| c).collect()
+}
+
+/// CPU `cpu`'s `(physical_package_id, core_id)` from
+/// `/sys/devices/system/cpu/cpuN/topology`, if the kernel says.
+fn sysfs_core(cpu: usize) -> Option<(u32, u32)> {
+    let read = |name: &str| -> Option<u32> {
+        std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/topology/{name}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some((read("physical_package_id")?, read("core_id")?))
 }
 
 /// Splits `allowed` (CPU numbers) into one contiguous share per entry of `threads`, in
@@ -233,6 +265,24 @@ mod tests {
             plan(CpuBind::Split, &clusters, &[true, true, true], &cpus, true),
             vec![Some(vec![0]), Some(vec![1]), Some(vec![2, 3])]
         );
+    }
+
+    #[test]
+    fn shares_are_whole_cores_of_one_socket() {
+        // 2 sockets × 2 cores × 2 threads, Linux numbering: CPU c and c + 4 are the two
+        // threads of one core; CPUs 0, 1, 4, 5 on socket 0.
+        let core_of = |c: usize| Some(((c % 4 / 2) as u32, (c % 2) as u32));
+        let cpus: Vec<usize> = (0..8).collect();
+        let ordered = by_core(&cpus, core_of);
+        assert_eq!(ordered, vec![0, 4, 1, 5, 2, 6, 3, 7]);
+        assert_eq!(
+            shares(&ordered, &[1, 1]),
+            vec![vec![0, 4, 1, 5], vec![2, 6, 3, 7]]
+        );
+        // Unknown places keep their numeric order, after the known ones.
+        let partial = |c: usize| (c >= 2).then_some((0, (c % 2) as u32));
+        assert_eq!(by_core(&[0, 1, 2, 3], partial), vec![2, 3, 0, 1]);
+        assert_eq!(by_core(&[3, 1, 2], |_| None), vec![1, 2, 3]);
     }
 
     #[test]
