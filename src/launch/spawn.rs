@@ -238,14 +238,14 @@ impl Plan {
             cmd.pre_exec(move || {
                 nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL))
                     .map_err(|e| io::Error::from_raw_os_error(e as i32))?;
-                if let Some(set) = &cpus {
-                    nix::sched::sched_setaffinity(Pid::from_raw(0), set)
-                        .map_err(|e| io::Error::from_raw_os_error(e as i32))?;
-                }
                 // The launcher may have died before the line above: then
                 // nobody would kill this process later.
                 if getppid() != launcher {
                     return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                if let Some(set) = &cpus {
+                    nix::sched::sched_setaffinity(Pid::from_raw(0), set)
+                        .map_err(|e| io::Error::from_raw_os_error(e as i32))?;
                 }
                 Ok(())
             });
