@@ -679,31 +679,7 @@ impl Message {
         body: std::ops::Range<usize>,
     ) -> Result<Self, DecodeError> {
         let bulk = buf.get(body.clone()).ok_or(DecodeError::Truncated)?;
-        if opcode != op::UPDATE {
-            return Self::from_parts(opcode, payload, Some(bulk));
-        }
-        let page = PageId::new((payload & PAGE_MASK) as u32)
-            .filter(|_| payload >> 24 == 0)
-            .ok_or(DecodeError::ReservedBits { opcode, payload })?;
-        let mut r = Reader(bulk);
-        let (owner, index, base, data) = r.diff_fields()?;
-        let len = data.len();
-        r.finish()?;
-        let data = if len < SHARED_DIFF_MIN {
-            DiffBytes::new(data)
-        } else {
-            // The diff's bytes end the body (nothing trails them: `finish` checked).
-            DiffBytes::shared(buf, body.end - len..body.end).ok_or(DecodeError::Truncated)?
-        };
-        Ok(Message::Update {
-            diff: IntervalDiff {
-                page,
-                owner,
-                index,
-                base,
-                data,
-            },
-        })
+        Self::decode(opcode, payload, Some(bulk), Some((buf, body.end)))
     }
 
     /// Decodes a message from its opcode, payload and bulk body (`None` for Express
@@ -712,6 +688,18 @@ impl Message {
     ///
     /// Source: see the module documentation.
     pub fn from_parts(opcode: u8, payload: u64, bulk: Option<&[u8]>) -> Result<Self, DecodeError> {
+        Self::decode(opcode, payload, bulk, None)
+    }
+
+    /// [`Message::from_parts`]; with `shared = Some((buf, end))`, `bulk` is the part of
+    /// `buf` that ends at `end`, and an update's diff of [`SHARED_DIFF_MIN`] bytes or
+    /// more is kept as a range of `buf` ([`Message::from_shared_parts`]).
+    fn decode(
+        opcode: u8,
+        payload: u64,
+        bulk: Option<&[u8]>,
+        shared: Option<(&Arc<Vec<u8>>, usize)>,
+    ) -> Result<Self, DecodeError> {
         let reserved = || DecodeError::ReservedBits { opcode, payload };
         if payload >> PAYLOAD_BITS != 0 {
             return Err(reserved());
@@ -762,8 +750,24 @@ impl Message {
             op::DIFF | op::UPDATE => {
                 field(0)?;
                 let mut r = Reader(bulk.unwrap_or(&[]));
-                let diff = r.diff_body(page)?;
+                let (owner, index, base, data) = r.diff_fields()?;
                 r.finish()?;
+                let data = match shared {
+                    // The diff's bytes end the body (nothing trails them: `finish`
+                    // checked).
+                    Some((buf, end)) if opcode == op::UPDATE && data.len() >= SHARED_DIFF_MIN => {
+                        DiffBytes::shared(buf, end - data.len()..end)
+                            .ok_or(DecodeError::Truncated)?
+                    }
+                    _ => DiffBytes::new(data),
+                };
+                let diff = IntervalDiff {
+                    page,
+                    owner,
+                    index,
+                    base,
+                    data,
+                };
                 if opcode == op::DIFF {
                     Diff { diff }
                 } else {
