@@ -333,19 +333,30 @@ fn pair_distances(a: &Sites, b: &Sites, c: &Consts) -> [[f64; 14]; 3] {
     ]
 }
 
-/// INTERF, force part: pair forces between each molecule of `mols` and its NMOL/2 cyclic
-/// successors, accumulated into the private array `pforces` (`NMOL × PF_WORDS`, zeroed
-/// here). Returns this range's virial contribution.
-pub(crate) fn interf_pairs<A: F64Words>(
+/// A molecule pair with at least one of its first nine site pairs within the cutoff:
+/// the nearest-image distance components of its 14 site pairs along x, y, z, the
+/// squared distances of the first nine (the other five left 0), and how many of those
+/// nine lie beyond the cutoff (`kc`, 0–8).
+struct NearPair {
+    xl: [f64; 14],
+    yl: [f64; 14],
+    zl: [f64; 14],
+    rs: [f64; 14],
+    kc: usize,
+}
+
+/// SPLASH's pair loop, shared by INTERF and POTENG: each molecule of `mols` with its
+/// NMOL/2 cyclic successors ([`comp_last`]); calls `f(mol, comp, pair)` for every pair
+/// not wholly beyond the cutoff (SPLASH's `KC == 9` test), in SPLASH's order.
+#[inline(always)]
+fn for_each_near_pair<A: F64Words>(
     var: &A,
     c: &Consts,
     mols: Range<usize>,
-    pforces: &mut [f64],
-) -> f64 {
+    mut f: impl FnMut(usize, usize, NearPair),
+) {
     let nmol = c.nmol;
     let cut2 = c.cut2;
-    pforces.fill(0.0);
-    let mut lvir = 0.0;
     for mol in mols {
         let a = sites(var, mol);
         for icomp in mol + 1..=comp_last(mol, nmol) {
@@ -357,7 +368,6 @@ pub(crate) fn interf_pairs<A: F64Words>(
             let b = sites(var, comp);
             let [xl, yl, zl] = pair_distances(&a, &b, c);
             let mut rs = [0.0f64; 14];
-            let mut rl = [0.0f64; 14];
             let mut kc = 0;
             for k in 0..9 {
                 rs[k] = xl[k] * xl[k] + yl[k] * yl[k] + zl[k] * zl[k];
@@ -368,40 +378,65 @@ pub(crate) fn interf_pairs<A: F64Words>(
             if kc == 9 {
                 continue;
             }
-            let mut ff = [0.0f64; 14];
-            if rs[0] < cut2 {
-                ff[0] = QQ4 / (rs[0] * rs[0].sqrt()) + c.ref4;
-                lvir = lvir + ff[0] * rs[0];
-            }
-            for k in 1..5 {
-                if rs[k] < cut2 {
-                    ff[k] = -QQ2 / (rs[k] * rs[k].sqrt()) - c.ref2;
-                    lvir = lvir + ff[k] * rs[k];
-                }
-                if rs[k + 4] <= cut2 {
-                    rl[k + 4] = rs[k + 4].sqrt();
-                    ff[k + 4] = QQ / (rs[k + 4] * rl[k + 4]) + c.ref1;
-                    lvir = lvir + ff[k + 4] * rs[k + 4];
-                }
-            }
-            if kc == 0 {
-                rs[9] = xl[9] * xl[9] + yl[9] * yl[9] + zl[9] * zl[9];
-                rl[9] = rs[9].sqrt();
-                ff[9] = AB1 * (-B1 * rl[9]).exp() / rl[9];
-                lvir = lvir + ff[9] * rs[9];
-                for k in 10..14 {
-                    let ftemp = AB2 * (-B2 * rl[k - 5]).exp() / rl[k - 5];
-                    ff[k - 5] = ff[k - 5] + ftemp;
-                    lvir = lvir + ftemp * rs[k - 5];
-                    rs[k] = xl[k] * xl[k] + yl[k] * yl[k] + zl[k] * zl[k];
-                    rl[k] = rs[k].sqrt();
-                    ff[k] = (AB3 * (-B3 * rl[k]).exp() - AB4 * (-B4 * rl[k]).exp()) / rl[k];
-                    lvir = lvir + ff[k] * rs[k];
-                }
-            }
-            update_forces(mol, comp, &xl, &yl, &zl, &ff, pforces);
+            f(mol, comp, NearPair { xl, yl, zl, rs, kc });
         }
     }
+}
+
+/// INTERF, force part: pair forces between each molecule of `mols` and its NMOL/2 cyclic
+/// successors, accumulated into the private array `pforces` (`NMOL × PF_WORDS`, zeroed
+/// here). Returns this range's virial contribution.
+pub(crate) fn interf_pairs<A: F64Words>(
+    var: &A,
+    c: &Consts,
+    mols: Range<usize>,
+    pforces: &mut [f64],
+) -> f64 {
+    let cut2 = c.cut2;
+    pforces.fill(0.0);
+    let mut lvir = 0.0;
+    for_each_near_pair(var, c, mols, |mol, comp, p| {
+        let NearPair {
+            xl,
+            yl,
+            zl,
+            mut rs,
+            kc,
+        } = p;
+        let mut rl = [0.0f64; 14];
+        let mut ff = [0.0f64; 14];
+        if rs[0] < cut2 {
+            ff[0] = QQ4 / (rs[0] * rs[0].sqrt()) + c.ref4;
+            lvir = lvir + ff[0] * rs[0];
+        }
+        for k in 1..5 {
+            if rs[k] < cut2 {
+                ff[k] = -QQ2 / (rs[k] * rs[k].sqrt()) - c.ref2;
+                lvir = lvir + ff[k] * rs[k];
+            }
+            if rs[k + 4] <= cut2 {
+                rl[k + 4] = rs[k + 4].sqrt();
+                ff[k + 4] = QQ / (rs[k + 4] * rl[k + 4]) + c.ref1;
+                lvir = lvir + ff[k + 4] * rs[k + 4];
+            }
+        }
+        if kc == 0 {
+            rs[9] = xl[9] * xl[9] + yl[9] * yl[9] + zl[9] * zl[9];
+            rl[9] = rs[9].sqrt();
+            ff[9] = AB1 * (-B1 * rl[9]).exp() / rl[9];
+            lvir = lvir + ff[9] * rs[9];
+            for k in 10..14 {
+                let ftemp = AB2 * (-B2 * rl[k - 5]).exp() / rl[k - 5];
+                ff[k - 5] = ff[k - 5] + ftemp;
+                lvir = lvir + ftemp * rs[k - 5];
+                rs[k] = xl[k] * xl[k] + yl[k] * yl[k] + zl[k] * zl[k];
+                rl[k] = rs[k].sqrt();
+                ff[k] = (AB3 * (-B3 * rl[k]).exp() - AB4 * (-B4 * rl[k]).exp()) / rl[k];
+                lvir = lvir + ff[k] * rs[k];
+            }
+        }
+        update_forces(mol, comp, &xl, &yl, &zl, &ff, pforces);
+    });
     lvir
 }
 
@@ -531,70 +566,55 @@ pub(crate) fn poteng_intra<A: F64Words>(var: &A, mols: Range<usize>) -> f64 {
 /// POTENG, second part: inter-molecular potential energy and reaction-field term of the
 /// pairs owned by `mols` (reads every molecule's `VM`, so it runs after a barrier).
 pub(crate) fn poteng_inter<A: F64Words>(var: &A, c: &Consts, mols: Range<usize>) -> (f64, f64) {
-    let nmol = c.nmol;
     let cut2 = c.cut2;
     let mut lpotr = 0.0;
     let mut lptrf = 0.0;
-    for mol in mols {
-        let a = sites(var, mol);
-        for icomp in mol + 1..=comp_last(mol, nmol) {
-            let comp = if icomp > nmol - 1 {
-                icomp % nmol
+    for_each_near_pair(var, c, mols, |_, _, p| {
+        let NearPair {
+            xl,
+            yl,
+            zl,
+            mut rs,
+            kc,
+        } = p;
+        let mut rl = [0.0f64; 14];
+        for k in 0..9 {
+            if rs[k] <= cut2 {
+                rl[k] = rs[k].sqrt();
             } else {
-                icomp
-            };
-            let b = sites(var, comp);
-            let [xl, yl, zl] = pair_distances(&a, &b, c);
-            let mut rs = [0.0f64; 14];
-            let mut rl = [0.0f64; 14];
-            let mut kc = 0;
-            for k in 0..9 {
-                rs[k] = xl[k] * xl[k] + yl[k] * yl[k] + zl[k] * zl[k];
-                if rs[k] > cut2 {
-                    kc += 1;
-                }
-            }
-            if kc == 9 {
-                continue;
-            }
-            for k in 0..9 {
-                if rs[k] <= cut2 {
-                    rl[k] = rs[k].sqrt();
-                } else {
-                    rl[k] = c.cutoff;
-                    rs[k] = cut2;
-                }
-            }
-            lpotr = lpotr - QQ2 / rl[1] - QQ2 / rl[2] - QQ2 / rl[3] - QQ2 / rl[4]
-                + QQ / rl[5]
-                + QQ / rl[6]
-                + QQ / rl[7]
-                + QQ / rl[8]
-                + QQ4 / rl[0];
-            lptrf = lptrf
-                - c.ref2 * rs[0]
-                - c.ref1 * ((rs[5] + rs[6] + rs[7] + rs[8]) * 0.5 - rs[1] - rs[2] - rs[3] - rs[4]);
-            if kc == 0 {
-                for k in 9..14 {
-                    rl[k] = (xl[k] * xl[k] + yl[k] * yl[k] + zl[k] * zl[k]).sqrt();
-                }
-                lpotr = lpotr
-                    + A1 * (-B1 * rl[9]).exp()
-                    + A2 * ((-B2 * rl[5]).exp()
-                        + (-B2 * rl[6]).exp()
-                        + (-B2 * rl[7]).exp()
-                        + (-B2 * rl[8]).exp())
-                    + A3 * ((-B3 * rl[10]).exp()
-                        + (-B3 * rl[11]).exp()
-                        + (-B3 * rl[12]).exp()
-                        + (-B3 * rl[13]).exp())
-                    - A4 * ((-B4 * rl[10]).exp()
-                        + (-B4 * rl[11]).exp()
-                        + (-B4 * rl[12]).exp()
-                        + (-B4 * rl[13]).exp());
+                rl[k] = c.cutoff;
+                rs[k] = cut2;
             }
         }
-    }
+        lpotr = lpotr - QQ2 / rl[1] - QQ2 / rl[2] - QQ2 / rl[3] - QQ2 / rl[4]
+            + QQ / rl[5]
+            + QQ / rl[6]
+            + QQ / rl[7]
+            + QQ / rl[8]
+            + QQ4 / rl[0];
+        lptrf = lptrf
+            - c.ref2 * rs[0]
+            - c.ref1 * ((rs[5] + rs[6] + rs[7] + rs[8]) * 0.5 - rs[1] - rs[2] - rs[3] - rs[4]);
+        if kc == 0 {
+            for k in 9..14 {
+                rl[k] = (xl[k] * xl[k] + yl[k] * yl[k] + zl[k] * zl[k]).sqrt();
+            }
+            lpotr = lpotr
+                + A1 * (-B1 * rl[9]).exp()
+                + A2 * ((-B2 * rl[5]).exp()
+                    + (-B2 * rl[6]).exp()
+                    + (-B2 * rl[7]).exp()
+                    + (-B2 * rl[8]).exp())
+                + A3 * ((-B3 * rl[10]).exp()
+                    + (-B3 * rl[11]).exp()
+                    + (-B3 * rl[12]).exp()
+                    + (-B3 * rl[13]).exp())
+                - A4 * ((-B4 * rl[10]).exp()
+                    + (-B4 * rl[11]).exp()
+                    + (-B4 * rl[12]).exp()
+                    + (-B4 * rl[13]).exp());
+        }
+    });
     (lpotr, lptrf)
 }
 
