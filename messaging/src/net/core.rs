@@ -175,9 +175,13 @@ const HELD_SPIN: Duration = Duration::from_micros(2);
 impl IniCore {
     /// Advances this INI (see the module docs). Returns whether it did anything.
     pub(crate) fn pass(&mut self, net: &Net, handoff: &Handoff, poll_socket: bool) -> bool {
+        // One clock read for the pass's timestamps (`Net::now` and `Net::now_ns` are
+        // this offset): a compute thread polling the network runs a pass every few
+        // microseconds, and each read is tens of ns on this VM.
         let t0 = Instant::now();
-        let now = net.now();
-        let mut work = self.pull(net, handoff);
+        let since = t0.saturating_duration_since(net.epoch);
+        let now = Micros(since.as_micros() as u64);
+        let mut work = self.pull(net, handoff, since.as_nanos() as u64);
         work |= self.transmit(net, now);
         if poll_socket {
             work |= self.receive(net, now);
@@ -232,11 +236,18 @@ impl IniCore {
     /// ends (its transmit side may then send again). `None`: neither.
     pub(crate) fn next_release(&self) -> Option<Instant> {
         let held = self.held_due();
-        let gap = (self.next_inject > Instant::now()).then_some(self.next_inject);
+        // Without an emulated gap `next_inject` never moves ahead: no clock read.
+        let gap =
+            (self.emulates_gap() && self.next_inject > Instant::now()).then_some(self.next_inject);
         match (held, gap) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// Whether the emulated gap *g* or per-byte gap *G* is on (paper 001 §3.2).
+    fn emulates_gap(&self) -> bool {
+        !self.gap.is_zero() || self.per_byte_ns > 0.0
     }
 
     /// When the first datagram held for the emulated latency *L* is due, if any.
@@ -269,7 +280,8 @@ impl IniCore {
     }
 
     /// Frames hand-off messages into the window (paper 002 §3.1).
-    fn pull(&mut self, net: &Net, handoff: &Handoff) -> bool {
+    /// `now_ns`: the pass's start ([`Net::now_ns`]).
+    fn pull(&mut self, net: &Net, handoff: &Handoff, now_ns: u64) -> bool {
         let mut work = false;
         if let Some((conn, bytes)) = self.stalled.take() {
             match self.ini.enqueue(conn, bytes) {
@@ -291,7 +303,6 @@ impl IniCore {
                 }
             }
         }
-        let now_ns = net.now_ns();
         for _ in 0..PULL_BUDGET {
             let Some(m) = handoff.ring.pop() else { break };
             work = true;
@@ -357,7 +368,7 @@ impl IniCore {
     /// by the same transmit side).
     fn transmit(&mut self, net: &Net, now: Micros) -> bool {
         let mut work = false;
-        let emulate_gap = !self.gap.is_zero() || self.per_byte_ns > 0.0;
+        let emulate_gap = self.emulates_gap();
         // Datagrams the window releases together leave in segmented sends (module
         // `offload`; never under an emulated gap or with the fault shim, see
         // `BoundInis::start`).
@@ -461,6 +472,9 @@ impl IniCore {
 
     /// Emulated latency *L* (paper 001 §3.2): datagrams wait in arrival order.
     fn release_delayed(&mut self, net: &Net) -> bool {
+        if self.delayed.is_empty() {
+            return false;
+        }
         let mut work = false;
         let t = Instant::now();
         while self.delayed.front().is_some_and(|(due, _, _)| *due <= t) {
