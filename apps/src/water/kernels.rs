@@ -333,27 +333,18 @@ fn pair_distances(a: &Sites, b: &Sites, c: &Consts) -> [[f64; 14]; 3] {
     ]
 }
 
-/// A molecule pair with at least one of its first nine site pairs within the cutoff:
-/// the nearest-image distance components of its 14 site pairs along x, y, z, the
-/// squared distances of the first nine (the other five left 0), and how many of those
-/// nine lie beyond the cutoff (`kc`, 0–8).
-struct NearPair {
-    xl: [f64; 14],
-    yl: [f64; 14],
-    zl: [f64; 14],
-    rs: [f64; 14],
-    kc: usize,
-}
-
 /// SPLASH's pair loop, shared by INTERF and POTENG: each molecule of `mols` with its
-/// NMOL/2 cyclic successors ([`comp_last`]); calls `f(mol, comp, pair)` for every pair
-/// not wholly beyond the cutoff (SPLASH's `KC == 9` test), in SPLASH's order.
+/// NMOL/2 cyclic successors ([`comp_last`]), in SPLASH's order. For every pair with at
+/// least one of its first nine site pairs within the cutoff (SPLASH's `KC == 9` test)
+/// calls `f(mol, comp, [xl, yl, zl], rs, kc)`: the nearest-image distance components of
+/// its 14 site pairs along x, y, z, the squared distances of the first nine (the other
+/// five left 0), and how many of those nine lie beyond the cutoff (0–8).
 #[inline(always)]
 fn for_each_near_pair<A: F64Words>(
     var: &A,
     c: &Consts,
     mols: Range<usize>,
-    mut f: impl FnMut(usize, usize, NearPair),
+    mut f: impl FnMut(usize, usize, [[f64; 14]; 3], [f64; 14], usize),
 ) {
     let nmol = c.nmol;
     let cut2 = c.cut2;
@@ -378,7 +369,7 @@ fn for_each_near_pair<A: F64Words>(
             if kc == 9 {
                 continue;
             }
-            f(mol, comp, NearPair { xl, yl, zl, rs, kc });
+            f(mol, comp, [xl, yl, zl], rs, kc);
         }
     }
 }
@@ -395,14 +386,7 @@ pub(crate) fn interf_pairs<A: F64Words>(
     let cut2 = c.cut2;
     pforces.fill(0.0);
     let mut lvir = 0.0;
-    for_each_near_pair(var, c, mols, |mol, comp, p| {
-        let NearPair {
-            xl,
-            yl,
-            zl,
-            mut rs,
-            kc,
-        } = p;
+    for_each_near_pair(var, c, mols, |mol, comp, [xl, yl, zl], mut rs, kc| {
         let mut rl = [0.0f64; 14];
         let mut ff = [0.0f64; 14];
         if rs[0] < cut2 {
@@ -569,14 +553,7 @@ pub(crate) fn poteng_inter<A: F64Words>(var: &A, c: &Consts, mols: Range<usize>)
     let cut2 = c.cut2;
     let mut lpotr = 0.0;
     let mut lptrf = 0.0;
-    for_each_near_pair(var, c, mols, |_, _, p| {
-        let NearPair {
-            xl,
-            yl,
-            zl,
-            mut rs,
-            kc,
-        } = p;
+    for_each_near_pair(var, c, mols, |_, _, [xl, yl, zl], mut rs, kc| {
         let mut rl = [0.0f64; 14];
         for k in 0..9 {
             if rs[k] <= cut2 {
