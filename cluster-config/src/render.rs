@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::model::{JobConfig, Link, Substrate};
+use crate::model::{CpuBind, JobConfig, Link, Substrate};
 use crate::size::format_bytes;
 
 /// Column alignment in [`render_rows`].
@@ -210,20 +210,20 @@ impl JobConfig {
         let n = self.clusters.len();
         let shared_host = (0..n).any(|a| (a + 1..n).any(|b| self.clusters_on_same_host(a, b)));
         match self.launch.cpu_bind {
-            crate::model::CpuBind::Auto if shared_host && ini.inline => lines.push((
+            CpuBind::Auto if shared_host && ini.inline => lines.push((
                 "cpus",
                 "clusters started together on one host each bound to their own share of its \
                  CPUs when their compute threads outnumber them (cpu_bind = auto)"
                     .to_owned(),
             )),
-            crate::model::CpuBind::Split if shared_host => lines.push((
+            CpuBind::Split if shared_host => lines.push((
                 "cpus",
                 "clusters started together on one host each bound to their own share of its \
                  CPUs (cpu_bind = split)"
                     .to_owned(),
             )),
-            crate::model::CpuBind::Auto | crate::model::CpuBind::Split => {}
-            crate::model::CpuBind::None => {
+            CpuBind::Auto | CpuBind::Split => {}
+            CpuBind::None => {
                 lines.push(("cpus", "no CPU binding (cpu_bind = none)".to_owned()));
             }
         }

@@ -202,67 +202,40 @@ mod tests {
     fn only_clusters_started_together_here_are_bound() {
         let clusters = [spec(0, 2), spec(1, 2), spec(2, 4)];
         let cpus = [0, 1, 2, 3];
+        // `plan` for these clusters, those of `here` local, on the first `n` CPUs.
+        let p = |bind, here: [bool; 3], n: usize, dedicated_inis| {
+            plan(bind, &clusters, &here, &cpus[..n], dedicated_inis)
+        };
+        let (all, two_here, one_here) = ([true; 3], [true, true, false], [false, true, false]);
         // 8 compute threads on 4 CPUs: auto splits.
         for bind in [CpuBind::Auto, CpuBind::Split] {
             assert_eq!(
-                plan(bind, &clusters, &[true, true, true], &cpus, false),
+                p(bind, all, 4, false),
                 vec![Some(vec![0]), Some(vec![1]), Some(vec![2, 3])]
             );
         }
         // Cluster 2 starts over ssh: the two local ones (4 threads) split this host's
         // CPUs if told to; auto leaves them a CPU per thread, unbound.
         assert_eq!(
-            plan(
-                CpuBind::Split,
-                &clusters,
-                &[true, true, false],
-                &cpus,
-                false
-            ),
+            p(CpuBind::Split, two_here, 4, false),
             vec![Some(vec![0, 1]), Some(vec![2, 3]), None]
         );
+        assert_eq!(p(CpuBind::Auto, two_here, 4, false), vec![None, None, None]);
+        // On 3 CPUs those 4 threads outnumber them: auto splits.
         assert_eq!(
-            plan(CpuBind::Auto, &clusters, &[true, true, false], &cpus, false),
-            vec![None, None, None]
-        );
-        assert_eq!(
-            plan(
-                CpuBind::Auto,
-                &clusters,
-                &[true, true, false],
-                &cpus[..3],
-                false
-            ),
+            p(CpuBind::Auto, two_here, 3, false),
             vec![Some(vec![0]), Some(vec![1, 2]), None]
         );
         // One cluster here: it keeps every CPU.
         assert_eq!(
-            plan(
-                CpuBind::Split,
-                &clusters,
-                &[false, true, false],
-                &cpus[..1],
-                false
-            ),
+            p(CpuBind::Split, one_here, 1, false),
             vec![None, None, None]
         );
-        assert_eq!(
-            plan(
-                CpuBind::None,
-                &clusters,
-                &[true, true, true],
-                &cpus[..1],
-                false
-            ),
-            vec![None, None, None]
-        );
+        assert_eq!(p(CpuBind::None, all, 1, false), vec![None, None, None]);
         // Dedicated INI threads: auto leaves them unbound, split does as told.
+        assert_eq!(p(CpuBind::Auto, all, 4, true), vec![None, None, None]);
         assert_eq!(
-            plan(CpuBind::Auto, &clusters, &[true, true, true], &cpus, true),
-            vec![None, None, None]
-        );
-        assert_eq!(
-            plan(CpuBind::Split, &clusters, &[true, true, true], &cpus, true),
+            p(CpuBind::Split, all, 4, true),
             vec![Some(vec![0]), Some(vec![1]), Some(vec![2, 3])]
         );
     }
