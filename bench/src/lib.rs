@@ -50,11 +50,7 @@ pub fn pin_to_cpu(i: usize) -> PinGuard {
     let Ok(before) = sched_getaffinity(Pid::from_raw(0)) else {
         return PinGuard(None);
     };
-    let cpus = ALLOWED.get_or_init(|| {
-        (0..CpuSet::count())
-            .filter(|&c| before.is_set(c).unwrap_or(false))
-            .collect()
-    });
+    let cpus = ALLOWED.get_or_init(|| multigrain_messaging::sched::cpus_in(&before));
     if cpus.len() < 2 {
         return PinGuard(None);
     }

@@ -1,4 +1,5 @@
-//! Real-time scheduling of a cluster's DSM protocol thread.
+//! Real-time scheduling of a cluster's DSM protocol thread, and the CPUs a process may
+//! run on ([`cpus_in`]).
 //!
 //! A message that reaches a cluster while all of its threads compute waits for the
 //! protocol thread to run. Woken at normal priority, that thread waits for the
@@ -32,6 +33,14 @@ pub fn make_realtime() -> io::Result<()> {
     }
 }
 
+/// The CPUs of `set`, ascending (e.g. the calling thread's affinity mask, from
+/// `nix::sched::sched_getaffinity`).
+pub fn cpus_in(set: &nix::sched::CpuSet) -> Vec<usize> {
+    (0..nix::sched::CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,5 +68,17 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    /// A mask lists its CPUs in ascending order, the highest one the mask holds too.
+    #[test]
+    fn cpus_in_lists_a_mask_in_order() {
+        let mut set = nix::sched::CpuSet::new();
+        assert_eq!(cpus_in(&set), Vec::<usize>::new());
+        let last = nix::sched::CpuSet::count() - 1;
+        for c in [last, 2, 0] {
+            set.set(c).unwrap();
+        }
+        assert_eq!(cpus_in(&set), vec![0, 2, last]);
     }
 }

@@ -118,9 +118,7 @@ pub(crate) fn shares(allowed: &[usize], threads: &[usize]) -> Vec<Vec<usize>> {
 /// `sched_getaffinity`'s.
 pub(crate) fn allowed() -> nix::Result<Vec<usize>> {
     let set = nix::sched::sched_getaffinity(Pid::from_raw(0))?;
-    Ok((0..CpuSet::count())
-        .filter(|&i| set.is_set(i).unwrap_or(false))
-        .collect())
+    Ok(multigrain_messaging::sched::cpus_in(&set))
 }
 
 /// `cpus` as a kernel CPU mask.
