@@ -25,8 +25,9 @@ use nix::unistd::Pid;
 
 /// The CPUs each cluster of `clusters` that starts on this host (`here[c.id]`) is bound
 /// to, by cluster id (`None`: not bound), for `bind` and the launcher's allowed CPUs
-/// `allowed` (ascending): [`shares`] of `allowed` in [`by_core`] order (each share
-/// listed ascending) for `split`, and for `auto` when the
+/// `allowed` (ascending): [`shares`] of `allowed` in [`by_core`] order by `core_of`
+/// (each share listed ascending; the launcher passes [`sysfs_core`]) for `split`, and
+/// for `auto` when the
 /// local clusters' compute threads outnumber `allowed` and the INIs are not
 /// `dedicated_inis` (`ini.inline = false`: an INI thread then needs a CPU for every
 /// datagram, and confined with its cluster's busy compute threads it waits for a time
@@ -37,6 +38,7 @@ pub(crate) fn plan(
     here: &[bool],
     allowed: &[usize],
     dedicated_inis: bool,
+    core_of: impl Fn(usize) -> Option<(u32, u32)>,
 ) -> Vec<Option<Vec<usize>>> {
     let mut out = vec![None; clusters.len()];
     let local: Vec<&ClusterSpec> = clusters.iter().filter(|c| here[c.id]).collect();
@@ -49,7 +51,7 @@ pub(crate) fn plan(
     if !split || local.len() < 2 || allowed.is_empty() {
         return out;
     }
-    let ordered = by_core(allowed, sysfs_core);
+    let ordered = by_core(allowed, core_of);
     for (c, mut share) in local.iter().zip(shares(&ordered, &threads)) {
         share.sort_unstable();
         out[c.id] = Some(share);
@@ -74,7 +76,7 @@ pub(crate) fn by_core(cpus: &[usize], core_of: impl Fn(usize) -> Option<(u32, u3
 
 /// CPU `cpu`'s `(physical_package_id, core_id)` from
 /// `/sys/devices/system/cpu/cpuN/topology`, if the kernel says.
-fn sysfs_core(cpu: usize) -> Option<(u32, u32)> {
+pub(crate) fn sysfs_core(cpu: usize) -> Option<(u32, u32)> {
     let read = |name: &str| -> Option<u32> {
         std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/topology/{name}"))
             .ok()?
@@ -200,9 +202,10 @@ mod tests {
     fn only_clusters_started_together_here_are_bound() {
         let clusters = [spec(0, 2), spec(1, 2), spec(2, 4)];
         let cpus = [0, 1, 2, 3];
-        // `plan` for these clusters, those of `here` local, on the first `n` CPUs.
+        // `plan` for these clusters, those of `here` local, on the first `n` CPUs, whose
+        // places are unknown (numeric order, whatever this machine's topology).
         let p = |bind, here: [bool; 3], n: usize, dedicated_inis| {
-            plan(bind, &clusters, &here, &cpus[..n], dedicated_inis)
+            plan(bind, &clusters, &here, &cpus[..n], dedicated_inis, |_| None)
         };
         let (all, two_here, one_here) = ([true; 3], [true, true, false], [false, true, false]);
         // 8 compute threads on 4 CPUs: auto splits.

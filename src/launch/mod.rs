@@ -276,6 +276,7 @@ pub fn run(opts: Options) -> Result<()> {
             &here,
             &allowed,
             !cfg.ini.inline,
+            cpus::sysfs_core,
         ),
         Err(e) => {
             tracing::warn!("cannot read this process's CPU mask ({e}): clusters not bound");
