@@ -158,7 +158,7 @@ pub fn encode(twin: &[u8], current: &[u8], out: &mut Vec<u8>) -> Result<usize, D
         let len = i - start;
         let header = (start as u32) | ((len as u32) << 16);
         out.extend_from_slice(&header.to_le_bytes());
-        out.extend_from_slice(&current[start * WORD_SIZE..i * WORD_SIZE]);
+        crate::copy::extend_bytes(out, &current[start * WORD_SIZE..i * WORD_SIZE]);
         i = next_changed(twin, current, i, words);
     }
     Ok(out.len() - start_len)
@@ -220,7 +220,7 @@ pub fn apply(page: &mut [u8], diff: &[u8]) -> Result<DiffSummary, DiffError> {
         let start = (h & 0xffff) as usize * WORD_SIZE;
         let bytes = (h >> 16) as usize * WORD_SIZE;
         pos += HEADER;
-        page[start..start + bytes].copy_from_slice(&diff[pos..pos + bytes]);
+        crate::copy::copy_bytes(&mut page[start..start + bytes], &diff[pos..pos + bytes]);
         pos += bytes;
     }
     Ok(s)

@@ -58,6 +58,7 @@ mod action;
 mod barrier;
 mod carried;
 mod config;
+pub mod copy;
 pub mod diff;
 mod error;
 mod flush;

@@ -397,7 +397,7 @@ impl Core {
                 source,
             })?;
         let mut twin = st.spare.pop().unwrap_or_else(|| Box::new([0; PAGE_SIZE]));
-        twin.copy_from_slice(&dst[..]);
+        multigrain_coherence::copy::copy_bytes(&mut twin[..], &dst[..]);
         st.twins.insert(page.get(), twin);
         let parts = Message::PageData {
             page,
