@@ -21,6 +21,13 @@ pub const PIECE: usize = 2048;
 /// in pieces: `1..SLOW_WINDOW`.
 pub const SLOW_WINDOW: usize = 64;
 
+/// Whether a `len`-byte copy from address `src` to address `dst` takes the slow path:
+/// longer than [`PIECE`], `dst` lying `1..SLOW_WINDOW` bytes after `src` modulo 4,096.
+#[inline]
+fn slow(dst: usize, src: usize, len: usize) -> bool {
+    len > PIECE && (1..SLOW_WINDOW).contains(&(dst.wrapping_sub(src) % 4096))
+}
+
 /// Copies `src` into `dst`, in pieces of at most [`PIECE`] bytes when the copy is longer
 /// than that and `dst` lies `1..SLOW_WINDOW` bytes after `src` modulo 4,096 (see the
 /// module documentation); one `memcpy` otherwise.
@@ -30,8 +37,7 @@ pub const SLOW_WINDOW: usize = 64;
 #[inline]
 pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy_bytes: lengths differ");
-    let distance = (dst.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize) % 4096;
-    if dst.len() <= PIECE || distance == 0 || distance >= SLOW_WINDOW {
+    if !slow(dst.as_ptr() as usize, src.as_ptr() as usize, src.len()) {
         dst.copy_from_slice(src);
         return;
     }
@@ -47,11 +53,11 @@ pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
 pub fn extend_bytes(out: &mut Vec<u8>, src: &[u8]) {
     out.reserve(src.len());
     let at = out.len();
-    let distance = (out.as_ptr() as usize)
-        .wrapping_add(at)
-        .wrapping_sub(src.as_ptr() as usize)
-        % 4096;
-    if src.len() <= PIECE || distance == 0 || distance >= SLOW_WINDOW {
+    if !slow(
+        (out.as_ptr() as usize).wrapping_add(at),
+        src.as_ptr() as usize,
+        src.len(),
+    ) {
         out.extend_from_slice(src);
         return;
     }
