@@ -226,6 +226,37 @@ mod tests {
         assert_eq!(held(&s, 2).len(), 7);
     }
 
+    #[test]
+    fn diffs_that_come_out_of_order_are_kept_in_order() {
+        // A manager may learn an owner's diffs out of interval order (carried by other
+        // clusters' releases): each goes to its place, a repeat replaces, and the bound
+        // still drops the owner's oldest.
+        let mut s = CarriedDiffs::default();
+        for (i, p) in [(5, 1), (3, 1), (4, 2), (4, 1), (6, 1)] {
+            s.insert(diff(0, i, p), 10);
+        }
+        let keys = |s: &CarriedDiffs| -> Vec<(u32, u32)> {
+            s.keys().map(|(_, i, p)| (i, p.get())).collect()
+        };
+        assert_eq!(keys(&s), [(3, 1), (4, 1), (4, 2), (5, 1), (6, 1)]);
+        let o = ClusterId::new(0).unwrap();
+        let pages = |s: &CarriedDiffs, i| -> Vec<u32> {
+            s.of_interval(o, i).map(|d| d.page.get()).collect()
+        };
+        assert_eq!(pages(&s, 4), [1, 2]);
+        assert!(pages(&s, 2).is_empty());
+        s.insert(diff(0, 4, 2), 10);
+        assert_eq!(s.len(), 5);
+        s.insert(diff(0, 2, 7), 5);
+        // Six diffs for a bound of five: the oldest, the one just inserted, goes.
+        assert_eq!(keys(&s), [(3, 1), (4, 1), (4, 2), (5, 1), (6, 1)]);
+        let mut upto = VectorTime::new();
+        upto.set(o, 4);
+        s.collect_garbage(&upto);
+        assert_eq!(keys(&s), [(5, 1), (6, 1)]);
+        assert_eq!(s.len(), 2);
+    }
+
     fn owners_and_indices(diffs: &[IntervalDiff]) -> Vec<(u16, u32)> {
         diffs
             .iter()
