@@ -1,14 +1,16 @@
 //! `multigrain bench dsm`: the DSM runtime's fault path and lock hand-off beside their
 //! baselines, sampled in alternation with them in the same run — raw UDP round trips
 //! (busy-polled; blocking as the weak baseline), a bare userfaultfd fault, a 4 KiB copy,
-//! Express round trips over shared memory and one-way Express through INIs — plus write
-//! fault and release cost per page and diff throughput (issues 4 and 10; kernels in
+//! Express round trips over shared memory, a one-way bulk message of a hand-off's size
+//! over shared memory and one-way Express through INIs — plus write fault and release
+//! cost per page and diff throughput (issues 4 and 10; kernels in
 //! `multigrain_dsm::bench`).
 
 use crate::measure::{Summary, Table, Target, interleave_with, sum_series, write_json};
 use anyhow::{Context, Result};
 use multigrain_bench::cross_process::PingPong;
 use multigrain_bench::network::{self as net, UdpWait};
+use multigrain_bench::sizes::Kind as MessageKind;
 use multigrain_cluster_config::{IniPolicy, Protocol};
 use multigrain_dsm::bench::{
     self as kernels, BareFault, BareWriteFault, LockHandoff, PageCopy, Pair,
@@ -33,6 +35,12 @@ fn median_us(samples: &[u64]) -> Result<f64> {
     let v: Vec<f64> = samples.iter().map(|&ns| ns as f64 / 1e3).collect();
     Ok(Summary::of(&v).median)
 }
+
+/// Bytes of the bulk-message baseline: about what one hand-off sends over shared memory
+/// (a bundle with a grant or a release carrying the 64 bytes' diff and its write notice:
+/// 134–146 bytes of coherence messages in `bench dsm`'s hand-off, 2026-12-02, plus the
+/// bundle's framing), rounded up.
+const HANDOFF_BULK_BYTES: usize = 256;
 
 /// Virtual addresses for the benchmark regions, away from the job default.
 fn base(slot: usize) -> usize {
@@ -97,6 +105,9 @@ enum K {
     BareWriteFault,
     PageCopy,
     ExpressShmRtt,
+    /// One-way bulk message of [`HANDOFF_BULK_BYTES`] between two processes over shared
+    /// memory (ping-pong ÷ 2).
+    BulkShmOneWay,
     ExpressIniOneWay,
     Local(usize),
     RemoteShm(usize),
@@ -123,6 +134,7 @@ fn kernel_order() -> Vec<K> {
         K::BareWriteFault,
         K::PageCopy,
         K::ExpressShmRtt,
+        K::BulkShmOneWay,
         K::ExpressIniOneWay,
     ];
     for i in 0..PROTOCOLS.len() {
@@ -197,6 +209,11 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         K::BareWriteFault => median_us(&(0..b).map(|_| bare_write.fault()).collect::<Vec<_>>()),
         K::PageCopy => Ok(copy.copies(b) / 1e3),
         K::ExpressShmRtt => Ok(us_per_op(shm_peer.express(bu))),
+        K::BulkShmOneWay => Ok(us_per_op(shm_peer.sized_pingpong(
+            MessageKind::Bulk,
+            HANDOFF_BULK_BYTES,
+            (multigrain_bench::WARM_UP, bu),
+        )) / 2.0),
         K::ExpressIniOneWay => Ok(us_per_op(net::express_pingpong(&ini_pair, bu)) / 2.0),
         K::Local(i) => median_us(&subjects[i].fault_shm.local_read_faults(b)),
         K::RemoteShm(i) => median_us(
@@ -239,6 +256,7 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         bare_write_fault,
         page_copy,
         express_shm_rtt,
+        bulk_shm,
         express_ini,
     ] = [
         K::UdpBusy,
@@ -247,6 +265,7 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         K::BareWriteFault,
         K::PageCopy,
         K::ExpressShmRtt,
+        K::BulkShmOneWay,
         K::ExpressIniOneWay,
     ]
     .map(col);
@@ -274,6 +293,12 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
     );
     t.push(
         g,
+        format!("bulk message one-way, {HANDOFF_BULK_BYTES} B, shared memory (process↔process)"),
+        "µs",
+        bulk_shm,
+    );
+    t.push(
+        g,
         "Express one-way through INIs (UDP loopback)",
         "µs",
         express_ini,
@@ -282,6 +307,10 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
     let weak_udp_fault = sum_series(&[udp_blocking, bare_fault]);
     let shm_floor = sum_series(&[bare_fault, page_copy, express_shm_rtt]);
     let handoff_shm_floor: Vec<f64> = express_shm_rtt.iter().map(|rtt| rtt + 1.0).collect();
+    // What any hand-off that moves the protected bytes as a page diff in a bulk message
+    // pays before a coherence machine does anything: the diff's encoding, the message,
+    // the diff's application (the diff rows of 1 % of a page's words, same round).
+    let handoff_data_path = sum_series(&[bulk_shm, col(K::Encode(0)), col(K::Apply(0))]);
     t.push(g, "= busy UDP round trip + bare fault", "µs", &udp_fault);
     t.push(
         g,
@@ -294,6 +323,12 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         "= 2 × one-way Express (shared memory) + 1 µs",
         "µs",
         &handoff_shm_floor,
+    );
+    t.push(
+        g,
+        "= one-way bulk message + diff encode + apply (1 % of a page)",
+        "µs",
+        &handoff_data_path,
     );
 
     for (i, protocol) in PROTOCOLS.iter().enumerate() {
@@ -371,6 +406,14 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
             handoff_shm,
             ("2×one-way Express+1µs", &handoff_shm_floor),
             Some(Target::at_most(1.0, "≤ 2 × one-way Express + 1 µs")),
+        );
+        t.compare(
+            g,
+            "  the same, against its data path",
+            "µs",
+            handoff_shm,
+            ("bulk one-way + diff", &handoff_data_path),
+            None,
         );
         t.compare(
             g,

@@ -1,0 +1,80 @@
+//! `multigrain bench dsm` end to end with few operations: it starts its peer process and
+//! its two-cluster jobs (over shared memory and through INIs over UDP loopback), prints
+//! every row beside its same-run baseline and writes the rows as JSON. Only the
+//! structure of the table and the JSON is checked, never a timing.
+
+mod common;
+
+use common::{Proc, Stream, TempDir, bin};
+use std::process::Command;
+use std::time::Duration;
+
+/// Bound on the whole command (3 rounds of 10 operations per kernel).
+const LIMIT: Duration = Duration::from_secs(180);
+
+#[test]
+fn bench_dsm_prints_and_writes_every_row_with_its_baseline() {
+    let dir = TempDir::new("bench-dsm");
+    let json = dir.path().join("dsm.json");
+    let mut cmd = Command::new(bin());
+    cmd.args(["bench", "dsm", "--ops", "30", "--samples", "3", "--json"])
+        .arg(&json);
+    for var in common::launch_vars() {
+        cmd.env_remove(var);
+    }
+    let mut p = Proc::spawn("bench dsm", cmd);
+    let status = p.wait_exit(LIMIT);
+    assert!(status.success(), "{status}; output:\n{}", p.transcript());
+
+    let out = p.lines(Stream::Out).join("\n");
+    for needle in [
+        "multigrain bench dsm: 3 samples per row",
+        "Express round trip, shared memory (process↔process)",
+        "bulk message one-way, 256 B, shared memory (process↔process)",
+        "= one-way bulk message + diff encode + apply (1 % of a page)",
+        "lock hand-off + 64 B, shared memory",
+        "the same, against its data path",
+        "lock hand-off + 64 B, INIs over UDP",
+        "remote read fault, INIs over UDP",
+    ] {
+        assert!(out.contains(needle), "no {needle:?} in\n{out}");
+    }
+
+    let text = std::fs::read_to_string(&json).expect("the --json file");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&text).expect("valid JSON");
+    let row = |group: &str, name: &str| -> &serde_json::Value {
+        rows.iter()
+            .find(|r| {
+                r["group"].as_str().unwrap().starts_with(group)
+                    && r["name"].as_str().unwrap().trim() == name
+            })
+            .unwrap_or_else(|| panic!("no row {group:?} / {name:?} in {text}"))
+    };
+    // Every timed row has a positive median.
+    for r in &rows {
+        let m = r["summary"]["median"].as_f64().unwrap_or(f64::NAN);
+        assert!(m > 0.0 && m.is_finite(), "{r}");
+    }
+    // The data path is the bulk message plus the diff rows of 1 %, round by round: more
+    // than the message alone.
+    let bulk = row(
+        "Baselines",
+        "bulk message one-way, 256 B, shared memory (process↔process)",
+    );
+    let path = row(
+        "Baselines",
+        "= one-way bulk message + diff encode + apply (1 % of a page)",
+    );
+    assert!(
+        path["summary"]["median"].as_f64().unwrap() > bulk["summary"]["median"].as_f64().unwrap(),
+        "{path} vs {bulk}"
+    );
+    // The hand-off is paired with both of its baselines, and only the first has a target.
+    let against_express = row("hlrc", "lock hand-off + 64 B, shared memory");
+    let against_path = row("hlrc", "the same, against its data path");
+    for r in [against_express, against_path] {
+        assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(against_express["met"].is_boolean(), "{against_express}");
+    assert!(against_path["met"].is_null(), "{against_path}");
+}
