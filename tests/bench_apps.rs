@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Proc, Stream, TempDir, bin};
+use common::{Stream, TempDir, bin};
 use std::process::Command;
 use std::time::Duration;
 
@@ -17,8 +17,7 @@ const LIMIT: Duration = Duration::from_secs(240);
 fn bench_apps_prints_and_writes_every_configuration_and_ratio() {
     let dir = TempDir::new("bench-apps");
     let json = dir.path().join("apps.json");
-    let mut cmd = Command::new(bin());
-    cmd.args([
+    let args = [
         "bench",
         "apps",
         "--water-small",
@@ -34,31 +33,26 @@ fn bench_apps_prints_and_writes_every_configuration_and_ratio() {
         "--topologies",
         "2x1-shm",
         "--json",
-    ])
-    .arg(&json);
-    for var in common::launch_vars() {
-        cmd.env_remove(var);
-    }
-    let mut p = Proc::spawn("bench apps", cmd);
-    let status = p.wait_exit(LIMIT);
-    assert!(status.success(), "{status}; output:\n{}", p.transcript());
+    ];
+    let p = common::run_ok("bench apps", &args, &json, LIMIT);
 
     let out = p.lines(Stream::Out).join("\n");
-    for needle in [
-        "multigrain bench apps: 1 round(s)",
-        "Water 64 molecules × 1 step (--water-small",
-        "EM3D good layout, read variant, 100 nodes per thread, 2 iterations",
-        "configuration",
-        "speedup vs sequential",
-        "--sequential (2 partitions)",
-        "--threads 2",
-        "DSM 2×1 shm",
-        "agrees (bitwise)",
-        "(2) time of 2×1 shm / time of --threads 2",
-        "(4) speedup of 2×1 shm / speedup of --threads 2",
-    ] {
-        assert!(out.contains(needle), "no {needle:?} in\n{out}");
-    }
+    common::assert_contains_all(
+        &out,
+        &[
+            "multigrain bench apps: 1 round(s)",
+            "Water 64 molecules × 1 step (--water-small",
+            "EM3D good layout, read variant, 100 nodes per thread, 2 iterations",
+            "configuration",
+            "speedup vs sequential",
+            "--sequential (2 partitions)",
+            "--threads 2",
+            "DSM 2×1 shm",
+            "agrees (bitwise)",
+            "(2) time of 2×1 shm / time of --threads 2",
+            "(4) speedup of 2×1 shm / speedup of --threads 2",
+        ],
+    );
     assert!(!out.contains("FAILED"), "{out}");
     // Ratios whose configurations were not run are left out.
     assert!(!out.contains("2×1 udp"), "{out}");

@@ -5,8 +5,7 @@
 
 mod common;
 
-use common::{Proc, Stream, TempDir, bin};
-use std::process::Command;
+use common::{Stream, TempDir};
 use std::time::Duration;
 
 /// Bound on the whole command (3 rounds of 10 operations per kernel).
@@ -16,29 +15,23 @@ const LIMIT: Duration = Duration::from_secs(180);
 fn bench_dsm_prints_and_writes_every_row_with_its_baseline() {
     let dir = TempDir::new("bench-dsm");
     let json = dir.path().join("dsm.json");
-    let mut cmd = Command::new(bin());
-    cmd.args(["bench", "dsm", "--ops", "30", "--samples", "3", "--json"])
-        .arg(&json);
-    for var in common::launch_vars() {
-        cmd.env_remove(var);
-    }
-    let mut p = Proc::spawn("bench dsm", cmd);
-    let status = p.wait_exit(LIMIT);
-    assert!(status.success(), "{status}; output:\n{}", p.transcript());
+    let args = ["bench", "dsm", "--ops", "30", "--samples", "3", "--json"];
+    let p = common::run_ok("bench dsm", &args, &json, LIMIT);
 
     let out = p.lines(Stream::Out).join("\n");
-    for needle in [
-        "multigrain bench dsm: 3 samples per row",
-        "Express round trip, shared memory (process↔process)",
-        "bulk message one-way, 256 B, shared memory (process↔process)",
-        "= one-way bulk message + diff encode + apply (1 % of a page)",
-        "lock hand-off + 64 B, shared memory",
-        "the same, against its data path",
-        "lock hand-off + 64 B, INIs over UDP",
-        "remote read fault, INIs over UDP",
-    ] {
-        assert!(out.contains(needle), "no {needle:?} in\n{out}");
-    }
+    common::assert_contains_all(
+        &out,
+        &[
+            "multigrain bench dsm: 3 samples per row",
+            "Express round trip, shared memory (process↔process)",
+            "bulk message one-way, 256 B, shared memory (process↔process)",
+            "= one-way bulk message + diff encode + apply (1 % of a page)",
+            "lock hand-off + 64 B, shared memory",
+            "the same, against its data path",
+            "lock hand-off + 64 B, INIs over UDP",
+            "remote read fault, INIs over UDP",
+        ],
+    );
 
     let text = std::fs::read_to_string(&json).expect("the --json file");
     let rows: Vec<serde_json::Value> = serde_json::from_str(&text).expect("valid JSON");

@@ -379,6 +379,32 @@ pub fn launch_vars() -> impl Iterator<Item = &'static str> {
     .chain(multigrain_cluster_config::LAUNCHER_VARIABLES)
 }
 
+/// Runs `multigrain ARGS… FILE` outside any launched job (the [`launch_vars`] removed)
+/// and waits for it, at most `limit`; panics with its output unless it exits with status
+/// 0. Returns the finished process, for its output.
+pub fn run_ok(what: &str, args: &[&str], file: &Path, limit: Duration) -> Proc {
+    let mut cmd = Command::new(bin());
+    cmd.args(args).arg(file);
+    for var in launch_vars() {
+        cmd.env_remove(var);
+    }
+    let mut p = Proc::spawn(what, cmd);
+    let status = p.wait_exit(limit);
+    assert!(
+        status.success(),
+        "{what}: {status}; output:\n{}",
+        p.transcript()
+    );
+    p
+}
+
+/// Panics, showing `text`, unless it contains every one of `needles`.
+pub fn assert_contains_all(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "no {needle:?} in\n{text}");
+    }
+}
+
 /// Two network namespaces joined by a veth pair, torn down on drop.
 pub struct Netns {
     /// The two namespaces' names.
