@@ -96,6 +96,13 @@ const PROTOCOLS: [Protocol; 2] = [Protocol::Hlrc, Protocol::Sc];
 /// The shares of a page's words changed in the diff rows, % (`K`'s diff index).
 const DIFF_SHARES: [u32; 3] = [1, 10, 100];
 
+/// The diff rows of the hand-off's data path: a hand-off changes 64 bytes of a page.
+const HANDOFF_DIFF: usize = 0;
+const _: () = assert!(
+    DIFF_SHARES[HANDOFF_DIFF] == 1,
+    "the data path's diff share is 1 %"
+);
+
 /// A kernel of a round; a subject's field is its protocol's index in [`PROTOCOLS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum K {
@@ -310,7 +317,11 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
     // What any hand-off that moves the protected bytes as a page diff in a bulk message
     // pays before a coherence machine does anything: the diff's encoding, the message,
     // the diff's application (the diff rows of 1 % of a page's words, same round).
-    let handoff_data_path = sum_series(&[bulk_shm, col(K::Encode(0)), col(K::Apply(0))]);
+    let handoff_data_path = sum_series(&[
+        bulk_shm,
+        col(K::Encode(HANDOFF_DIFF)),
+        col(K::Apply(HANDOFF_DIFF)),
+    ]);
     t.push(g, "= busy UDP round trip + bare fault", "µs", &udp_fault);
     t.push(
         g,
