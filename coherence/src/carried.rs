@@ -66,15 +66,12 @@ impl CarriedDiffs {
             }
         }
         while self.len > bound {
-            // The owner with the most diffs, the lowest one on a tie (owners ascend).
+            // The owner with the most diffs, the lowest one on a tie.
             let Some(most) = self
                 .by_owner
                 .iter()
-                .fold(None::<(ClusterId, usize)>, |best, (&o, q)| match best {
-                    Some((_, n)) if n >= q.len() => best,
-                    _ => Some((o, q.len())),
-                })
-                .map(|(o, _)| o)
+                .max_by(|(a, m), (b, n)| m.len().cmp(&n.len()).then(b.cmp(a)))
+                .map(|(&o, _)| o)
             else {
                 break;
             };
