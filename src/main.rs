@@ -135,7 +135,9 @@ struct SelftestArgs {
 /// to their own share of those CPUs, in proportion to their threads, as `mpirun --bind-to
 /// core` places ranks; each cluster's launch line names its CPUs. `launch.cpu_bind =
 /// "split"` in the config (or `--set launch.cpu_bind=split` with `run`) always splits,
-/// `"none"` leaves placement to the kernel.
+/// `"none"` leaves placement to the kernel. Clusters started over ssh on a host that two or
+/// more clusters name follow the same rule there: each binds itself to its share of that
+/// host's CPUs (launch tells it its place in MULTIGRAIN_CPU_SHARE).
 ///
 /// If a cluster fails, the others learn it through the control plane and exit. A cluster that
 /// dies before the job started (before it reached cluster 0's coordinator, or as the
@@ -373,6 +375,8 @@ fn main() {
         return;
     }
     let cli = Cli::parse();
+    // Before any thread exists: every thread inherits the mask.
+    launch::self_bind::bind_self();
     launch::spawn::watch_stdin();
     if let Some(choice) = cli.launcher {
         multigrain_cluster_config::set_launcher_choice(choice);
@@ -381,6 +385,7 @@ fn main() {
     logging::init(logging::filter_for(cli.verbose, cli.quiet, |k| {
         std::env::var(k).ok().filter(|v| !v.is_empty())
     }));
+    launch::self_bind::log_outcome();
     if matches!(
         cli.command,
         Command::Run(_) | Command::Hello(_) | Command::Selftest(_)

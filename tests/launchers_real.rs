@@ -408,8 +408,10 @@ impl Drop for Sshd {
 
 /// `multigrain launch` over real ssh: the launcher runs in one network namespace, both
 /// clusters are started through sshd in the other (so no local cluster's death can stop
-/// them through the job's own failure detection). Killing the launcher (-9, then in a
-/// second job SIGINT) leaves no cluster behind: each sees its ssh channel close.
+/// them through the job's own failure detection). Sharing that host, with
+/// `launch.cpu_bind = "split"`, they bind themselves to two different shares of its
+/// CPUs (each says which). Killing the launcher (-9, then in a second job SIGINT) leaves
+/// no cluster behind: each sees its ssh channel close.
 #[test]
 fn clusters_started_over_real_ssh_do_not_outlive_the_launcher() {
     let tag = 95_000 + std::process::id() % 4_000;
@@ -422,7 +424,7 @@ fn clusters_started_over_real_ssh_do_not_outlive_the_launcher() {
         "job.toml",
         &format!(
             "[job]\nname = \"ssh\"\npeer_timeout_ms = 3000\n\n[[cluster]]\nhost = \"{0}\"\n\n\
-             [[cluster]]\nhost = \"{0}\"\n",
+             [[cluster]]\nhost = \"{0}\"\n\n[launch]\ncpu_bind = \"split\"\n",
             addrs[1]
         ),
     );
@@ -448,23 +450,34 @@ fn clusters_started_over_real_ssh_do_not_outlive_the_launcher() {
             cmd.env_remove(var);
         }
         let job = common::Proc::spawn("launch over ssh", cmd);
-        let pids: Vec<i32> = (0..2)
+        let (pids, cpus): (Vec<i32>, Vec<String>) = (0..2)
             .map(|c| {
                 let (line, _) = job.wait_line(
                     &format!("[c{c}] cluster {c} of 2: hello from pid "),
                     common::HANG,
                 );
                 let tail = line.split("hello from pid ").nth(1).unwrap_or_default();
-                tail.split_whitespace()
+                let pid = tail
+                    .split_whitespace()
                     .next()
-                    .and_then(|p| p.parse().ok())
-                    .unwrap_or_else(|| panic!("no pid in {line:?}"))
+                    .and_then(|p| p.parse::<i32>().ok())
+                    .unwrap_or_else(|| panic!("no pid in {line:?}"));
+                let cpus = line.split(", CPUs ").nth(1).unwrap_or_default().trim();
+                (pid, cpus.to_owned())
             })
-            .collect();
+            .unzip();
         let err = job.lines(common::Stream::Err).join("\n");
         assert!(
             err.contains("cluster 0: pid ") && err.contains(&format!("ssh to {}", addrs[1])),
             "{err}"
+        );
+        assert!(
+            err.contains("binds itself to its share of that host's CPUs"),
+            "{err}"
+        );
+        assert!(
+            cpus.iter().all(|c| !c.is_empty() && c != "?") && cpus[0] != cpus[1],
+            "the two clusters on one host did not bind to two shares of its CPUs: {cpus:?}"
         );
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(job.pid), signal).unwrap();
         common::assert_gone(

@@ -186,7 +186,8 @@ choice_enum! {
 
 choice_enum! {
     /// How `multigrain launch` places the cluster processes it starts on its own host
-    /// on that host's CPUs (`launch.cpu_bind`).
+    /// on that host's CPUs (`launch.cpu_bind`), and how clusters it starts over ssh on
+    /// a host they share place themselves on that host's.
     pub enum CpuBind ("CPU binding") {
         /// `split` when the clusters started on the launcher's host have more compute
         /// threads together than the CPUs it may use and their INIs are inline
@@ -202,8 +203,9 @@ choice_enum! {
         /// its own share of the CPUs the launcher may use, in proportion to its compute
         /// threads (one CPU at least; clusters share CPUs only when there are more
         /// clusters than CPUs), as `mpirun --bind-to` and `srun --cpu-bind` place ranks
-        /// (`split`). A single cluster there, and clusters started over ssh, stay
-        /// unbound.
+        /// (`split`). A single cluster there stays unbound. Clusters started over ssh
+        /// on a host that two or more of them name follow the same rule on that host:
+        /// each binds itself to its share of the CPUs it may use there.
         Split = "split",
         /// No binding: the kernel places every thread (`none`).
         None = "none",

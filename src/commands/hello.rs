@@ -86,10 +86,11 @@ fn hello(opts: &Options, cfg: &JobConfig, id: &Identity) -> Result<()> {
     let startup = cfg.job.startup_timeout();
     control.barrier(1, startup)?;
     println!(
-        "cluster {me} of {}: hello from pid {} on {}",
+        "cluster {me} of {}: hello from pid {} on {}, CPUs {}",
         all.len(),
         all[me].pid,
-        all[me].host
+        all[me].host,
+        crate::launch::self_bind::this_process_cpus()
     );
     if !opts.sleep.is_zero()
         && let Some(f) = control.wait_failure(opts.sleep)

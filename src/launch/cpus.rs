@@ -17,7 +17,8 @@
 //! false`) splitting 2 × 2 made Water 1.5 × slower, each INI thread waiting behind its
 //! cluster's compute threads for every datagram.
 //!
-//! A single cluster here, and clusters started over ssh, are not bound.
+//! A single cluster here is not bound. Clusters started over ssh that share a host bind
+//! themselves to their share of it by the same rule ([`super::self_bind`]).
 
 use multigrain_cluster_config::{ClusterSpec, CpuBind};
 use nix::sched::CpuSet;
@@ -43,20 +44,41 @@ pub(crate) fn plan(
     let mut out = vec![None; clusters.len()];
     let local: Vec<&ClusterSpec> = clusters.iter().filter(|c| here[c.id]).collect();
     let threads: Vec<usize> = local.iter().map(|c| c.threads.max(1)).collect();
+    if let Some(split) = split_host(bind, &threads, allowed, dedicated_inis, core_of) {
+        for (c, share) in local.iter().zip(split) {
+            out[c.id] = Some(share);
+        }
+    }
+    out
+}
+
+/// The shares of one host's CPUs `allowed` (ascending) for the clusters started
+/// together on it, whose compute threads are `threads` (in cluster order), each share
+/// ascending — or `None` when they stay unbound: `bind` is `none`, or `auto` and their
+/// threads do not outnumber the CPUs or the INIs are `dedicated_inis`, or fewer than two
+/// clusters, or no CPU. The rule of [`plan`], for the launcher's host and, in a cluster
+/// started over ssh, for its own ([`super::self_bind`]).
+pub(crate) fn split_host(
+    bind: CpuBind,
+    threads: &[usize],
+    allowed: &[usize],
+    dedicated_inis: bool,
+    core_of: impl Fn(usize) -> Option<(u32, u32)>,
+) -> Option<Vec<Vec<usize>>> {
     let split = match bind {
         CpuBind::Split => true,
         CpuBind::Auto => !dedicated_inis && threads.iter().sum::<usize>() > allowed.len(),
         CpuBind::None => false,
     };
-    if !split || local.len() < 2 || allowed.is_empty() {
-        return out;
+    if !split || threads.len() < 2 || allowed.is_empty() {
+        return None;
     }
     let ordered = by_core(allowed, core_of);
-    for (c, mut share) in local.iter().zip(shares(&ordered, &threads)) {
+    let mut split = shares(&ordered, threads);
+    for share in &mut split {
         share.sort_unstable();
-        out[c.id] = Some(share);
     }
-    out
+    Some(split)
 }
 
 /// `cpus` ordered so that a contiguous run of them is whole cores, grouped by socket:

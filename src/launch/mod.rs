@@ -26,6 +26,7 @@
 
 mod cpus;
 mod output;
+pub mod self_bind;
 mod signals;
 pub mod spawn;
 pub mod step_notice;
@@ -283,6 +284,9 @@ pub fn run(opts: Options) -> Result<()> {
             vec![None; n]
         }
     };
+    // Clusters started over ssh on a shared host bind themselves (self_bind).
+    let remote_shares =
+        self_bind::remote_shares(cfg.launch.cpu_bind, &cfg.clusters, &here, !cfg.ini.inline);
     let plans: Vec<Plan> = cfg
         .clusters
         .iter()
@@ -305,6 +309,9 @@ pub fn run(opts: Options) -> Result<()> {
                 plan.cpus = binding[c.id].clone();
                 plan
             } else {
+                if let Some(share) = &remote_shares[c.id] {
+                    env.push((self_bind::ENV_CPU_SHARE.to_owned(), share.encode()));
+                }
                 Plan::remote(c.id, &c.host, &ssh, &cwd, &opts.command, env)
             }
         })
@@ -339,11 +346,15 @@ pub fn run(opts: Options) -> Result<()> {
         let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
         let how = if plan.remote { "ssh to" } else { "on" };
         if !crate::progress::quiet() {
-            let cpus = plan
-                .cpus
-                .as_ref()
-                .map(|c| format!(", CPUs {}", cpus::describe(c)))
-                .unwrap_or_default();
+            let cpus = match (&plan.cpus, &remote_shares[plan.cluster]) {
+                (Some(c), _) => format!(", CPUs {}", cpus::describe(c)),
+                (None, Some(share)) => format!(
+                    ", binds itself to its share of that host's CPUs with the other \
+                     clusters there (launch.cpu_bind = {})",
+                    share.bind
+                ),
+                (None, None) => String::new(),
+            };
             launch_line(&format!(
                 "cluster {}: pid {pid} {how} {}{cpus}",
                 plan.cluster, plan.host

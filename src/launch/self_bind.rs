@@ -1,0 +1,293 @@
+//! Clusters started over ssh on a host they share with other clusters of their job
+//! bind themselves to their share of its CPUs (`launch.cpu_bind`).
+//!
+//! The launcher places the clusters it starts on its own host ([`super::cpus`]), but it
+//! cannot see another host's CPUs. So every cluster it starts over ssh on a host that
+//! two or more clusters of the job name gets [`ENV_CPU_SHARE`]: the binding rule, its
+//! position among those clusters and their compute threads. First thing in `main`,
+//! before the process has any other thread, [`bind_self`] reads it and binds the process
+//! to its share of the CPUs it may use there, by the rule and in the shares the launcher
+//! uses on its own host ([`super::cpus::split_host`]); every thread started later
+//! inherits the mask, and the run report's CPU column shows it. Hosts are grouped by
+//! the name the configuration gives them: `node1` and its address are two hosts.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use multigrain_cluster_config::{ClusterSpec, CpuBind};
+use nix::unistd::Pid;
+
+use super::cpus;
+
+/// The variable that tells a cluster started over ssh its share of a shared host:
+/// `RULE:POSITION:THREADS` — `auto` or `split`, its position among the job's clusters
+/// started on that host (0-based, in cluster order), and their compute threads, comma
+/// separated (e.g. `auto:1:2,2`). Set by `multigrain launch`; read by [`bind_self`].
+pub const ENV_CPU_SHARE: &str = "MULTIGRAIN_CPU_SHARE";
+
+/// A cluster's place among the clusters of its job started over ssh on one host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Share {
+    /// `auto` or `split` (never `none`: such clusters get no share).
+    pub(crate) bind: CpuBind,
+    /// Its position among them, in cluster order.
+    pub(crate) position: usize,
+    /// Their compute threads, in cluster order (two entries at least).
+    pub(crate) threads: Vec<usize>,
+}
+
+impl Share {
+    /// The value of [`ENV_CPU_SHARE`].
+    pub(crate) fn encode(&self) -> String {
+        let threads: Vec<String> = self.threads.iter().map(usize::to_string).collect();
+        format!("{}:{}:{}", self.bind, self.position, threads.join(","))
+    }
+
+    /// Reads a value of [`ENV_CPU_SHARE`].
+    ///
+    /// # Errors
+    /// What is wrong with `s`, in words.
+    pub(crate) fn parse(s: &str) -> Result<Share, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let [bind, position, threads] = parts[..] else {
+            return Err("not RULE:POSITION:THREADS".into());
+        };
+        let bind = match bind.parse::<CpuBind>() {
+            Ok(b @ (CpuBind::Auto | CpuBind::Split)) => b,
+            _ => return Err(format!("rule {bind:?} is not auto or split")),
+        };
+        let threads = threads
+            .split(',')
+            .map(|t| t.parse::<usize>().ok().filter(|&n| n >= 1))
+            .collect::<Option<Vec<usize>>>()
+            .filter(|t| t.len() >= 2)
+            .ok_or_else(|| {
+                format!("threads {threads:?} are not two or more counts of at least 1")
+            })?;
+        let position = position
+            .parse::<usize>()
+            .ok()
+            .filter(|&p| p < threads.len())
+            .ok_or_else(|| {
+                format!(
+                    "position {position:?} is not one of 0..{} (the clusters on this host)",
+                    threads.len()
+                )
+            })?;
+        Ok(Share {
+            bind,
+            position,
+            threads,
+        })
+    }
+}
+
+/// The share to tell each cluster of `clusters` (by id) that starts over ssh (`here`
+/// false) on a host named by two or more of them: `None` for the others, and for all
+/// when `bind` is `none`, or `auto` with dedicated INI threads (`dedicated_inis`: such
+/// a thread confined with its cluster's busy compute threads waits for a time slice
+/// for every datagram; see [`super::cpus`]).
+pub(crate) fn remote_shares(
+    bind: CpuBind,
+    clusters: &[ClusterSpec],
+    here: &[bool],
+    dedicated_inis: bool,
+) -> Vec<Option<Share>> {
+    let mut out = vec![None; clusters.len()];
+    if bind == CpuBind::None || (bind == CpuBind::Auto && dedicated_inis) {
+        return out;
+    }
+    let mut by_host: BTreeMap<&str, Vec<&ClusterSpec>> = BTreeMap::new();
+    for c in clusters.iter().filter(|c| !here[c.id]) {
+        by_host.entry(c.host.as_str()).or_default().push(c);
+    }
+    for group in by_host.values().filter(|g| g.len() >= 2) {
+        let threads: Vec<usize> = group.iter().map(|c| c.threads.max(1)).collect();
+        for (position, c) in group.iter().enumerate() {
+            out[c.id] = Some(Share {
+                bind,
+                position,
+                threads: threads.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// What [`bind_self`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SelfBinding {
+    /// Bound to these CPUs (ascending), by this rule.
+    Bound(Vec<usize>, CpuBind),
+    /// Left unbound: `auto`, and the clusters on this host have no more compute threads
+    /// than it has CPUs (their count).
+    Unbound(usize),
+    /// Not bound, because of this (a bad [`ENV_CPU_SHARE`], or the kernel refused).
+    Failed(String),
+}
+
+static OUTCOME: OnceLock<SelfBinding> = OnceLock::new();
+
+/// In a cluster process started with [`ENV_CPU_SHARE`]: binds this process to its
+/// share of the CPUs it may use (see the module documentation) and returns what it did
+/// (also kept for [`outcome`]); `None` without the variable. Call it before the process
+/// starts any thread: threads that exist keep their mask.
+pub fn bind_self() -> Option<SelfBinding> {
+    let value = std::env::var(ENV_CPU_SHARE).ok()?;
+    let outcome = match Share::parse(&value) {
+        Err(why) => SelfBinding::Failed(format!("{ENV_CPU_SHARE}={value:?}: {why}")),
+        Ok(share) => bind_to(&share),
+    };
+    let _ = OUTCOME.set(outcome.clone());
+    Some(outcome)
+}
+
+fn bind_to(share: &Share) -> SelfBinding {
+    let allowed = match cpus::allowed() {
+        Ok(a) => a,
+        Err(e) => return SelfBinding::Failed(format!("cannot read this process's CPUs: {e}")),
+    };
+    let Some(split) = cpus::split_host(
+        share.bind,
+        &share.threads,
+        &allowed,
+        false,
+        cpus::sysfs_core,
+    ) else {
+        return SelfBinding::Unbound(allowed.len());
+    };
+    let mine = split[share.position].clone();
+    match cpus::cpu_set(&mine).and_then(|set| nix::sched::sched_setaffinity(Pid::from_raw(0), &set))
+    {
+        Ok(()) => SelfBinding::Bound(mine, share.bind),
+        Err(e) => SelfBinding::Failed(format!(
+            "cannot bind to CPUs {}: {e}",
+            cpus::describe(&mine)
+        )),
+    }
+}
+
+/// What [`bind_self`] did in this process, if it ran with [`ENV_CPU_SHARE`].
+pub fn outcome() -> Option<&'static SelfBinding> {
+    OUTCOME.get()
+}
+
+/// Logs what [`bind_self`] did (once logging is set up): the CPUs at info level, a
+/// failure as a warning (the cluster runs unbound).
+pub fn log_outcome() {
+    match outcome() {
+        Some(SelfBinding::Bound(cpus, bind)) => tracing::info!(
+            "bound to CPUs {}: this cluster's share of the CPUs of a host shared with \
+             other clusters started over ssh (launch.cpu_bind = {bind})",
+            cpus::describe(cpus)
+        ),
+        Some(SelfBinding::Unbound(n)) => tracing::debug!(
+            "not bound: the clusters started over ssh on this host have no more compute \
+             threads than its {n} CPUs (launch.cpu_bind = auto)"
+        ),
+        Some(SelfBinding::Failed(why)) => {
+            tracing::warn!("cannot bind this cluster to its share of the host's CPUs: {why}")
+        }
+        None => {}
+    }
+}
+
+/// The CPUs this process may run on, as `taskset -c` lists them (`?` if unreadable).
+pub fn this_process_cpus() -> String {
+    cpus::allowed().map_or_else(|_| "?".to_owned(), |c| cpus::describe(&c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(id: usize, host: &str, threads: usize) -> ClusterSpec {
+        ClusterSpec {
+            id,
+            host: host.into(),
+            port: 0,
+            threads,
+            inis: None,
+        }
+    }
+
+    #[test]
+    fn shares_travel_as_text_and_bad_text_is_named() {
+        let s = Share {
+            bind: CpuBind::Auto,
+            position: 1,
+            threads: vec![2, 3],
+        };
+        assert_eq!(s.encode(), "auto:1:2,3");
+        assert_eq!(Share::parse("auto:1:2,3"), Ok(s));
+        assert_eq!(
+            Share::parse("split:0:1,1,1").map(|s| (s.bind, s.position, s.threads)),
+            Ok((CpuBind::Split, 0, vec![1, 1, 1]))
+        );
+        for (bad, says) in [
+            ("auto:1", "not RULE:POSITION:THREADS"),
+            ("none:0:1,1", "rule \"none\" is not auto or split"),
+            ("fast:0:1,1", "rule \"fast\""),
+            ("auto:2:1,1", "position \"2\" is not one of 0..2"),
+            ("auto:-1:1,1", "position \"-1\""),
+            ("auto:0:1", "threads \"1\" are not two or more"),
+            ("auto:0:1,0", "threads \"1,0\""),
+            ("auto:0:1,x", "threads \"1,x\""),
+        ] {
+            let e = Share::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn clusters_sharing_a_remote_host_get_their_place_among_them() {
+        // Clusters 0 and 3 on the launcher's host, 1 and 2 on node1, 4 alone on node2.
+        let clusters = [
+            spec(0, "127.0.0.1", 2),
+            spec(1, "node1", 2),
+            spec(2, "node1", 4),
+            spec(3, "127.0.0.1", 2),
+            spec(4, "node2", 8),
+        ];
+        let here = [true, false, false, true, false];
+        let shares = remote_shares(CpuBind::Auto, &clusters, &here, false);
+        let share = |position| Share {
+            bind: CpuBind::Auto,
+            position,
+            threads: vec![2, 4],
+        };
+        assert_eq!(
+            shares,
+            vec![None, Some(share(0)), Some(share(1)), None, None]
+        );
+        let split = remote_shares(CpuBind::Split, &clusters, &here, true);
+        assert_eq!(split[2].as_ref().map(|s| s.bind), Some(CpuBind::Split));
+        // `none`, and `auto` with dedicated INI threads, bind nobody.
+        assert!(
+            remote_shares(CpuBind::None, &clusters, &here, false)
+                .iter()
+                .all(Option::is_none)
+        );
+        assert!(
+            remote_shares(CpuBind::Auto, &clusters, &here, true)
+                .iter()
+                .all(Option::is_none)
+        );
+    }
+
+    #[test]
+    fn a_share_binds_by_the_launchers_rule() {
+        // What the launcher's host rule gives these CPUs is what a cluster takes.
+        let cpus = [0, 1, 2, 3];
+        let split = cpus::split_host(CpuBind::Auto, &[2, 4], &cpus, false, |_| None);
+        assert_eq!(split, Some(vec![vec![0], vec![1, 2, 3]]));
+        assert_eq!(
+            cpus::split_host(CpuBind::Auto, &[2, 2], &cpus, false, |_| None),
+            None
+        );
+        assert_eq!(
+            cpus::split_host(CpuBind::Split, &[1, 1], &cpus, false, |_| None),
+            Some(vec![vec![0, 1], vec![2, 3]])
+        );
+    }
+}
