@@ -170,6 +170,25 @@ fn main() {
             )
         })
     });
+    // A flush's diff of one page: copied out and diffed, or first checked through the
+    // runtime view (the runtime's flush), for an unchanged page and pages with 1 % and
+    // all of their words changed.
+    for pct in [0u32, 1, 100] {
+        for (check, tag) in [
+            (false, "copy_then_diff"),
+            (true, "check_then_copy_and_diff"),
+        ] {
+            let name = format!("flush_diff/{tag}_{pct}pct");
+            c.bench_function(&name, |b| {
+                b.iter_custom(|n| {
+                    record(
+                        &name,
+                        choice.flush_diff(f64::from(pct) / 100.0, check, n as usize),
+                    )
+                })
+            });
+        }
+    }
     for (backing, tag) in [
         (Backing::SharedMemory, "shmem"),
         (Backing::Anonymous, "anon"),

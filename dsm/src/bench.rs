@@ -914,6 +914,40 @@ impl ApplyChoice {
             .collect()
     }
 
+    /// What a flush pays to diff one page of the shared-memory region against a twin
+    /// that differs from it in `fraction` of its words (spread as [`diff_pages`] spreads
+    /// them): the page copied out through the runtime view and the copy diffed
+    /// (`check` false, the runtime's flush before the thirtieth session), or first
+    /// compared through the view ([`RegionOps::view_equals`]) and copied and diffed only
+    /// if it differs (`check` true, the runtime's flush now). One sample per page, the
+    /// pages taken in turn, so most are not in the first-level cache (ns).
+    pub fn flush_diff(&self, fraction: f64, check: bool, iters: usize) -> Vec<u64> {
+        let mut twin = Box::new(FILLED);
+        let changed = ((WORDS_PER_PAGE as f64 * fraction).round() as usize).min(WORDS_PER_PAGE);
+        if changed > 0 {
+            let step = WORDS_PER_PAGE as f64 / changed as f64;
+            for k in 0..changed {
+                twin[(k as f64 * step) as usize * 8] ^= 0xFF;
+            }
+        }
+        let mut copy = Box::new([0u8; PAGE_SIZE]);
+        let mut out = Vec::with_capacity(diff::MAX_ENCODED);
+        (0..iters)
+            .map(|k| {
+                let page = PageIndex(k % Self::PAGES);
+                out.clear();
+                let t = Instant::now();
+                let same = check && self.shared.view_equals(page, &twin).expect("view");
+                if !same {
+                    self.shared.view_read(page, &mut copy).expect("view");
+                    diff::encode(&twin[..], &copy[..], &mut out).expect("encode");
+                }
+                black_box(&out);
+                ns(t.elapsed())
+            })
+            .collect()
+    }
+
     /// The alternative on anonymous memory: the page is read-only, so no application
     /// thread writes it; copy it out, apply the diff to the copy, drop the page
     /// (`MADV_DONTNEED`) and install the copy read-only (`UFFDIO_COPY_MODE_WP`) (ns per

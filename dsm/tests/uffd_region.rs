@@ -305,6 +305,14 @@ fn shared_memory_runtime_view() {
     let mut buf = [0u8; PAGE_SIZE];
     r.view_read(p, &mut buf).unwrap();
     assert_eq!(buf, pattern(p));
+    // The check a flush makes before a diff: equal to its contents, and a change in any
+    // block of eight words — the first, a middle one, the last word — tells it apart.
+    assert_eq!(r.view_equals(p, &buf), Ok(true));
+    for word in [0, 200, 511] {
+        let mut other = buf;
+        other[word * 8] ^= 1;
+        assert_eq!(r.view_equals(p, &other), Ok(false), "word {word}");
+    }
     // Words stored through the view appear in the application's mapping at once, and
     // the page stays write-protected for the application.
     let words: Vec<u8> = (0..3u64).flat_map(|w| (0xA0A0 + w).to_ne_bytes()).collect();
@@ -344,6 +352,10 @@ fn shared_memory_runtime_view() {
         r.view_read(PageIndex(8), &mut buf),
         Err(OpError::OutOfRange(_))
     ));
+    assert!(matches!(
+        r.view_equals(PageIndex(8), &buf),
+        Err(OpError::OutOfRange(_))
+    ));
     let anon = Region::new(
         RegionConfig::new(base(51), PAGE_SIZE),
         Arc::new(|_: &RegionOps, _: Fault| {}),
@@ -351,6 +363,7 @@ fn shared_memory_runtime_view() {
     .unwrap();
     assert_eq!(anon.view_ptr(), None);
     assert_eq!(anon.view_read(PageIndex(0), &mut buf), Err(OpError::NoView));
+    assert_eq!(anon.view_equals(PageIndex(0), &buf), Err(OpError::NoView));
 }
 
 #[test]

@@ -568,6 +568,34 @@ impl RegionOps {
         Ok(())
     }
 
+    /// Whether `page`, read through the runtime view ([`Backing::SharedMemory`]) with
+    /// relaxed atomic 8-byte loads, holds exactly the bytes of `twin`: compared eight words
+    /// at a time, stopping at the first block that differs. A flush asks this first of
+    /// every page it diffs: most open pages at a release batch's flush are unchanged since
+    /// the previous flush, and this check costs ≈ 0.17 µs for an unchanged page against
+    /// ≈ 0.36 µs for [`view_read`](Self::view_read) and a diff of the copy (measured on
+    /// the AMD EPYC development VM, issue-10 log, thirtieth session). Never faults; the
+    /// same precondition as [`view_read`](Self::view_read). A word written concurrently is
+    /// read as either its old or its new value.
+    ///
+    /// # Errors
+    /// As [`view_read`](Self::view_read).
+    pub fn view_equals(&self, page: PageIndex, twin: &[u8; PAGE_SIZE]) -> Result<bool, OpError> {
+        const BLOCK: usize = 8;
+        let words = self.view_page(page)?;
+        for (w, t) in words.chunks_exact(BLOCK).zip(twin.chunks_exact(BLOCK * 8)) {
+            let mut differ = 0u64;
+            for (k, word) in w.iter().enumerate() {
+                let tw = u64::from_ne_bytes(t[k * 8..k * 8 + 8].try_into().expect("8 bytes"));
+                differ |= word.load(Ordering::Relaxed) ^ tw;
+            }
+            if differ != 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Stores `bytes` (whole 8-byte words, native byte order) into `page` starting at word
     /// `first_word`, through the runtime view, with relaxed atomic stores: only those words
     /// change, whatever the page's protection as application threads see it, and writes

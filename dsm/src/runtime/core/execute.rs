@@ -338,11 +338,26 @@ impl Core {
                 .twins
                 .get_mut(&key)
                 .ok_or_else(|| self.internal(format!("flush of {:?} without a twin", fp.page)))?;
+            let op_err = |source| DsmError::PageOp {
+                cluster: self.me,
+                source,
+            };
+            // Most open pages at a release batch's flush are unchanged since the previous
+            // one: checked first, without the copy and the diff (see `view_equals`).
+            if ops
+                .view_equals(PageIndex(fp.page.index()), twin)
+                .map_err(op_err)?
+            {
+                if !fp.keep_open
+                    && let Some(t) = st.twins.remove(&key)
+                {
+                    st.spare.push(t);
+                }
+                diffs.push(DiffBytes::default());
+                continue;
+            }
             ops.view_read(PageIndex(fp.page.index()), &mut st.scratch)
-                .map_err(|source| DsmError::PageOp {
-                    cluster: self.me,
-                    source,
-                })?;
+                .map_err(op_err)?;
             // Encoded into a buffer with room for the largest diff (a vector grown by
             // doubling took ten reallocations for a page rewritten whole): an unchanged
             // page allocates nothing, a small diff is copied out, a large one takes the
