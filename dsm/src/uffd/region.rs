@@ -572,9 +572,11 @@ impl RegionOps {
     /// relaxed atomic 8-byte loads, holds exactly the bytes of `twin`: compared eight words
     /// at a time, stopping at the first block that differs. A flush asks this first of
     /// every page it diffs: most open pages at a release batch's flush are unchanged since
-    /// the previous flush, and this check costs ≈ 0.17 µs for an unchanged page against
-    /// ≈ 0.36 µs for [`view_read`](Self::view_read) and a diff of the copy (measured on
-    /// the AMD EPYC development VM, issue-10 log, thirtieth session). Never faults; the
+    /// the previous flush, and for an unchanged page this check costs less than
+    /// [`view_read`](Self::view_read) and a diff of the copy — 0.17 against 0.36 µs with
+    /// the page in the cache, 0.25 against 0.30 µs (medians, the `flush_diff` rows of `cargo
+    /// bench -p multigrain-dsm --bench dsm`) with pages mostly out of the first-level cache
+    /// (the AMD EPYC development VM, issue-10 log, thirtieth session). Never faults; the
     /// same precondition as [`view_read`](Self::view_read). A word written concurrently is
     /// read as either its old or its new value.
     ///
