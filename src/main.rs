@@ -376,7 +376,7 @@ fn main() {
     }
     let cli = Cli::parse();
     // Before any thread exists: every thread inherits the mask.
-    launch::self_bind::bind_self();
+    let bound = launch::self_bind::bind_self();
     launch::spawn::watch_stdin();
     if let Some(choice) = cli.launcher {
         multigrain_cluster_config::set_launcher_choice(choice);
@@ -385,7 +385,7 @@ fn main() {
     logging::init(logging::filter_for(cli.verbose, cli.quiet, |k| {
         std::env::var(k).ok().filter(|v| !v.is_empty())
     }));
-    launch::self_bind::log_outcome();
+    launch::self_bind::log_outcome(bound.as_ref());
     if matches!(
         cli.command,
         Command::Run(_) | Command::Hello(_) | Command::Selftest(_)

@@ -802,15 +802,20 @@ fn take_turns(
 pub fn diff_pages(fraction: f64) -> (Vec<u8>, Vec<u8>) {
     let twin: Vec<u8> = (0..PAGE_SIZE).map(|i| (i * 7) as u8).collect();
     let mut cur = twin.clone();
+    change_words(&mut cur, fraction);
+    (twin, cur)
+}
+
+/// Changes `fraction` (0.0..=1.0) of the words of `page`, spread evenly (the first byte
+/// of each flipped).
+fn change_words(page: &mut [u8], fraction: f64) {
     let changed = ((WORDS_PER_PAGE as f64 * fraction).round() as usize).min(WORDS_PER_PAGE);
     if changed > 0 {
         let step = WORDS_PER_PAGE as f64 / changed as f64;
         for k in 0..changed {
-            let w = (k as f64 * step) as usize;
-            cur[w * 8] ^= 0xFF;
+            page[(k as f64 * step) as usize * 8] ^= 0xFF;
         }
     }
-    (twin, cur)
 }
 
 /// Times `iters` encodings of the diff of `cur` against `twin` into a reused buffer;
@@ -923,13 +928,7 @@ impl ApplyChoice {
     /// pages taken in turn, so most are not in the first-level cache (ns).
     pub fn flush_diff(&self, fraction: f64, check: bool, iters: usize) -> Vec<u64> {
         let mut twin = Box::new(FILLED);
-        let changed = ((WORDS_PER_PAGE as f64 * fraction).round() as usize).min(WORDS_PER_PAGE);
-        if changed > 0 {
-            let step = WORDS_PER_PAGE as f64 / changed as f64;
-            for k in 0..changed {
-                twin[(k as f64 * step) as usize * 8] ^= 0xFF;
-            }
-        }
+        change_words(&mut twin[..], fraction);
         let mut copy = Box::new([0u8; PAGE_SIZE]);
         let mut out = Vec::with_capacity(diff::MAX_ENCODED);
         (0..iters)

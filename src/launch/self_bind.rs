@@ -12,7 +12,6 @@
 //! the name the configuration gives them: `node1` and its address are two hosts.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
 use multigrain_cluster_config::{ClusterSpec, CpuBind};
 use nix::unistd::Pid;
@@ -126,20 +125,16 @@ pub enum SelfBinding {
     Failed(String),
 }
 
-static OUTCOME: OnceLock<SelfBinding> = OnceLock::new();
-
 /// In a cluster process started with [`ENV_CPU_SHARE`]: binds this process to its
-/// share of the CPUs it may use (see the module documentation) and returns what it did
-/// (also kept for [`outcome`]); `None` without the variable. Call it before the process
-/// starts any thread: threads that exist keep their mask.
+/// share of the CPUs it may use (see the module documentation) and returns what it did,
+/// for [`log_outcome`]; `None` without the variable. Call it before the process starts
+/// any thread: threads that exist keep their mask.
 pub fn bind_self() -> Option<SelfBinding> {
     let value = std::env::var(ENV_CPU_SHARE).ok()?;
-    let outcome = match Share::parse(&value) {
+    Some(match Share::parse(&value) {
         Err(why) => SelfBinding::Failed(format!("{ENV_CPU_SHARE}={value:?}: {why}")),
         Ok(share) => bind_to(&share),
-    };
-    let _ = OUTCOME.set(outcome.clone());
-    Some(outcome)
+    })
 }
 
 fn bind_to(share: &Share) -> SelfBinding {
@@ -167,15 +162,10 @@ fn bind_to(share: &Share) -> SelfBinding {
     }
 }
 
-/// What [`bind_self`] did in this process, if it ran with [`ENV_CPU_SHARE`].
-pub fn outcome() -> Option<&'static SelfBinding> {
-    OUTCOME.get()
-}
-
 /// Logs what [`bind_self`] did (once logging is set up): the CPUs at info level, a
 /// failure as a warning (the cluster runs unbound).
-pub fn log_outcome() {
-    match outcome() {
+pub fn log_outcome(outcome: Option<&SelfBinding>) {
+    match outcome {
         Some(SelfBinding::Bound(cpus, bind)) => tracing::info!(
             "bound to CPUs {}: this cluster's share of the CPUs of a host shared with \
              other clusters started over ssh (launch.cpu_bind = {bind})",

@@ -338,46 +338,36 @@ impl Core {
                 .twins
                 .get_mut(&key)
                 .ok_or_else(|| self.internal(format!("flush of {:?} without a twin", fp.page)))?;
+            let index = PageIndex(fp.page.index());
             let op_err = |source| DsmError::PageOp {
                 cluster: self.me,
                 source,
             };
             // Most open pages at a release batch's flush are unchanged since the previous
             // one: checked first, without the copy and the diff (see `view_equals`).
-            if ops
-                .view_equals(PageIndex(fp.page.index()), twin)
-                .map_err(op_err)?
-            {
-                if !fp.keep_open
-                    && let Some(t) = st.twins.remove(&key)
-                {
-                    st.spare.push(t);
-                }
-                diffs.push(DiffBytes::default());
-                continue;
-            }
-            ops.view_read(PageIndex(fp.page.index()), &mut st.scratch)
-                .map_err(op_err)?;
-            // Encoded into a buffer with room for the largest diff (a vector grown by
-            // doubling took ten reallocations for a page rewritten whole): an unchanged
-            // page allocates nothing, a small diff is copied out, a large one takes the
-            // buffer along.
-            st.diff_buf.clear();
-            diff::encode(&twin[..], &st.scratch[..], &mut st.diff_buf)
-                .map_err(|e| self.internal(format!("diff of {:?}: {e}", fp.page)))?;
-            let changed = !st.diff_buf.is_empty();
-            let out = if !changed {
+            let out = if ops.view_equals(index, twin).map_err(op_err)? {
                 DiffBytes::default()
-            } else if st.diff_buf.len() < diff::MAX_ENCODED / 2 {
-                DiffBytes::new(&st.diff_buf)
             } else {
-                DiffBytes::from_vec(std::mem::replace(
-                    &mut st.diff_buf,
-                    Vec::with_capacity(diff::MAX_ENCODED),
-                ))
+                ops.view_read(index, &mut st.scratch).map_err(op_err)?;
+                // Encoded into a buffer with room for the largest diff (a vector grown by
+                // doubling took ten reallocations for a page rewritten whole): a small
+                // diff is copied out, a large one takes the buffer along.
+                st.diff_buf.clear();
+                diff::encode(&twin[..], &st.scratch[..], &mut st.diff_buf)
+                    .map_err(|e| self.internal(format!("diff of {:?}: {e}", fp.page)))?;
+                if st.diff_buf.is_empty() {
+                    DiffBytes::default()
+                } else if st.diff_buf.len() < diff::MAX_ENCODED / 2 {
+                    DiffBytes::new(&st.diff_buf)
+                } else {
+                    DiffBytes::from_vec(std::mem::replace(
+                        &mut st.diff_buf,
+                        Vec::with_capacity(diff::MAX_ENCODED),
+                    ))
+                }
             };
             if fp.keep_open {
-                if changed {
+                if !out.is_empty() {
                     // The contents just diffed become the twin; the old twin, the next
                     // scratch buffer (no copy).
                     std::mem::swap(twin, &mut st.scratch);
