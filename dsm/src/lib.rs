@@ -105,8 +105,8 @@ pub use runtime::{
     Dsm, DsmOptions, FAULT_EXIT_CODE, LockGuard, MAX_LOCAL_HANDOFFS, Stall, StallProbe, Worker,
 };
 pub use stats::{
-    ClusterStats, JobStats, LayerStats, LockWaits, PhaseTimes, ProtocolStats, SLOW_LOCK_WAIT,
-    SLOW_LOCKS_KEPT,
+    ClusterStats, JobStats, LONG_LOCK_WAIT, LayerStats, LockWaits, PhaseTimes, ProtocolStats,
+    SLOW_LOCK_WAIT, SLOW_LOCKS_KEPT,
 };
 pub use transport::{
     Liveness, LivenessError, LocalJobError, NeverFails, PROTOCOL_QUEUE, PidLiveness, Transport,

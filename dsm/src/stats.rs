@@ -87,6 +87,11 @@ impl AddAssign<&LayerStats> for LayerStats {
 pub struct PhaseTimes {
     /// In `lock` calls: waiting for grants, taking their write notices.
     pub lock_acquire_ns: u64,
+    /// Of `lock_acquire_ns`, in acquires that took [`LONG_LOCK_WAIT`] or longer: time
+    /// slices, not round trips (see [`LONG_LOCK_WAIT`]).
+    pub lock_long_wait_ns: u64,
+    /// Acquires that took [`LONG_LOCK_WAIT`] or longer.
+    pub lock_long_waits: u64,
     /// In lock releases: flushing the pages written under the lock and sending the
     /// lock (with its diffs) on.
     pub lock_release_ns: u64,
@@ -116,6 +121,8 @@ pub struct PhaseTimes {
 impl AddAssign<&PhaseTimes> for PhaseTimes {
     fn add_assign(&mut self, o: &PhaseTimes) {
         self.lock_acquire_ns += o.lock_acquire_ns;
+        self.lock_long_wait_ns += o.lock_long_wait_ns;
+        self.lock_long_waits += o.lock_long_waits;
         self.lock_release_ns += o.lock_release_ns;
         self.fault_ns += o.fault_ns;
         self.remote_fault_ns += o.remote_fault_ns;
@@ -333,6 +340,17 @@ impl AddAssign<&ClusterStats> for ClusterStats {
 /// not answer soon (computing, descheduled).
 pub const SLOW_LOCK_WAIT: Duration = Duration::from_micros(20);
 
+/// An acquire that takes this long or longer counts in [`PhaseTimes::lock_long_waits`]:
+/// 25 round trips through INIs over UDP, so not the protocol's messages but a thread
+/// that had to wait for a CPU — its own, or the one of the cluster that holds the lock
+/// or must answer. With more compute threads than CPUs in a cluster, a thread that
+/// waits shares its CPU with one that computes and gets it back when that one blocks
+/// or its time slice ends (the scheduler's tick, 4 ms at `CONFIG_HZ=250`): measured on
+/// Water 512 × 50, 2 clusters × 2 threads over UDP on 2 vCPUs (one CPU per cluster),
+/// 889 of 18,724 acquires over 20 µs took 0.5 ms or more and made up half of the
+/// 2.26 s of lock waiting (issue 10 log, thirty-first session).
+pub const LONG_LOCK_WAIT: Duration = Duration::from_micros(500);
+
 /// Locks per cluster kept in [`ClusterStats::slow_lock_waits`]: those with the longest
 /// total wait.
 pub const SLOW_LOCKS_KEPT: usize = 8;
@@ -387,6 +405,8 @@ pub(crate) struct Counters {
     pub(crate) invalidate_calls: AtomicU64,
     pub(crate) lock_acquires: AtomicU64,
     pub(crate) lock_wait_ns: AtomicU64,
+    pub(crate) lock_long_wait_ns: AtomicU64,
+    pub(crate) lock_long_waits: AtomicU64,
     pub(crate) barriers: AtomicU64,
     pub(crate) barrier_wait_ns: AtomicU64,
     pub(crate) barrier_global_ns: AtomicU64,
@@ -421,6 +441,8 @@ impl Default for Counters {
             invalidate_calls: AtomicU64::new(0),
             lock_acquires: AtomicU64::new(0),
             lock_wait_ns: AtomicU64::new(0),
+            lock_long_wait_ns: AtomicU64::new(0),
+            lock_long_waits: AtomicU64::new(0),
             barriers: AtomicU64::new(0),
             barrier_wait_ns: AtomicU64::new(0),
             barrier_global_ns: AtomicU64::new(0),
@@ -443,10 +465,15 @@ impl Default for Counters {
 }
 
 impl Counters {
-    /// Notes an acquire of `lock` that took `wait`, if longer than [`SLOW_LOCK_WAIT`].
+    /// Notes an acquire of `lock` that took `wait`, if longer than [`SLOW_LOCK_WAIT`]
+    /// (and among the long ones if [`LONG_LOCK_WAIT`] or longer).
     pub(crate) fn note_lock_wait(&self, lock: u32, wait: Duration) {
         if wait <= SLOW_LOCK_WAIT {
             return;
+        }
+        if wait >= LONG_LOCK_WAIT {
+            bump(&self.lock_long_waits, 1);
+            bump(&self.lock_long_wait_ns, wait.as_nanos() as u64);
         }
         let mut slow = self.slow_locks.lock().unwrap_or_else(|e| e.into_inner());
         let w = slow.entry(lock).or_default();
@@ -522,6 +549,8 @@ impl Counters {
             barrier_wait_ns: g(&self.barrier_wait_ns),
             time: PhaseTimes {
                 lock_acquire_ns: g(&self.lock_wait_ns),
+                lock_long_wait_ns: g(&self.lock_long_wait_ns),
+                lock_long_waits: g(&self.lock_long_waits),
                 lock_release_ns: g(&self.release_ns),
                 fault_ns: g(&self.fault_ns),
                 remote_fault_ns: g(&self.remote_fault_ns),
@@ -592,6 +621,34 @@ mod tests {
         assert_eq!(job.total.messages_sent_by_other_threads, 2);
         let json = serde_json::to_string(&job).unwrap();
         assert_eq!(serde_json::from_str::<JobStats>(&json).unwrap(), job);
+    }
+
+    #[test]
+    fn long_lock_waits_count_from_the_threshold_on_and_sum_in_a_job_total() {
+        let c = Counters::default();
+        c.note_lock_wait(1, Duration::from_micros(499));
+        c.note_lock_wait(1, LONG_LOCK_WAIT);
+        c.note_lock_wait(2, Duration::from_millis(3));
+        let mut s = ClusterStats::default();
+        s.time.lock_long_waits = c.lock_long_waits.load(Ordering::Relaxed);
+        s.time.lock_long_wait_ns = c.lock_long_wait_ns.load(Ordering::Relaxed);
+        assert_eq!(
+            (s.time.lock_long_waits, s.time.lock_long_wait_ns),
+            (2, 3_500_000)
+        );
+        // The 499 µs wait is slow but not long.
+        assert_eq!(c.slowest_locks().1.acquires, 3);
+        let job = JobStats::from_clusters(vec![s.clone(), s]);
+        assert_eq!(
+            (
+                job.total.time.lock_long_waits,
+                job.total.time.lock_long_wait_ns
+            ),
+            (4, 7_000_000)
+        );
+        // Older JSON without the fields reads as zero.
+        let t: PhaseTimes = serde_json::from_str(r#"{"lock_acquire_ns": 5}"#).unwrap();
+        assert_eq!((t.lock_acquire_ns, t.lock_long_waits), (5, 0));
     }
 
     #[test]

@@ -289,7 +289,14 @@ pub fn render(r: &Report) -> String {
     }
     let _ = writeln!(s, "wall time {:.3} s (whole command)", r.wall_s);
     match &r.stats {
-        Some(stats) => s.push_str(&render_stats(stats, &r.inis)),
+        Some(stats) => {
+            s.push_str(&render_stats(stats, &r.inis));
+            if let Backend::Dsm { threads, .. } = &r.backend
+                && let Some(note) = crowded_note(threads, stats)
+            {
+                s.push_str(&note);
+            }
+        }
         None => {
             let _ = writeln!(s, "\n(no DSM statistics: this run did not use the DSM)");
         }
@@ -299,6 +306,61 @@ pub fn render(r: &Report) -> String {
         s.push_str(&t.render());
     }
     s
+}
+
+/// A note under the statistics when a cluster ran more compute threads than the CPUs
+/// its process could use (its `cpus`, as the kernel lists them): its lock waits then
+/// include time slices of the thread computing on the waiter's CPU (see
+/// [`multigrain_dsm::LONG_LOCK_WAIT`]). `threads`: compute threads of each cluster, by
+/// cluster id. `None` when no cluster was crowded or the CPUs are not known.
+pub fn crowded_note(threads: &[usize], stats: &JobStats) -> Option<String> {
+    let crowded: Vec<String> = stats
+        .clusters
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let id = c.cluster.unwrap_or(i);
+            let cpus = cpu_list_len(&c.cpus)?;
+            let t = *threads.get(id)?;
+            (t > cpus).then(|| format!("c{id} ({t} threads on {cpus} CPU{})", plural(cpus)))
+        })
+        .collect();
+    if crowded.is_empty() {
+        return None;
+    }
+    let long = &stats.total.time;
+    Some(format!(
+        "\nnote: more compute threads than CPUs in {}: a thread waiting for a lock or a page \
+         shares its CPU with one that computes and runs again when that one blocks or its \
+         time slice ends (milliseconds); {} ms of this run's lock waiting was in {} waits of \
+         0.5 ms or more. One compute thread per CPU (fewer threads per cluster, or more \
+         CPUs: launch.cpu_bind) avoids it.\n",
+        crowded.join(", "),
+        ms(long.lock_long_wait_ns),
+        long.lock_long_waits
+    ))
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// How many CPUs a list in the kernel's list format names (`0-3,8` is 5); `None` if it
+/// is empty or malformed.
+fn cpu_list_len(list: &str) -> Option<usize> {
+    if list.is_empty() {
+        return None;
+    }
+    list.split(',').try_fold(0usize, |n, part| {
+        let (lo, hi) = match part.split_once('-') {
+            Some((lo, hi)) => (lo.parse::<usize>().ok()?, hi.parse::<usize>().ok()?),
+            None => {
+                let c = part.parse::<usize>().ok()?;
+                (c, c)
+            }
+        };
+        (lo <= hi).then(|| n + (hi - lo + 1))
+    })
 }
 
 /// Most clusters shown as columns of the statistics table (beyond that, totals only).
@@ -434,6 +496,10 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     });
     header(&mut s, "where the time went (ms, all threads)");
     row(&mut s, "lock acquire", &|c| ms(c.time.lock_acquire_ns));
+    row(&mut s, "  in waits of 0.5 ms or more", &|c| {
+        ms(c.time.lock_long_wait_ns)
+    });
+    row(&mut s, "    waits", &|c| c.time.lock_long_waits);
     row(&mut s, "lock release (flush, send)", &|c| {
         ms(c.time.lock_release_ns)
     });
@@ -528,4 +594,47 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
         let _ = writeln!(s, "INI utilization: {}", util.join(", "));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use multigrain_dsm::ClusterStats;
+
+    #[test]
+    fn cpu_lists_are_counted_in_the_kernels_format_and_bad_ones_are_none() {
+        assert_eq!(cpu_list_len("0"), Some(1));
+        assert_eq!(cpu_list_len("0-3,8"), Some(5));
+        assert_eq!(cpu_list_len("2,4-5"), Some(3));
+        for bad in ["", "x", "3-1", "0-", "1,,2"] {
+            assert_eq!(cpu_list_len(bad), None, "{bad:?}");
+        }
+    }
+
+    fn cluster(id: usize, cpus: &str) -> ClusterStats {
+        let mut c = ClusterStats {
+            cluster: Some(id),
+            cpus: cpus.into(),
+            ..Default::default()
+        };
+        c.time.lock_long_waits = 3;
+        c.time.lock_long_wait_ns = 2_000_000;
+        c
+    }
+
+    #[test]
+    fn the_crowded_note_names_the_clusters_with_more_threads_than_cpus() {
+        let stats = JobStats::from_clusters(vec![cluster(0, "0"), cluster(1, "1-2")]);
+        let note = crowded_note(&[2, 2], &stats).expect("cluster 0 is crowded");
+        assert!(note.contains("c0 (2 threads on 1 CPU)"), "{note}");
+        assert!(!note.contains("c1"), "{note}");
+        assert!(
+            note.contains("4 ms of this run's lock waiting was in 6 waits"),
+            "{note}"
+        );
+        // A thread per CPU, or CPUs unknown: no note.
+        assert_eq!(crowded_note(&[1, 2], &stats), None);
+        let unknown = JobStats::from_clusters(vec![cluster(0, ""), cluster(1, "")]);
+        assert_eq!(crowded_note(&[4, 4], &unknown), None);
+    }
 }
