@@ -58,6 +58,7 @@
 //! | `dsm.prefetch` | 7 | 0 ..= 64 pages after a faulting one, fetched with it (hlrc; doubles along a sweep, up to 63) |
 //! | `dsm.write_ahead` | 4 | 0 ..= 64 read-only pages after a written one that a write fault continuing a sweep also opens (hlrc; 0: off) |
 //! | `dsm.barrier_updates` | `"auto"` | `auto` (= `on`), `on`, `off`: hlrc homes send their changed shared pages' diffs to the copies at barriers, and at releases those the lock cannot carry (update instead of invalidate) |
+//! | `dsm.idle_flushes` | 8 | 0 ..= 64 flushes an open page may stay unchanged before the next one closes it (hlrc; 0: close at every flush) |
 //! | `dsm.release_batch` | 16 | 1 ..= 1024 contended or pushed locks given back together after one flush (1: each at its release) |
 //! | `dsm.protocol_priority` | `"auto"` | `auto`, `realtime`, `normal` |
 //! | `emulation.send_overhead_us`, `recv_overhead_us`, `latency_us` | 0 | finite, ≥ 0 µs (*o_s*, *o_r*, *L*; see [`EmulationConfig`]) |
@@ -103,14 +104,14 @@ pub use launcher::{
     instance_key, rendezvous_port, set_launcher_choice, slurm_step_id,
 };
 pub use model::{
-    BarrierUpdates, ClusterSpec, CpuBind, DEFAULT_JOB_KEY, DEFAULT_PREFETCH,
+    BarrierUpdates, ClusterSpec, CpuBind, DEFAULT_IDLE_FLUSHES, DEFAULT_JOB_KEY, DEFAULT_PREFETCH,
     DEFAULT_PROGRESS_TIMEOUT_MS, DEFAULT_RELEASE_BATCH, DEFAULT_WRITE_AHEAD, DsmConfig,
     EmulationConfig, EmulationLinkError, FaultConfig, HomePolicy, IniConfig, IniPolicy, JobConfig,
-    JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU,
-    MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_REGION_SIZE, MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER,
-    MAX_TRACE_RECORDS, MAX_WINDOW, MAX_WRITE_AHEAD, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE,
-    ParseChoiceError, Protocol, ProtocolPriority, Substrate, USER_SPACE_END, is_loopback,
-    same_host,
+    JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS, MAX_IDLE_FLUSHES,
+    MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_REGION_SIZE,
+    MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS, MAX_WINDOW, MAX_WRITE_AHEAD,
+    MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol, ProtocolPriority, Substrate,
+    USER_SPACE_END, is_loopback, same_host,
 };
 pub use overrides::{BadOverride, Override};
 pub use size::{ParseSizeError, format_bytes, parse_byte_size};

@@ -517,6 +517,11 @@ pub struct DsmConfig {
     /// pages (0 ..= [`MAX_WRITE_AHEAD`]; 0 turns it off). Default:
     /// [`DEFAULT_WRITE_AHEAD`]. See `multigrain_coherence::Config::write_ahead`.
     pub write_ahead: u32,
+    /// `idle_flushes`: hlrc only: an open page (writable, with a twin) unchanged at
+    /// this many flushes in a row is closed at the next one (0 ..=
+    /// [`MAX_IDLE_FLUSHES`]; 0 closes every open page at every flush). Default:
+    /// [`DEFAULT_IDLE_FLUSHES`]. See `multigrain_coherence::Config::idle_flushes`.
+    pub idle_flushes: u32,
     /// `release_batch`: contended or pushed locks a cluster keeps, released, until
     /// they leave together after one flush (1 ..= [`MAX_RELEASE_BATCH`]; 1 sends
     /// each back at its release). They also leave at once when another cluster asks
@@ -550,6 +555,12 @@ pub const DEFAULT_WRITE_AHEAD: u32 = multigrain_coherence::DEFAULT_WRITE_AHEAD;
 /// Largest `dsm.write_ahead` (the coherence protocol's).
 pub const MAX_WRITE_AHEAD: u32 = multigrain_coherence::MAX_WRITE_AHEAD;
 
+/// Default of `dsm.idle_flushes` (the coherence protocol's).
+pub const DEFAULT_IDLE_FLUSHES: u32 = multigrain_coherence::DEFAULT_IDLE_FLUSHES;
+
+/// Largest `dsm.idle_flushes` (the coherence protocol's).
+pub const MAX_IDLE_FLUSHES: u32 = multigrain_coherence::MAX_IDLE_FLUSHES;
+
 /// Default of `dsm.release_batch` (the coherence protocol's).
 pub const DEFAULT_RELEASE_BATCH: u32 = multigrain_coherence::DEFAULT_RELEASE_BATCH;
 
@@ -566,6 +577,7 @@ impl Default for DsmConfig {
             page_size: PAGE_SIZE,
             prefetch: DEFAULT_PREFETCH,
             write_ahead: DEFAULT_WRITE_AHEAD,
+            idle_flushes: DEFAULT_IDLE_FLUSHES,
             release_batch: DEFAULT_RELEASE_BATCH,
             barrier_updates: BarrierUpdates::Auto,
             protocol_priority: ProtocolPriority::Auto,

@@ -89,6 +89,7 @@ pub(crate) struct RawDsm {
     pub page_size: Field<Int>,
     pub prefetch: Field<Int>,
     pub write_ahead: Field<Int>,
+    pub idle_flushes: Field<Int>,
     pub release_batch: Field<Int>,
     pub barrier_updates: Field<BarrierUpdates>,
     pub protocol_priority: Field<ProtocolPriority>,

@@ -9,9 +9,9 @@ use toml::Spanned;
 use crate::error::{ConfigError, Source};
 use crate::model::{
     ClusterSpec, DsmConfig, EmulationConfig, FaultConfig, IniConfig, JobConfig, JobSettings,
-    LaunchConfig, MAX_CLUSTERS, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH, MAX_REGION_SIZE,
-    MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_WINDOW, MAX_WRITE_AHEAD, MIN_MTU,
-    MIN_REGION_BASE, PAGE_SIZE, Substrate, USER_SPACE_END, local_clusters, same_host,
+    LaunchConfig, MAX_CLUSTERS, MAX_IDLE_FLUSHES, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH,
+    MAX_REGION_SIZE, MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_WINDOW, MAX_WRITE_AHEAD,
+    MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, Substrate, USER_SPACE_END, local_clusters, same_host,
 };
 use crate::raw::{
     Field, Int, Number, RawCluster, RawDsm, RawEmulation, RawFaults, RawFile, RawIni, RawJob,
@@ -620,6 +620,16 @@ impl Resolver<'_, '_> {
                     d.write_ahead,
                     Bounds::between(0, MAX_WRITE_AHEAD.into()).because(
                         " read-only pages opened after a written one (0 turns write-ahead off)",
+                    ),
+                )?
+                .value,
+            idle_flushes: self
+                .int(
+                    &raw.idle_flushes,
+                    "dsm.idle_flushes",
+                    d.idle_flushes,
+                    Bounds::between(0, MAX_IDLE_FLUSHES.into()).because(
+                        " unchanged flushes before an open page closes (0 closes it at every flush)",
                     ),
                 )?
                 .value,

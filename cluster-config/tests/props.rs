@@ -4,8 +4,8 @@
 use multigrain_cluster_config::{
     BarrierUpdates, ClusterSpec, CpuBind, DsmConfig, EMBEDDED_DEFAULT_TOML, EmulationConfig,
     FaultConfig, HomePolicy, IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig,
-    MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_RELEASE_BATCH, MAX_TRACE_RECORDS, MAX_WRITE_AHEAD,
-    PAGE_SIZE, Protocol, ProtocolPriority, Substrate,
+    MAX_IDLE_FLUSHES, MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_RELEASE_BATCH, MAX_TRACE_RECORDS,
+    MAX_WRITE_AHEAD, PAGE_SIZE, Protocol, ProtocolPriority, Substrate,
 };
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -108,6 +108,7 @@ prop_compose! {
                 // Every value in range, drawn from the seed (proptest's argument list
                 // is full).
                 write_ahead: ((seed >> 20) % (u64::from(MAX_WRITE_AHEAD) + 1)) as u32,
+                idle_flushes: ((seed >> 28) % (u64::from(MAX_IDLE_FLUSHES) + 1)) as u32,
                 release_batch: 1 + (seed % u64::from(MAX_RELEASE_BATCH)) as u32,
                 barrier_updates: [BarrierUpdates::Auto, BarrierUpdates::On, BarrierUpdates::Off]
                     [(seed >> 40) as usize % 3],

@@ -67,8 +67,8 @@ fn unknown_keys_are_rejected_with_the_allowed_keys() {
     assert_eq!(
         err(&with_local("[dsm]\nregion = 5")),
         "jobs/t.toml:2:1: dsm.region: unknown key; allowed here: protocol, home, region_base, \
-         region_size, page_size, prefetch, write_ahead, release_batch, barrier_updates, \
-         protocol_priority"
+         region_size, page_size, prefetch, write_ahead, idle_flushes, release_batch, \
+         barrier_updates, protocol_priority"
     );
     assert_eq!(
         err(&with_local("emulation = { latency = 1 }")),
@@ -437,6 +437,25 @@ fn keywords_of_dsm() {
     assert_eq!(
         err(&with_local("[dsm]\nprotocol_priority = \"high\"")),
         "jobs/t.toml:2:21: dsm.protocol_priority = \"high\": must be one of: auto, realtime, normal"
+    );
+}
+
+#[test]
+fn idle_flushes_is_a_small_flush_count() {
+    assert_eq!(
+        err(&with_local("[dsm]\nidle_flushes = 65")),
+        "jobs/t.toml:2:16: dsm.idle_flushes = 65: must be between 0 and 64 unchanged flushes \
+         before an open page closes (0 closes it at every flush)"
+    );
+    assert!(err(&with_local("[dsm]\nidle_flushes = -1")).contains("dsm.idle_flushes = -1"));
+    let cfg = JobConfig::from_str_named(&with_local("[dsm]\nidle_flushes = 0"), "t.toml").unwrap();
+    assert_eq!(cfg.dsm.idle_flushes, 0);
+    assert_eq!(
+        JobConfig::from_str_named(&with_local(""), "t.toml")
+            .unwrap()
+            .dsm
+            .idle_flushes,
+        multigrain_cluster_config::DEFAULT_IDLE_FLUSHES
     );
 }
 

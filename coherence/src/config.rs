@@ -73,6 +73,15 @@ pub struct Config {
     /// fault per `write_ahead + 1` pages ([`crate::write_ahead`]); `0..=`
     /// [`MAX_WRITE_AHEAD`], 0 turns it off. Ignored by sc. (This project's, issue 10.)
     pub write_ahead: u32,
+    /// hlrc only: an open page (writable, with a twin) that a flush finds unchanged
+    /// at this many flushes in a row is closed at the next one (write-protected,
+    /// diffed a last time, twin dropped); `0..=`[`MAX_IDLE_FLUSHES`], 0 closes every
+    /// open page at every flush. A clean open page costs a comparison with its twin
+    /// at each flush (≈ 0.25–0.6 µs); a closed one that is written again a write
+    /// fault, two `UFFDIO_WRITEPROTECT`s and a new twin (≈ 6–20 µs). Barriers close
+    /// every open page but the home's own whatever the count. Ignored by sc. (This
+    /// project's, issue 10; see [`DEFAULT_IDLE_FLUSHES`].)
+    pub idle_flushes: u32,
     /// The cluster that runs the barrier manager.
     pub barrier_manager: ClusterId,
     /// Release batching, `1..=MAX_RELEASE_BATCH`: a lock that must leave the cluster
@@ -123,6 +132,21 @@ pub const DEFAULT_WRITE_AHEAD: u32 = 4;
 /// The largest [`Config::write_ahead`].
 pub const MAX_WRITE_AHEAD: u32 = 64;
 
+/// The default of [`Config::idle_flushes`]. Water's force pages are written under
+/// molecule locks and flushed at every release batch: with 2 (the value up to the
+/// thirty-first session) a page left unchanged by two batches closed and faulted
+/// again a few batches later. Measured then on the 2-vCPU development VM, old (2) over
+/// new (8), `multigrain bench apps --compare dsm.idle_flushes=2`, per-round ratio of
+/// the run times, median (min–max): Water 512 × 50 2×1 shm 1.07 (0.95–1.19), 2×1 udp
+/// 1.08 (0.91–1.23), 2×2 0.99 (0.85–1.07), 4×1 1.04 (0.95–1.11), 4 rounds; Water 4096 ×
+/// 3 0.97–1.02 (4 rounds); EM3D 2×1 shm 1.03, udp 1.02, 2×2 1.03 (5 rounds). Write
+/// faults on Water 512 × 50 2×1 fall from 4,250–4,900 to 2,750–3,100 per run; 16 and
+/// 64 were no better than 8 (2×1 shm, 4 alternating rounds).
+pub const DEFAULT_IDLE_FLUSHES: u32 = 8;
+
+/// The largest [`Config::idle_flushes`].
+pub const MAX_IDLE_FLUSHES: u32 = 64;
+
 /// Why a [`Config`] was rejected.
 ///
 /// Source: issue 4 (clusters < 2^10, pages < 2^24).
@@ -143,6 +167,9 @@ pub enum ConfigError {
     /// `write_ahead` is above [`MAX_WRITE_AHEAD`].
     #[error("write-ahead {0} is outside 0..={MAX_WRITE_AHEAD}")]
     WriteAhead(u32),
+    /// `idle_flushes` is above [`MAX_IDLE_FLUSHES`].
+    #[error("idle flushes {0} is outside 0..={MAX_IDLE_FLUSHES}")]
+    IdleFlushes(u32),
 }
 
 impl Config {
@@ -161,6 +188,7 @@ impl Config {
             migrate_single_writer: true,
             prefetch: DEFAULT_PREFETCH,
             write_ahead: DEFAULT_WRITE_AHEAD,
+            idle_flushes: DEFAULT_IDLE_FLUSHES,
             barrier_manager: ClusterId::new(0).expect("0 is a valid cluster"),
             release_batch: DEFAULT_RELEASE_BATCH,
             barrier_updates: true,
@@ -182,6 +210,9 @@ impl Config {
         }
         if self.write_ahead > MAX_WRITE_AHEAD {
             return Err(ConfigError::WriteAhead(self.write_ahead));
+        }
+        if self.idle_flushes > MAX_IDLE_FLUSHES {
+            return Err(ConfigError::IdleFlushes(self.idle_flushes));
         }
         if self.barrier_manager.get() >= self.clusters {
             return Err(ConfigError::NoSuchCluster(

@@ -8,7 +8,7 @@ use crate::error::ProtocolError;
 use crate::ids::{ClusterId, PageId, PageRange};
 use crate::interval::{DiffBytes, IntervalDiff, IntervalRecord};
 use crate::machine::{
-    Completion, Flushing, IDLE_FLUSHES, MAX_RECENT_DIFFS, Machine, PageAccess, RecentDiff, Resume,
+    Completion, Flushing, MAX_RECENT_DIFFS, Machine, PageAccess, RecentDiff, Resume,
 };
 use crate::message::Message;
 use crate::sync::MAX_CARRIED_DIFFS;
@@ -38,7 +38,8 @@ impl Machine {
             // they stay writable for the next phase's writes (no fault, no
             // `UFFDIO_WRITEPROTECT`) and go idle and close like at a release.
             let home = self.homes.get(page) == Some(self.me);
-            let keep_open = (!all || home) && self.pages[page.index()].idle < IDLE_FLUSHES;
+            let keep_open =
+                (!all || home) && u32::from(self.pages[page.index()].idle) < self.cfg.idle_flushes;
             if !keep_open {
                 protect.push(page);
             }
@@ -125,7 +126,11 @@ impl Machine {
             }
             let e = self.entry(fp.page);
             if data.is_empty() {
-                e.idle = if fp.keep_open { e.idle + 1 } else { 0 };
+                e.idle = if fp.keep_open {
+                    e.idle.saturating_add(1)
+                } else {
+                    0
+                };
                 continue;
             }
             e.idle = 0;

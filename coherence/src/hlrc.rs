@@ -34,9 +34,10 @@
 //!   the flush closes, and its diff goes to the home (unless it is homed here) and
 //!   into this cluster's recent diffs, which the lock carries. Open pages stay
 //!   writable, so a lock handed back and forth costs no fault and no
-//!   `UFFDIO_WRITEPROTECT`; a page unchanged at two flushes in a row is closed at
-//!   the next one (write-protected first, so that a concurrent write re-faults, then
-//!   diffed a last time; `IDLE_FLUSHES` in the machine), and a barrier arrival
+//!   `UFFDIO_WRITEPROTECT`; a page unchanged at [`crate::Config::idle_flushes`]
+//!   flushes in a row (8 by default) is closed at the next one (write-protected
+//!   first, so that a concurrent write re-faults, then diffed a last time), and a
+//!   barrier arrival
 //!   closes every open copy but the pages homed here (a master is never
 //!   invalidated), which stay open into the next phase. The release does not wait
 //!   for the home: the versions in the fetches make that unnecessary. The departure

@@ -46,7 +46,7 @@ pub(crate) struct PageEntry {
     /// `Machine::open`), and every flush diffs it.
     pub(crate) twin: bool,
     /// hlrc: open and unchanged at this many flushes in a row; at
-    /// [`IDLE_FLUSHES`] the next flush closes it.
+    /// [`crate::Config::idle_flushes`] the next flush closes it.
     pub(crate) idle: u8,
     /// hlrc: the versions of the page this cluster's copy reflects (per cluster, the
     /// last interval whose writes to the page it holds; this cluster's own entry is
@@ -193,14 +193,6 @@ pub(crate) struct RecentDiff {
     /// The managers it was carried to, sorted.
     pub(crate) carried_to: SmallVec<[ClusterId; 2]>,
 }
-
-/// An open page unchanged at this many flushes in a row is closed at the next one
-/// (write-protected, diffed a last time, twin dropped). 2 keeps a page written every
-/// other interval — EM3D's E and H pages, written in alternate barrier phases — open
-/// (a clean open page costs one diff scan per flush, a closed one a write fault and
-/// two `UFFDIO_WRITEPROTECT`s when written again). Source: this project's choice
-/// (issue 10).
-pub(crate) const IDLE_FLUSHES: u8 = 2;
 
 /// How many barrier updates a cluster keeps for the next departure; more are dropped
 /// (their pages are invalidated and fetched as without updates).

@@ -6,7 +6,7 @@
 //! thread (≈ 4.8 µs a fault on the development VM, nearly all of it the kernel's signal
 //! delivery and `UFFDIO_WRITEPROTECT`; the twin and the unprotect alone are ≈ 1.3 µs).
 //! A page opened ahead and not written costs its twin and the diffs of the next
-//! flushes, which find it unchanged and close it (after two, `IDLE_FLUSHES`), so
+//! flushes, which find it unchanged and close it ([`crate::Config::idle_flushes`]), so
 //! only a fault that continues the previous one's pages opens any: one at the page
 //! right after them, or within one window past it (pages written since the previous
 //! fault may have stayed open, so a sweep skips them). Water's force sweep writes every

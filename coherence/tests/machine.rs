@@ -941,6 +941,9 @@ fn flush(page: u32, keep_open: bool) -> Action {
 fn release_flushes_open_pages_and_does_not_wait_for_the_home() {
     let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
     cfg.prefetch = 0; // see the prefetch tests
+    // Closed after two unchanged flushes (the default waits for more; the count is
+    // the configuration's, so the walk below is the same for any value).
+    cfg.idle_flushes = 2;
 
     let mut me = Machine::new(c(0), cfg).unwrap();
     run(

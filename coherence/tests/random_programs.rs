@@ -165,6 +165,9 @@ fn program(rng: &mut StdRng, protocol: Protocol, policy: HomePolicy, shape: Shap
     cfg.prefetch = [0, 1, 7][rng.random_range(0..3)];
     // Drawn after it for the same reason.
     cfg.release_batch = [1, 2, 3, 16][rng.random_range(0..4)];
+    // And this after both: open pages closed at every flush, after one or two unchanged
+    // flushes, or the default's eight.
+    cfg.idle_flushes = [0, 1, 2, 8][rng.random_range(0..4)];
     Spec {
         cfg,
         words,
@@ -370,8 +373,9 @@ fn random_programs_exercise_the_protocol() {
     }
     // A push refused at its first use for a gap in its records is rarer since clusters
     // keep a lock for their visit's next use: first-touch homes in the long shape
-    // make one (seeds 46 and 239 below 300).
-    for seed in 0..300u64 {
+    // make one (seeds 46 and 239 below 300 with open pages closed after two unchanged
+    // flushes; seed 1127 since `idle_flushes` is drawn as well).
+    for seed in 0..2000u64 {
         if seen.push_refused {
             break;
         }

@@ -67,6 +67,7 @@ fn coherence_config(cfg: &JobConfig, me: usize) -> Result<Config, DsmError> {
     c.prefetch = cfg.dsm.prefetch;
     c.write_ahead = cfg.dsm.write_ahead;
     c.release_batch = cfg.dsm.release_batch;
+    c.idle_flushes = cfg.dsm.idle_flushes;
     c.barrier_updates = cfg.dsm.barrier_updates.enabled();
     c.home_policy = match cfg.dsm.home {
         HomePolicy::RoundRobin => Homes::RoundRobin,
