@@ -293,4 +293,29 @@ mod tests {
         c.clusters = 0;
         assert_eq!(c.validate(), Err(ConfigError::Clusters(0)));
     }
+
+    #[test]
+    fn counts_out_of_range_are_named() {
+        let ok = Config::new(Protocol::Hlrc, 2, 10);
+        assert_eq!(ok.idle_flushes, DEFAULT_IDLE_FLUSHES);
+        let with = |f: fn(&mut Config)| {
+            let mut c = ok.clone();
+            f(&mut c);
+            c.validate()
+        };
+        assert_eq!(with(|c| c.idle_flushes = 0), Ok(()));
+        assert_eq!(with(|c| c.idle_flushes = MAX_IDLE_FLUSHES), Ok(()));
+        assert_eq!(
+            with(|c| c.idle_flushes = MAX_IDLE_FLUSHES + 1),
+            Err(ConfigError::IdleFlushes(MAX_IDLE_FLUSHES + 1))
+        );
+        assert_eq!(
+            with(|c| c.write_ahead = MAX_WRITE_AHEAD + 1),
+            Err(ConfigError::WriteAhead(MAX_WRITE_AHEAD + 1))
+        );
+        assert_eq!(
+            with(|c| c.release_batch = 0),
+            Err(ConfigError::ReleaseBatch(0))
+        );
+    }
 }

@@ -312,7 +312,10 @@ pub fn render(r: &Report) -> String {
 /// its process could use (its `cpus`, as the kernel lists them): its lock waits then
 /// include time slices of the thread computing on the waiter's CPU (see
 /// [`multigrain_dsm::LONG_LOCK_WAIT`]). `threads`: compute threads of each cluster, by
-/// cluster id. `None` when no cluster was crowded or the CPUs are not known.
+/// cluster id. `None` when no cluster was crowded or the CPUs are not known. Clusters
+/// that share a host's CPUs unbound (`launch.cpu_bind = "none"`) each see all of them,
+/// so a host crowded that way gets no note (the statistics do not say which clusters
+/// share a host).
 pub fn crowded_note(threads: &[usize], stats: &JobStats) -> Option<String> {
     let crowded: Vec<String> = stats
         .clusters
@@ -333,8 +336,8 @@ pub fn crowded_note(threads: &[usize], stats: &JobStats) -> Option<String> {
         "\nnote: more compute threads than CPUs in {}: a thread waiting for a lock or a page \
          shares its CPU with one that computes and runs again when that one blocks or its \
          time slice ends (milliseconds); {} ms of this run's lock waiting was in {} waits of \
-         0.5 ms or more. One compute thread per CPU (fewer threads per cluster, or more \
-         CPUs: launch.cpu_bind) avoids it.\n",
+         0.5 ms or more. One compute thread per CPU avoids it: fewer threads per cluster, \
+         or the clusters spread over more CPUs or machines.\n",
         crowded.join(", "),
         ms(long.lock_long_wait_ns),
         long.lock_long_waits
