@@ -136,6 +136,14 @@ impl AddAssign<&PhaseTimes> for PhaseTimes {
     }
 }
 
+/// The kernel's boot id (a UUID, new at every boot of a machine); empty if it cannot be
+/// read.
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
 /// The CPUs this process may run on, as the kernel lists them (`Cpus_allowed_list` of
 /// `/proc/self/status`, e.g. `0-3,8`); empty if it cannot be read.
 pub(crate) fn allowed_cpu_list() -> String {
@@ -162,6 +170,12 @@ pub struct ClusterStats {
     /// kernel does not say (absent from the JSON then).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cpus: String,
+    /// The machine this cluster ran on, as the kernel's boot id
+    /// (`/proc/sys/kernel/random/boot_id`): clusters with the same one shared that
+    /// machine's CPUs (network namespaces and containers on one kernel included).
+    /// Empty in a job total, or where the kernel does not say (absent from the JSON).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub machine: String,
     /// Read faults taken by this cluster's threads.
     pub read_faults: u64,
     /// Write faults taken by this cluster's threads (write to a missing or read-only page).
@@ -283,7 +297,8 @@ pub struct ClusterStats {
 
 /// Adds `o` into a job total: every count is summed, except
 /// `messages_sent_by_thread`, whose entries are appended (one per compute thread of the
-/// job, in the order the clusters are added), and `cpus`, which stays the total's own.
+/// job, in the order the clusters are added), and `cpus` and `machine`, which stay the
+/// total's own.
 impl AddAssign<&ClusterStats> for ClusterStats {
     fn add_assign(&mut self, o: &ClusterStats) {
         self.read_faults += o.read_faults;
@@ -524,6 +539,7 @@ impl Counters {
         ClusterStats {
             cluster: Some(cluster),
             cpus: allowed_cpu_list(),
+            machine: boot_id(),
             read_faults: g(&self.read_faults),
             write_faults: g(&self.write_faults),
             remote_faults: g(&self.remote_faults),

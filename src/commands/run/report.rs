@@ -6,6 +6,7 @@ use multigrain_dsm::{ClusterStats, JobStats};
 use multigrain_messaging::net::IniReport;
 use multigrain_messaging::net::trace::TraceSummary;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 /// Where a run ran.
@@ -308,26 +309,58 @@ pub fn render(r: &Report) -> String {
     s
 }
 
-/// A note under the statistics when a cluster ran more compute threads than the CPUs
-/// its process could use (its `cpus`, as the kernel lists them): its lock waits then
-/// include time slices of the thread computing on the waiter's CPU (see
+/// A note under the statistics when the clusters on one machine ran more compute
+/// threads than the CPUs their processes could use (each cluster's `cpus` as the kernel
+/// lists them, united over the clusters with the same `machine`; a cluster whose machine
+/// is not known counts alone): a waiting thread there shares its CPU with one that
+/// computes, and its waits include the time slices of that one (see
 /// [`multigrain_dsm::LONG_LOCK_WAIT`]). `threads`: compute threads of each cluster, by
-/// cluster id. `None` when no cluster was crowded or the CPUs are not known. Clusters
-/// that share a host's CPUs unbound (`launch.cpu_bind = "none"`) each see all of them,
-/// so a host crowded that way gets no note (the statistics do not say which clusters
-/// share a host).
+/// cluster id. `None` when nothing was crowded, or when any cluster's CPUs or thread
+/// count is not known.
 pub fn crowded_note(threads: &[usize], stats: &JobStats) -> Option<String> {
-    let crowded: Vec<String> = stats
-        .clusters
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| {
-            let id = c.cluster.unwrap_or(i);
-            let cpus = cpu_list_len(&c.cpus)?;
-            let t = *threads.get(id)?;
-            (t > cpus).then(|| format!("c{id} ({t} threads on {cpus} CPU{})", plural(cpus)))
-        })
-        .collect();
+    // Clusters by machine, in cluster order; an unknown machine is a group of its own.
+    let mut groups: Vec<(&str, Vec<(usize, &ClusterStats)>)> = Vec::new();
+    for (i, c) in stats.clusters.iter().enumerate() {
+        let id = c.cluster.unwrap_or(i);
+        match groups
+            .iter_mut()
+            .find(|(m, _)| !m.is_empty() && *m == c.machine)
+        {
+            Some((_, g)) => g.push((id, c)),
+            None => groups.push((&c.machine, vec![(id, c)])),
+        }
+    }
+    // A cluster with more threads than its own CPUs is named alone; a machine's
+    // clusters together, where none is crowded alone but they are together (unbound
+    // clusters each see every CPU).
+    let mut crowded = Vec::new();
+    for (_, g) in &groups {
+        let mut all = BTreeSet::new();
+        let (mut total, mut alone) = (0, Vec::new());
+        for &(id, c) in g {
+            let (Some(cpus), Some(&t)) = (cpu_list(&c.cpus), threads.get(id)) else {
+                return None;
+            };
+            if t > cpus.len() {
+                alone.push(format!(
+                    "c{id} ({t} threads on {})",
+                    cpus_phrase(cpus.len())
+                ));
+            }
+            total += t;
+            all.extend(cpus);
+        }
+        if !alone.is_empty() {
+            crowded.extend(alone);
+        } else if total > all.len() {
+            let ids: Vec<String> = g.iter().map(|(id, _)| format!("c{id}")).collect();
+            crowded.push(format!(
+                "{} ({total} threads on {} of one machine)",
+                ids.join(" + "),
+                cpus_phrase(all.len())
+            ));
+        }
+    }
     if crowded.is_empty() {
         return None;
     }
@@ -344,17 +377,27 @@ pub fn crowded_note(threads: &[usize], stats: &JobStats) -> Option<String> {
     ))
 }
 
-fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
+fn cpus_phrase(n: usize) -> String {
+    if n == 1 {
+        "1 CPU".to_owned()
+    } else {
+        format!("{n} CPUs")
+    }
 }
 
-/// How many CPUs a list in the kernel's list format names (`0-3,8` is 5); `None` if it
-/// is empty or malformed.
-fn cpu_list_len(list: &str) -> Option<usize> {
+/// Most CPUs [`cpu_list`] accepts in one list: more than any machine has, so that a
+/// malformed or forged list (statistics come from the cluster processes) cannot make
+/// the report allocate without bound.
+const MAX_LISTED_CPUS: usize = 1 << 16;
+
+/// The CPUs a list in the kernel's list format names (`0-3,8`: 0, 1, 2, 3 and 8); `None`
+/// if it is empty, malformed, or names more than [`MAX_LISTED_CPUS`].
+fn cpu_list(list: &str) -> Option<BTreeSet<usize>> {
     if list.is_empty() {
         return None;
     }
-    list.split(',').try_fold(0usize, |n, part| {
+    let mut cpus = BTreeSet::new();
+    for part in list.split(',') {
         let (lo, hi) = match part.split_once('-') {
             Some((lo, hi)) => (lo.parse::<usize>().ok()?, hi.parse::<usize>().ok()?),
             None => {
@@ -362,8 +405,12 @@ fn cpu_list_len(list: &str) -> Option<usize> {
                 (c, c)
             }
         };
-        (lo <= hi).then(|| n + (hi - lo + 1))
-    })
+        if lo > hi || hi - lo >= MAX_LISTED_CPUS || cpus.len() + (hi - lo) >= MAX_LISTED_CPUS {
+            return None;
+        }
+        cpus.extend(lo..=hi);
+    }
+    Some(cpus)
 }
 
 /// Most clusters shown as columns of the statistics table (beyond that, totals only).
@@ -602,21 +649,22 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use multigrain_dsm::ClusterStats;
 
     #[test]
-    fn cpu_lists_are_counted_in_the_kernels_format_and_bad_ones_are_none() {
-        assert_eq!(cpu_list_len("0"), Some(1));
-        assert_eq!(cpu_list_len("0-3,8"), Some(5));
-        assert_eq!(cpu_list_len("2,4-5"), Some(3));
-        for bad in ["", "x", "3-1", "0-", "1,,2"] {
-            assert_eq!(cpu_list_len(bad), None, "{bad:?}");
+    fn cpu_lists_are_read_in_the_kernels_format_and_bad_ones_are_none() {
+        let n = |l: &str| cpu_list(l).map(|s| s.len());
+        assert_eq!(n("0"), Some(1));
+        assert_eq!(n("0-3,8"), Some(5));
+        assert_eq!(cpu_list("2,4-5"), Some([2, 4, 5].into()));
+        for bad in ["", "x", "3-1", "0-", "1,,2", "0-99999999999"] {
+            assert_eq!(cpu_list(bad), None, "{bad:?}");
         }
     }
 
-    fn cluster(id: usize, cpus: &str) -> ClusterStats {
+    fn cluster(id: usize, machine: &str, cpus: &str) -> ClusterStats {
         let mut c = ClusterStats {
             cluster: Some(id),
+            machine: machine.into(),
             cpus: cpus.into(),
             ..Default::default()
         };
@@ -627,17 +675,34 @@ mod tests {
 
     #[test]
     fn the_crowded_note_names_the_clusters_with_more_threads_than_cpus() {
-        let stats = JobStats::from_clusters(vec![cluster(0, "0"), cluster(1, "1-2")]);
+        // Bound, each to its own CPUs: cluster 0 crowded, cluster 1 not.
+        let stats = JobStats::from_clusters(vec![cluster(0, "m", "0"), cluster(1, "m", "1-2")]);
         let note = crowded_note(&[2, 2], &stats).expect("cluster 0 is crowded");
-        assert!(note.contains("c0 (2 threads on 1 CPU)"), "{note}");
+        assert!(note.contains("in c0 (2 threads on 1 CPU)"), "{note}");
         assert!(!note.contains("c1"), "{note}");
         assert!(
             note.contains("4 ms of this run's lock waiting was in 6 waits"),
             "{note}"
         );
-        // A thread per CPU, or CPUs unknown: no note.
         assert_eq!(crowded_note(&[1, 2], &stats), None);
-        let unknown = JobStats::from_clusters(vec![cluster(0, ""), cluster(1, "")]);
-        assert_eq!(crowded_note(&[4, 4], &unknown), None);
+        // Crowded alone on a machine with CPUs to spare.
+        let note = crowded_note(&[2, 1], &stats).expect("cluster 0 is crowded");
+        assert!(note.contains("in c0 (2 threads on 1 CPU):"), "{note}");
+        // Unbound on one machine: each sees both CPUs, together they crowd them.
+        let shared = JobStats::from_clusters(vec![cluster(0, "m", "0-1"), cluster(1, "m", "0-1")]);
+        let note = crowded_note(&[2, 2], &shared).expect("the machine is crowded");
+        assert!(
+            note.contains("c0 + c1 (4 threads on 2 CPUs of one machine)"),
+            "{note}"
+        );
+        assert_eq!(crowded_note(&[1, 1], &shared), None);
+        // The same lists on two machines, or machines not known: not crowded.
+        let apart = JobStats::from_clusters(vec![cluster(0, "m", "0-1"), cluster(1, "n", "0-1")]);
+        assert_eq!(crowded_note(&[2, 2], &apart), None);
+        let unknown = JobStats::from_clusters(vec![cluster(0, "", "0-1"), cluster(1, "", "0-1")]);
+        assert_eq!(crowded_note(&[2, 2], &unknown), None);
+        // CPUs not known: no note.
+        let no_cpus = JobStats::from_clusters(vec![cluster(0, "m", ""), cluster(1, "m", "")]);
+        assert_eq!(crowded_note(&[4, 4], &no_cpus), None);
     }
 }
