@@ -285,8 +285,13 @@ pub fn run(opts: Options) -> Result<()> {
         }
     };
     // Clusters started over ssh on a shared host bind themselves (self_bind).
-    let remote_shares =
-        self_bind::remote_shares(cfg.launch.cpu_bind, &cfg.clusters, &here, !cfg.ini.inline);
+    let remote_shares = self_bind::remote_shares(
+        cfg.launch.cpu_bind,
+        &cfg.clusters,
+        &here,
+        !cfg.ini.inline,
+        self_bind::same_machine(),
+    );
     let plans: Vec<Plan> = cfg
         .clusters
         .iter()

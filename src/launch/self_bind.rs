@@ -8,12 +8,15 @@
 //! before the process has any other thread, [`bind_self`] reads it and binds the process
 //! to its share of the CPUs it may use there, by the rule and in the shares the launcher
 //! uses on its own host ([`super::cpus::split_host`]); every thread started later
-//! inherits the mask, and the run report's CPU column shows it. Hosts are grouped by
-//! the name the configuration gives them: `node1` and its address are two hosts.
+//! inherits the mask, and the run report's CPU column shows it. Two host names are one
+//! host when [`same_host`] says so (loopback names, case, a trailing dot) or when they
+//! resolve to a common address ([`same_machine`]: `node1` and its address are one host).
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::{IpAddr, ToSocketAddrs as _};
 
-use multigrain_cluster_config::{ClusterSpec, CpuBind};
+use multigrain_cluster_config::{ClusterSpec, CpuBind, same_host};
 use nix::unistd::Pid;
 
 use super::cpus;
@@ -82,7 +85,8 @@ impl Share {
 }
 
 /// The share to tell each cluster of `clusters` (by id) that starts over ssh (`here`
-/// false) on a host named by two or more of them: `None` for the others, and for all
+/// false) on a host that two or more of them name (`same`: whether two host names are
+/// one machine, [`same_machine`] in the launcher): `None` for the others, and for all
 /// when `bind` is `none`, or `auto` with dedicated INI threads (`dedicated_inis`: such
 /// a thread confined with its cluster's busy compute threads waits for a time slice
 /// for every datagram; see [`super::cpus`]).
@@ -91,16 +95,22 @@ pub(crate) fn remote_shares(
     clusters: &[ClusterSpec],
     here: &[bool],
     dedicated_inis: bool,
+    same: impl Fn(&str, &str) -> bool,
 ) -> Vec<Option<Share>> {
     let mut out = vec![None; clusters.len()];
     if bind == CpuBind::None || (bind == CpuBind::Auto && dedicated_inis) {
         return out;
     }
-    let mut by_host: BTreeMap<&str, Vec<&ClusterSpec>> = BTreeMap::new();
+    // Groups in the order of their first cluster; a cluster joins the first group whose
+    // first host names its machine.
+    let mut groups: Vec<Vec<&ClusterSpec>> = Vec::new();
     for c in clusters.iter().filter(|c| !here[c.id]) {
-        by_host.entry(c.host.as_str()).or_default().push(c);
+        match groups.iter_mut().find(|g| same(&g[0].host, &c.host)) {
+            Some(g) => g.push(c),
+            None => groups.push(vec![c]),
+        }
     }
-    for group in by_host.values().filter(|g| g.len() >= 2) {
+    for group in groups.iter().filter(|g| g.len() >= 2) {
         let threads: Vec<usize> = group.iter().map(|c| c.threads.max(1)).collect();
         for (position, c) in group.iter().enumerate() {
             out[c.id] = Some(Share {
@@ -111,6 +121,34 @@ pub(crate) fn remote_shares(
         }
     }
     out
+}
+
+/// Whether two host names of the job's configuration are one machine, for
+/// [`remote_shares`]: [`same_host`], or both resolve (here, by the system's resolver)
+/// to a common address. Each name is resolved at most once; one that does not resolve
+/// is only itself.
+pub(crate) fn same_machine() -> impl Fn(&str, &str) -> bool {
+    let resolved: RefCell<HashMap<String, Vec<IpAddr>>> = RefCell::default();
+    move |a: &str, b: &str| {
+        if same_host(a, b) {
+            return true;
+        }
+        let mut cache = resolved.borrow_mut();
+        let mut ips = |host: &str| -> Vec<IpAddr> {
+            cache
+                .entry(host.to_owned())
+                .or_insert_with(|| {
+                    let bare = host.trim_start_matches('[').trim_end_matches(']');
+                    (bare, 0)
+                        .to_socket_addrs()
+                        .map(|a| a.map(|a| a.ip()).collect())
+                        .unwrap_or_default()
+                })
+                .clone()
+        };
+        let (x, y) = (ips(a), ips(b));
+        x.iter().any(|ip| y.contains(ip))
+    }
 }
 
 /// What [`bind_self`] did.
@@ -240,7 +278,7 @@ mod tests {
             spec(4, "node2", 8),
         ];
         let here = [true, false, false, true, false];
-        let shares = remote_shares(CpuBind::Auto, &clusters, &here, false);
+        let shares = remote_shares(CpuBind::Auto, &clusters, &here, false, same_host);
         let share = |position| Share {
             bind: CpuBind::Auto,
             position,
@@ -250,19 +288,63 @@ mod tests {
             shares,
             vec![None, Some(share(0)), Some(share(1)), None, None]
         );
-        let split = remote_shares(CpuBind::Split, &clusters, &here, true);
+        let split = remote_shares(CpuBind::Split, &clusters, &here, true, same_host);
         assert_eq!(split[2].as_ref().map(|s| s.bind), Some(CpuBind::Split));
         // `none`, and `auto` with dedicated INI threads, bind nobody.
         assert!(
-            remote_shares(CpuBind::None, &clusters, &here, false)
+            remote_shares(CpuBind::None, &clusters, &here, false, same_host)
                 .iter()
                 .all(Option::is_none)
         );
         assert!(
-            remote_shares(CpuBind::Auto, &clusters, &here, true)
+            remote_shares(CpuBind::Auto, &clusters, &here, true, same_host)
                 .iter()
                 .all(Option::is_none)
         );
+    }
+
+    #[test]
+    fn one_machine_named_two_ways_is_one_host() {
+        // node1 under two spellings and by its address, node2 alone.
+        let clusters = [
+            spec(0, "node1", 2),
+            spec(1, "NODE1.", 2),
+            spec(2, "10.0.0.1", 1),
+            spec(3, "node2", 1),
+        ];
+        let here = [false; 4];
+        let same = |a: &str, b: &str| {
+            let ip = |h: &str| if same_host(h, "node1") { "10.0.0.1" } else { h }.to_owned();
+            same_host(a, b) || ip(a) == ip(b)
+        };
+        let shares = remote_shares(CpuBind::Auto, &clusters, &here, false, same);
+        let share = |position| Share {
+            bind: CpuBind::Auto,
+            position,
+            threads: vec![2, 2, 1],
+        };
+        assert_eq!(
+            shares,
+            vec![Some(share(0)), Some(share(1)), Some(share(2)), None]
+        );
+        // By the names alone, the address is a host of its own.
+        let by_name = remote_shares(CpuBind::Auto, &clusters, &here, false, same_host);
+        assert_eq!(
+            by_name[1].as_ref().map(|s| s.threads.clone()),
+            Some(vec![2, 2])
+        );
+        assert_eq!(by_name[2], None);
+    }
+
+    #[test]
+    fn the_launchers_resolver_joins_two_spellings_of_an_address() {
+        let same = same_machine();
+        // The system's resolver reads "10.1" as 10.0.0.1 (the classic `inet_aton` forms,
+        // no DNS query), which the names alone do not tell.
+        assert!(!same_host("10.1", "10.0.0.1"));
+        assert!(same("10.1", "10.0.0.1"));
+        assert!(!same("10.2", "10.0.0.1"));
+        assert!(same("Localhost.", "localhost"));
     }
 
     #[test]
