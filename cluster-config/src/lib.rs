@@ -111,7 +111,7 @@ pub use model::{
     MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_REGION_SIZE,
     MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS, MAX_WINDOW, MAX_WRITE_AHEAD,
     MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol, ProtocolPriority, Substrate,
-    USER_SPACE_END, is_loopback, same_host,
+    USER_SPACE_END, host_addresses, is_loopback, same_host,
 };
 pub use overrides::{BadOverride, Override};
 pub use size::{ParseSizeError, format_bytes, parse_byte_size};

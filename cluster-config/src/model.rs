@@ -1,7 +1,7 @@
 //! The resolved, validated job configuration.
 
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, ToSocketAddrs as _};
 use std::ops::RangeInclusive;
 use std::str::FromStr;
 use std::time::Duration;
@@ -968,6 +968,14 @@ pub fn same_host(a: &str, b: &str) -> bool {
     (is_loopback(a) && is_loopback(b))
         || a.trim_end_matches('.')
             .eq_ignore_ascii_case(b.trim_end_matches('.'))
+}
+
+/// Every address the system's resolver gives `host` (a name or an address, an IPv6
+/// address possibly in brackets); `None` if it does not resolve. Two host strings that
+/// [`same_host`] keeps apart may still share an address (`node1` and `10.0.0.1`).
+pub fn host_addresses(host: &str) -> Option<Vec<IpAddr>> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    Some((bare, 0).to_socket_addrs().ok()?.map(|a| a.ip()).collect())
 }
 
 #[cfg(test)]

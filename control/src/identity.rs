@@ -5,7 +5,8 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, ToSocketAddrs};
 
 use multigrain_cluster_config::{
-    JobConfig, LaunchRank, Launcher, detect_placement, detect_rank, instance_key, rendezvous_port,
+    JobConfig, LaunchRank, Launcher, detect_placement, detect_rank, host_addresses, instance_key,
+    rendezvous_port,
 };
 use serde::{Deserialize, Serialize};
 
@@ -422,12 +423,8 @@ fn placement_doubt(
         return None;
     }
     let node = detect_placement(rank, &env).rank0_host.ok()?;
-    let ips = |host: &str| -> Option<Vec<IpAddr>> {
-        let bare = host.trim_start_matches('[').trim_end_matches(']');
-        Some((bare, 0).to_socket_addrs().ok()?.map(|a| a.ip()).collect())
-    };
     let configured = &cfg.clusters[0].host;
-    let (a, b) = (ips(&node)?, ips(configured)?);
+    let (a, b) = (host_addresses(&node)?, host_addresses(configured)?);
     if a.iter().any(|ip| b.contains(ip)) {
         return None;
     }

@@ -20,6 +20,8 @@
 //! A single cluster here is not bound. Clusters started over ssh that share a host bind
 //! themselves to their share of it by the same rule ([`super::self_bind`]).
 
+use std::collections::BTreeSet;
+
 use multigrain_cluster_config::{ClusterSpec, CpuBind};
 use nix::sched::CpuSet;
 use nix::unistd::Pid;
@@ -176,9 +178,48 @@ pub(crate) fn describe(cpus: &[usize]) -> String {
     parts.join(",")
 }
 
+/// Most CPUs [`parse`] accepts in one list: more than any machine has, so that a
+/// malformed or forged list (statistics come from the cluster processes) cannot make
+/// the reader allocate without bound.
+const MAX_LISTED_CPUS: usize = 1 << 16;
+
+/// The CPUs a list in the kernel's list format names (`0-3,8`: 0, 1, 2, 3 and 8; what
+/// [`describe`] writes); `None` if it is empty, malformed, or names more than
+/// [`MAX_LISTED_CPUS`].
+pub(crate) fn parse(list: &str) -> Option<BTreeSet<usize>> {
+    if list.is_empty() {
+        return None;
+    }
+    let mut cpus = BTreeSet::new();
+    for part in list.split(',') {
+        let (lo, hi) = match part.split_once('-') {
+            Some((lo, hi)) => (lo.parse::<usize>().ok()?, hi.parse::<usize>().ok()?),
+            None => {
+                let c = part.parse::<usize>().ok()?;
+                (c, c)
+            }
+        };
+        if lo > hi || hi - lo >= MAX_LISTED_CPUS || cpus.len() + (hi - lo) >= MAX_LISTED_CPUS {
+            return None;
+        }
+        cpus.extend(lo..=hi);
+    }
+    Some(cpus)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn parses_are_read_in_the_kernels_format_and_bad_ones_are_none() {
+        let n = |l: &str| parse(l).map(|s| s.len());
+        assert_eq!(n("0"), Some(1));
+        assert_eq!(n("0-3,8"), Some(5));
+        assert_eq!(parse("2,4-5"), Some([2, 4, 5].into()));
+        for bad in ["", "x", "3-1", "0-", "1,,2", "0-99999999999"] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
+    }
 
     fn spec(id: usize, threads: usize) -> ClusterSpec {
         ClusterSpec {

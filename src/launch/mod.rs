@@ -24,7 +24,7 @@
 //! cluster never reached the coordinator, or was the coordinator — stops at once with
 //! that report (see [`spawn::watch_stdin`]) instead of waiting for a timeout.
 
-mod cpus;
+pub(crate) mod cpus;
 mod output;
 pub mod self_bind;
 mod signals;

@@ -14,9 +14,9 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::net::{IpAddr, ToSocketAddrs as _};
+use std::net::IpAddr;
 
-use multigrain_cluster_config::{ClusterSpec, CpuBind, same_host};
+use multigrain_cluster_config::{ClusterSpec, CpuBind, host_addresses, same_host};
 use nix::unistd::Pid;
 
 use super::cpus;
@@ -137,13 +137,7 @@ pub(crate) fn same_machine() -> impl Fn(&str, &str) -> bool {
         let mut ips = |host: &str| -> Vec<IpAddr> {
             cache
                 .entry(host.to_owned())
-                .or_insert_with(|| {
-                    let bare = host.trim_start_matches('[').trim_end_matches(']');
-                    (bare, 0)
-                        .to_socket_addrs()
-                        .map(|a| a.map(|a| a.ip()).collect())
-                        .unwrap_or_default()
-                })
+                .or_insert_with(|| host_addresses(host).unwrap_or_default())
                 .clone()
         };
         let (x, y) = (ips(a), ips(b));

@@ -1,6 +1,7 @@
 //! What `multigrain run` reports: the [`Report`] (written with `--json`, and passed from
 //! cluster 0 to the process that spawned the job) and its printed form.
 
+use crate::launch::cpus;
 use multigrain_apps::{em3d, water};
 use multigrain_dsm::{ClusterStats, JobStats};
 use multigrain_messaging::net::IniReport;
@@ -338,7 +339,7 @@ pub fn crowded_note(threads: &[usize], stats: &JobStats) -> Option<String> {
         let mut all = BTreeSet::new();
         let (mut total, mut alone) = (0, Vec::new());
         for &(id, c) in g {
-            let (Some(cpus), Some(&t)) = (cpu_list(&c.cpus), threads.get(id)) else {
+            let (Some(cpus), Some(&t)) = (cpus::parse(&c.cpus), threads.get(id)) else {
                 return None;
             };
             if t > cpus.len() {
@@ -383,34 +384,6 @@ fn cpus_phrase(n: usize) -> String {
     } else {
         format!("{n} CPUs")
     }
-}
-
-/// Most CPUs [`cpu_list`] accepts in one list: more than any machine has, so that a
-/// malformed or forged list (statistics come from the cluster processes) cannot make
-/// the report allocate without bound.
-const MAX_LISTED_CPUS: usize = 1 << 16;
-
-/// The CPUs a list in the kernel's list format names (`0-3,8`: 0, 1, 2, 3 and 8); `None`
-/// if it is empty, malformed, or names more than [`MAX_LISTED_CPUS`].
-fn cpu_list(list: &str) -> Option<BTreeSet<usize>> {
-    if list.is_empty() {
-        return None;
-    }
-    let mut cpus = BTreeSet::new();
-    for part in list.split(',') {
-        let (lo, hi) = match part.split_once('-') {
-            Some((lo, hi)) => (lo.parse::<usize>().ok()?, hi.parse::<usize>().ok()?),
-            None => {
-                let c = part.parse::<usize>().ok()?;
-                (c, c)
-            }
-        };
-        if lo > hi || hi - lo >= MAX_LISTED_CPUS || cpus.len() + (hi - lo) >= MAX_LISTED_CPUS {
-            return None;
-        }
-        cpus.extend(lo..=hi);
-    }
-    Some(cpus)
 }
 
 /// Most clusters shown as columns of the statistics table (beyond that, totals only).
@@ -649,17 +622,6 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_lists_are_read_in_the_kernels_format_and_bad_ones_are_none() {
-        let n = |l: &str| cpu_list(l).map(|s| s.len());
-        assert_eq!(n("0"), Some(1));
-        assert_eq!(n("0-3,8"), Some(5));
-        assert_eq!(cpu_list("2,4-5"), Some([2, 4, 5].into()));
-        for bad in ["", "x", "3-1", "0-", "1,,2", "0-99999999999"] {
-            assert_eq!(cpu_list(bad), None, "{bad:?}");
-        }
-    }
 
     fn cluster(id: usize, machine: &str, cpus: &str) -> ClusterStats {
         let mut c = ClusterStats {
