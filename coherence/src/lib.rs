@@ -71,6 +71,7 @@ mod lock_table;
 mod locks;
 mod machine;
 pub mod message;
+mod page_table;
 pub mod readahead;
 pub mod sc;
 mod stats;

@@ -17,6 +17,8 @@ use crate::interval::{IntervalDiff, IntervalLog, IntervalRecord, VectorTime};
 use crate::lock_table::LockTable;
 use crate::locks::{ClusterLock, Grant};
 use crate::message::Message;
+pub(crate) use crate::page_table::PageEntry;
+use crate::page_table::PageTable;
 use crate::readahead::Readahead;
 use crate::stats::Stats;
 use crate::sync::{BarrierManager, LockManager, Request};
@@ -37,23 +39,6 @@ pub enum PageAccess {
     ReadOnly,
     /// Installed and writable (hlrc: with a twin, or a private home page).
     ReadWrite,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct PageEntry {
-    pub(crate) access: PageAccess,
-    /// hlrc: the page has a twin: it is writable and *open* (listed in
-    /// `Machine::open`), and every flush diffs it.
-    pub(crate) twin: bool,
-    /// hlrc: open and unchanged at this many flushes in a row; at
-    /// [`crate::Config::idle_flushes`] the next flush closes it.
-    pub(crate) idle: u8,
-    /// hlrc: the versions of the page this cluster's copy reflects (per cluster, the
-    /// last interval whose writes to the page it holds; this cluster's own entry is
-    /// its last diff of the page). For a missing copy, what the next fetch must
-    /// reflect. At the home, the diffs applied to the master copy. See
-    /// [`crate::interval::IntervalDiff`].
-    pub(crate) known: VectorTime,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -252,7 +237,7 @@ pub struct Machine {
     pub(crate) me: ClusterId,
     pub(crate) cfg: Config,
     pub(crate) homes: HomeMap,
-    pub(crate) pages: Vec<PageEntry>,
+    pub(crate) pages: PageTable,
     pub(crate) fetches: BTreeMap<PageId, Fetch>,
     /// hlrc: the prefetch window of the next demand fetch ([`crate::readahead`]).
     pub(crate) readahead: Readahead,
@@ -331,17 +316,7 @@ impl Machine {
             return Err(ConfigError::NoSuchCluster(me, cfg.clusters));
         }
         let homes = HomeMap::new(&cfg);
-        let pages = (0..cfg.pages)
-            .map(|p| PageEntry {
-                access: match PageId::new(p).and_then(|p| homes.get(p)) {
-                    Some(h) if h == me => PageAccess::Untouched,
-                    _ => PageAccess::Invalid,
-                },
-                twin: false,
-                idle: 0,
-                known: VectorTime::new(),
-            })
-            .collect();
+        let pages = PageTable::new(me, &cfg);
         let batching = cfg.batches_releases();
         Ok(Self {
             me,

@@ -42,6 +42,10 @@ pub struct LayerStats {
     pub queue_full: u64,
     /// Buffer allocations that found the pool empty.
     pub pool_exhausted: u64,
+    /// Slots of the cluster's buffer pool used at least once: the most it had in flight
+    /// at once (of [`crate::transport::POOL_SLOTS`]). Absent from older reports (read as 0).
+    #[serde(default)]
+    pub pool_used_slots: u64,
 }
 
 impl From<multigrain_messaging::MessageStats> for LayerStats {
@@ -59,6 +63,7 @@ impl From<multigrain_messaging::MessageStats> for LayerStats {
             substrate_network: s.substrate.network,
             queue_full: s.full,
             pool_exhausted: s.pool_exhausted,
+            pool_used_slots: s.pool_used_slots,
         }
     }
 }
@@ -77,6 +82,7 @@ impl AddAssign<&LayerStats> for LayerStats {
         self.substrate_network += o.substrate_network;
         self.queue_full += o.queue_full;
         self.pool_exhausted += o.pool_exhausted;
+        self.pool_used_slots += o.pool_used_slots;
     }
 }
 

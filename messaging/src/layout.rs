@@ -206,6 +206,8 @@ impl MappedSite {
             segment.len(),
             p.total
         );
+        // Map the rings, the pool's bookkeeping and its first slots before writing them.
+        segment.populate(p.pool_offset + p.pool.warm_len());
         let base = segment.base();
         // SAFETY: the header is at offset 0 of a fresh segment of at least `p.total` bytes.
         unsafe {
@@ -356,6 +358,8 @@ impl MappedSite {
         }
         let pool = Pool::open(&segment, h.pool_offset as usize, expected.0)
             .map_err(|err| LayoutError::Corrupt(format!("pool: {err}")))?;
+        // The peer's rings and the slots it uses first: no page fault when first read.
+        segment.populate(pool.warm_end());
         h.attached.fetch_add(1, Ordering::AcqRel);
         Ok(MappedSite {
             express: express.into(),

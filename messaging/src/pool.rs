@@ -13,7 +13,16 @@
 //! returns the slot to the pool's free list — itself a lock-free [`RawRing`] of slot
 //! indices, so allocation and release are one claim each and work across processes.
 //!
-//! An empty free list is [`PoolExhausted`], an error the caller sees; nothing blocks.
+//! The free list holds only slots that have been used and returned: a slot never handed
+//! out is taken from a *fresh* cursor in the pool's header, and only when the free list is
+//! empty. So a pool touches as many slots as it ever had in flight at once, not all of
+//! them: a page of the pool is mapped, and cleared, the first time a slot in it is used,
+//! and a job that keeps a few dozen buffers in flight maps a few dozen pages, not the 16
+//! MiB of a DSM cluster's pool (whose pages were populated when the segment was created,
+//! ≈ 40 % of the CPU time of starting and stopping a two-cluster job; see
+//! [`Pool::warm_end`]).
+//!
+//! No free slot is [`PoolExhausted`], an error the caller sees; nothing blocks.
 
 use crate::ring::{RawRing, RingLayoutError};
 use crate::segment::Segment;
@@ -23,11 +32,17 @@ use std::mem::size_of;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-const POOL_MAGIC: u64 = 0x6d67_706f_6f6c_0001; // "mgpool" v1
+const POOL_MAGIC: u64 = 0x6d67_706f_6f6c_0002; // "mgpool" v2 (the fresh cursor)
 /// Default slot size: one 4 KiB page of data.
 pub const DEFAULT_SLOT_SIZE: usize = 4096;
 /// Largest number of slots a pool may have (slot indices are 24 bits in a word).
 pub const MAX_SLOTS: usize = 1 << 24;
+/// Slots whose pages are mapped when a pool's segment is mapped, with the rings and the
+/// pool's bookkeeping before them: 256 × 4 KiB = 1 MiB. A DSM cluster's most buffers in
+/// flight at once (the run report's *buffer pool slots used*): 44–54 on Water 512 × 50
+/// (2 × 1 and 2 × 2), 45–93 on EM3D, 104–260 on Water 4096 × 3 (2 × 1) — so their
+/// messages pay (nearly) no page fault.
+pub const WARM_SLOTS: usize = 256;
 
 /// Every slot of the pool is in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +91,8 @@ struct PoolHeader {
     meta_offset: u64,
     free_offset: u64,
     data_offset: u64,
+    /// Slots `fresh..slots` have never been handed out (see the module documentation).
+    fresh: AtomicU32,
 }
 
 /// Per-slot bookkeeping, kept apart from the page-aligned data.
@@ -129,16 +146,25 @@ impl PoolLayout {
             size: data_offset + slots * slot_size,
         }
     }
+
+    /// Bytes from the pool's first byte through its first [`WARM_SLOTS`] slots (see
+    /// [`Pool::warm_end`]).
+    pub(crate) fn warm_len(&self) -> usize {
+        self.data_offset + self.slots.min(WARM_SLOTS) * self.slot_size
+    }
 }
 
 /// A view of one site's buffer pool (own or mapped from a peer on the same machine).
 pub struct Pool {
     site: u16,
+    header: NonNull<PoolHeader>,
     meta: NonNull<SlotMeta>,
     data: NonNull<u8>,
     free: RawRing<u32>,
     slot_size: usize,
     slots: u32,
+    /// See [`Pool::warm_end`].
+    warm_end: usize,
     _segment: Arc<Segment>,
 }
 
@@ -180,6 +206,7 @@ impl Pool {
                 meta_offset: layout.meta_offset as u64,
                 free_offset: layout.free_offset as u64,
                 data_offset: layout.data_offset as u64,
+                fresh: AtomicU32::new(0),
             });
         }
         // SAFETY: the meta array, ring and data lie inside the pool's bytes per `PoolLayout`.
@@ -205,16 +232,15 @@ impl Pool {
         let free = unsafe {
             RawRing::<u32>::init(ring_mem, layout.slots.max(2).next_power_of_two(), None)
         };
-        for i in 0..layout.slots {
-            free.push(i as u32).expect("free list holds every slot");
-        }
         Arc::new(Pool {
             site,
+            header: base.cast(),
             meta,
             data,
             free,
             slot_size: layout.slot_size,
             slots: layout.slots as u32,
+            warm_end: offset + layout.warm_len(),
             _segment: segment.clone(),
         })
     }
@@ -266,11 +292,13 @@ impl Pool {
             unsafe { RawRing::<u32>::open(ring_mem, layout.data_offset - layout.free_offset)? };
         Ok(Arc::new(Pool {
             site,
+            header: base.cast(),
             meta,
             data,
             free,
             slot_size: layout.slot_size,
             slots: layout.slots as u32,
+            warm_end: offset + layout.warm_len(),
             _segment: segment.clone(),
         }))
     }
@@ -289,7 +317,9 @@ impl Pool {
     ) -> Result<Arc<Pool>, crate::segment::SegmentError> {
         let layout = PoolLayout::new(slots, slot_size);
         let segment = Arc::new(Segment::private(layout.size)?);
-        Ok(Pool::init(&segment, 0, layout, 0))
+        let pool = Pool::init(&segment, 0, layout, 0);
+        segment.populate(pool.warm_end());
+        Ok(pool)
     }
 
     /// The site that owns this pool (the `pool` field of Tag-On headers).
@@ -307,9 +337,48 @@ impl Pool {
         self.slots
     }
 
-    /// Slots currently free (approximate under concurrency).
+    /// Slots currently free, returned or never used (approximate under concurrency).
     pub fn free_slots(&self) -> usize {
-        self.free.len()
+        self.free.len() + (self.slots - self.used_slots()) as usize
+    }
+
+    /// Slots handed out at least once: the most this pool has had in flight at once
+    /// (see the module documentation), at most [`Pool::slots`].
+    pub fn used_slots(&self) -> u32 {
+        self.fresh().load(Ordering::Relaxed).min(self.slots)
+    }
+
+    /// Offset in the pool's segment just past its first [`WARM_SLOTS`] slots: what a
+    /// process that maps the segment maps ahead ([`Segment::populate`]), with the rings
+    /// and bookkeeping before it, so that the slots a run uses first pay no page fault,
+    /// while the rest of the pool stays unmapped until a run has that many buffers in
+    /// flight.
+    pub(crate) fn warm_end(&self) -> usize {
+        self.warm_end
+    }
+
+    #[inline]
+    fn fresh(&self) -> &AtomicU32 {
+        // SAFETY: the header lies at the start of the pool's bytes, initialized by its
+        // creator (`init`; `open` checked its magic and layout), and lives as long as the
+        // segment this pool holds; `fresh` is only accessed atomically.
+        unsafe { &(*self.header.as_ptr()).fresh }
+    }
+
+    /// A slot never handed out, or `None` when every slot has been.
+    #[inline]
+    fn fresh_slot(&self) -> Option<u32> {
+        let fresh = self.fresh();
+        let mut n = fresh.load(Ordering::Relaxed);
+        loop {
+            if n >= self.slots {
+                return None;
+            }
+            match fresh.compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some(n),
+                Err(now) => n = now,
+            }
+        }
     }
 
     #[inline]
@@ -332,10 +401,21 @@ impl Pool {
     /// [`PoolExhausted`] when every slot is in use.
     #[inline]
     pub fn alloc(self: &Arc<Self>) -> Result<TagOnBuf, PoolExhausted> {
-        let slot = self.free.pop().ok_or(PoolExhausted {
-            site: self.site,
-            slots: self.slots,
-        })?;
+        // A returned slot first, so that a run keeps reusing the pages it has mapped.
+        let slot = loop {
+            match self.free.pop() {
+                // The free list lies in shared memory: an index past the end (a peer's
+                // corrupted segment) is dropped, never used.
+                Some(s) if s >= self.slots => continue,
+                Some(s) => break s,
+                None => {
+                    break self.fresh_slot().ok_or(PoolExhausted {
+                        site: self.site,
+                        slots: self.slots,
+                    })?;
+                }
+            }
+        };
         let meta = self.meta(slot);
         meta.refs.store(1, Ordering::Relaxed);
         Ok(TagOnBuf {
@@ -616,6 +696,56 @@ mod tests {
         assert_eq!(p.free_slots(), 1, "a clone still holds the slot");
         drop(copy);
         assert_eq!(p.free_slots(), 2);
+    }
+
+    #[test]
+    fn returned_slots_are_reused_before_fresh_ones() {
+        let p = pool(8);
+        assert_eq!((p.used_slots(), p.free_slots()), (0, 8));
+        for _ in 0..100 {
+            let mut b = p.alloc().unwrap();
+            b.fill(b"x");
+            drop(b.freeze());
+        }
+        assert_eq!(
+            p.used_slots(),
+            1,
+            "one buffer in flight at a time: one slot"
+        );
+        let held: Vec<_> = (0..3).map(|_| p.alloc().unwrap()).collect();
+        assert_eq!((p.used_slots(), p.free_slots()), (3, 5));
+        drop(held);
+        let again: Vec<_> = (0..8).map(|_| p.alloc().unwrap()).collect();
+        assert_eq!(p.used_slots(), 8);
+        let mut slots: Vec<u32> = again.iter().map(|b| b.slot).collect();
+        slots.sort_unstable();
+        assert_eq!(slots, (0..8).collect::<Vec<_>>(), "every slot once");
+        assert_eq!(p.alloc().unwrap_err(), PoolExhausted { site: 3, slots: 8 });
+    }
+
+    #[test]
+    fn a_slot_index_past_the_pool_on_the_free_list_is_dropped() {
+        let p = pool(2);
+        // A peer's corrupted free list (it lies in shared memory).
+        p.free.push(7).unwrap();
+        let a = p.alloc().unwrap();
+        let b = p.alloc().unwrap();
+        assert_eq!((a.slot, b.slot), (0, 1));
+        assert!(p.alloc().is_err());
+    }
+
+    #[test]
+    fn a_pool_maps_its_first_slots_ahead() {
+        let layout = PoolLayout::new(4 * WARM_SLOTS, 4096);
+        let seg = Arc::new(Segment::private(layout.size).unwrap());
+        let p = Pool::init(&seg, 0, layout, 0);
+        assert_eq!(p.warm_end(), layout.data_offset + WARM_SLOTS * 4096);
+        let small = pool(3);
+        assert_eq!(
+            small.warm_end(),
+            PoolLayout::new(3, 4096).size,
+            "all of a small pool"
+        );
     }
 
     #[test]

@@ -29,35 +29,6 @@ use std::ptr::NonNull;
 /// Prefix of every shared-memory object name multigrain creates (under `/dev/shm`).
 pub const SHM_PREFIX: &str = "multigrain";
 
-/// Segments up to this size are populated when mapped (see [`populate`]).
-pub(crate) const POPULATE_MAX: usize = 64 << 20;
-
-/// Maps every page of a mapping now, writable (`MADV_POPULATE_WRITE`), so that messages
-/// do not pay a page fault — and the creator a page clear — the first time each ring
-/// slot or pool buffer is used: a DSM cluster's 16 MiB Tag-On pool is used front to back
-/// (its free list is a FIFO), so without this every 4 KiB a cluster sent during its
-/// first 16 MiB cost a fault at the sender and, over shared memory, another at the
-/// receiver (≈ 13,000 faults, 3–4 % of the CPU time of a Water 512 × 50 run on 2×1 over
-/// shared memory; `bench dsm`'s remote fault 39.6 → 17.6 µs over shared memory and
-/// 79–84 → 63–66 µs over UDP). Best effort: kernels before 5.14 refuse the advice, and
-/// the pages are then mapped on first use as before. Segments over [`POPULATE_MAX`] are
-/// left to fault in.
-fn populate(base: NonNull<c_void>, len: usize) {
-    if len > POPULATE_MAX {
-        return;
-    }
-    // SAFETY: `base..base + len` is a mapping this process just created and owns; the
-    // advice only maps its pages (allocating zeroed pages where the object has none),
-    // it does not change their contents.
-    let _ = unsafe { madvise(base, len, MmapAdvise::MADV_POPULATE_WRITE) };
-}
-
-/// [`populate`], then the mapping's first byte.
-fn populated(base: NonNull<c_void>, len: usize) -> NonNull<u8> {
-    populate(base, len);
-    base.cast()
-}
-
 /// Why a segment could not be created or mapped.
 #[derive(Debug, thiserror::Error)]
 pub enum SegmentError {
@@ -120,7 +91,7 @@ impl Segment {
         }
         .map_err(os_err("mmap", ""))?;
         Ok(Segment {
-            base: populated(ptr, len),
+            base: ptr.cast(),
             len,
             name: None,
             owner: true,
@@ -161,7 +132,7 @@ impl Segment {
             });
         match mapped {
             Ok(ptr) => Ok(Segment {
-                base: populated(ptr, len),
+                base: ptr.cast(),
                 len,
                 name: Some(name.to_owned()),
                 owner: true,
@@ -200,7 +171,7 @@ impl Segment {
         }
         .map_err(os_err("mmap", name))?;
         Ok(Segment {
-            base: populated(ptr, len),
+            base: ptr.cast(),
             len,
             name: Some(name.to_owned()),
             owner: false,
@@ -211,6 +182,27 @@ impl Segment {
     /// First byte of the mapping.
     pub fn base(&self) -> NonNull<u8> {
         self.base
+    }
+
+    /// Maps the first `len` bytes of the segment now (at most its length), writable
+    /// (`MADV_POPULATE_WRITE`), so that the structures there — rings, the pool's
+    /// bookkeeping and its first slots ([`Pool::warm_end`](crate::pool::Pool::warm_end))
+    /// — pay no page fault, and over shared memory no page clear, when first used. (With
+    /// the whole pool mapped ahead, a DSM cluster's 16 MiB, the page faults of its first
+    /// use were gone — ≈ 13,000 faults, 3–4 % of the CPU time of a Water 512 × 50 run on
+    /// 2 × 1 over shared memory; `bench dsm`'s remote fault 39.6 → 17.6 µs — but mapping
+    /// and clearing the 16 MiB in every cluster, and mapping the peers' pools again, took
+    /// ≈ 40 % of the CPU time of starting and stopping the job.) Best effort: kernels
+    /// before 5.14 refuse the advice, and the pages are then mapped on first use.
+    pub(crate) fn populate(&self, len: usize) {
+        let len = len.min(self.len);
+        if len == 0 {
+            return;
+        }
+        // SAFETY: `base..base + len` lies inside this segment's mapping, which this
+        // handle keeps alive; the advice only maps its pages (allocating zeroed pages
+        // where the object has none), it does not change their contents.
+        let _ = unsafe { madvise(self.base.cast(), len, MmapAdvise::MADV_POPULATE_WRITE) };
     }
 
     /// Length in bytes.
@@ -320,6 +312,32 @@ pub fn process_alive(pid: i32) -> bool {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    /// Which of the segment's pages are resident (`mincore`).
+    fn resident(seg: &Segment) -> Vec<bool> {
+        let pages = seg.len().div_ceil(4096);
+        let mut v = vec![0u8; pages];
+        // SAFETY: the range is this live mapping; `v` has one byte per page of it.
+        let rc = unsafe { libc::mincore(seg.base().as_ptr().cast(), seg.len(), v.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", Errno::last());
+        v.iter().map(|b| b & 1 == 1).collect()
+    }
+
+    #[test]
+    fn populate_maps_the_prefix_only() {
+        let name = unique_name("populate");
+        let seg = Segment::create_shared(&name, 16 * 4096).unwrap();
+        assert!(resident(&seg).iter().all(|&r| !r), "nothing mapped before");
+        seg.populate(5 * 4096 + 1);
+        let r = resident(&seg);
+        assert!(
+            r[..6].iter().all(|&r| r),
+            "the prefix, rounded up to pages: {r:?}"
+        );
+        assert!(r[6..].iter().all(|&r| !r), "nothing past it: {r:?}");
+        seg.populate(usize::MAX);
+        assert!(resident(&seg).iter().all(|&r| r), "clamped to the segment");
+    }
 
     #[test]
     fn shared_segment_is_0600_and_visible_to_a_second_mapping() {

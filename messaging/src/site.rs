@@ -431,7 +431,9 @@ impl Site {
     /// A snapshot of the message statistics of every endpoint of this site.
     pub fn stats(&self) -> MessageStats {
         let eps = self.inner.endpoints.lock();
-        self.inner.counters.snapshot(eps.iter().map(|e| &**e))
+        let mut s = self.inner.counters.snapshot(eps.iter().map(|e| &**e));
+        s.pool_used_slots = u64::from(self.inner.own.pool.used_slots());
+        s
     }
 
     #[cfg(test)]

@@ -121,6 +121,9 @@ pub struct MessageStats {
     pub full: u64,
     /// Allocations that found the buffer pool empty.
     pub pool_exhausted: u64,
+    /// Slots of this site's buffer pool handed out at least once: the most it has had in
+    /// flight at once ([`Pool::used_slots`](crate::Pool::used_slots)).
+    pub pool_used_slots: u64,
     /// Rejected packets.
     pub rejected: RejectCounts,
 }

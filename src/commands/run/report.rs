@@ -600,6 +600,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "payload bytes sent", &|c| c.layer.bytes_sent);
     row(&mut s, "sends to a full queue", &|c| c.layer.queue_full);
     row(&mut s, "empty buffer pool", &|c| c.layer.pool_exhausted);
+    row(&mut s, "buffer pool slots used", &|c| {
+        c.layer.pool_used_slots
+    });
     if inis.is_empty() {
         let _ = writeln!(
             s,
