@@ -14,7 +14,20 @@ pub(super) enum Answer {
 #[derive(Clone, Debug)]
 pub(super) struct RunOk {
     pub(super) run_s: f64,
+    /// The whole `multigrain run` command, from its start to its exit, as `time` would
+    /// show it: process start-up, the clusters' joining and leaving included.
+    pub(super) command_s: f64,
     pub(super) answer: Answer,
+}
+
+impl RunOk {
+    /// The run's time by `measure`, s.
+    pub(super) fn time(&self, measure: Measure) -> f64 {
+        match measure {
+            Measure::Run => self.run_s,
+            Measure::Command => self.command_s,
+        }
+    }
 }
 
 /// One configuration's runs, round by round.

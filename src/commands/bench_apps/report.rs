@@ -14,6 +14,11 @@ pub struct ConfigReport {
     pub run_s: Vec<Option<f64>>,
     /// The successful runs' times, s.
     pub time: Option<Summary>,
+    /// Each round's whole command, s: `multigrain run` from its start to its exit
+    /// ([`Measure::Command`]; `null`: the run failed).
+    pub command_s: Vec<Option<f64>>,
+    /// The successful runs' whole commands, s.
+    pub command: Option<Summary>,
     /// Per round, the reference's time over this one's (rounds where both succeeded).
     pub speedup: Option<Summary>,
     /// The correctness verdict.
@@ -75,13 +80,13 @@ pub struct AppsReport {
     pub failed: usize,
 }
 
-/// Per round, `f(num_r, den_r)` where both succeeded.
-fn per_round(num: &Record, den: &Record) -> Vec<Option<f64>> {
+/// Per round, `num_r / den_r` of `measure` where both succeeded.
+fn per_round(num: &Record, den: &Record, measure: Measure) -> Vec<Option<f64>> {
     num.runs
         .iter()
         .zip(&den.runs)
         .map(|(a, b)| match (a, b) {
-            (Ok(a), Ok(b)) => Some(a.run_s / b.run_s),
+            (Ok(a), Ok(b)) => Some(a.time(measure) / b.time(measure)),
             _ => None,
         })
         .collect()
@@ -131,17 +136,21 @@ pub(super) fn problem_report(problem: &Problem, records: &[Record]) -> ProblemRe
         } else {
             Check::Agrees { min_digits }
         };
-        let run_s: Vec<Option<f64>> = rec
-            .runs
-            .iter()
-            .map(|r| r.as_ref().ok().map(|r| r.run_s))
-            .collect();
+        let times = |m: Measure| -> Vec<Option<f64>> {
+            rec.runs
+                .iter()
+                .map(|r| r.as_ref().ok().map(|r| r.time(m)))
+                .collect()
+        };
+        let (run_s, command_s) = (times(Measure::Run), times(Measure::Command));
         configurations.push(ConfigReport {
             setup: rec.setup,
             label: rec.setup.label(),
             time: summary_of(&run_s),
             run_s,
-            speedup: summary_of(&per_round(reference, rec)),
+            command: summary_of(&command_s),
+            command_s,
+            speedup: summary_of(&per_round(reference, rec, Measure::Run)),
             check,
         });
     }
@@ -153,6 +162,7 @@ pub(super) fn problem_report(problem: &Problem, records: &[Record]) -> ProblemRe
             let rounds = per_round(
                 find(spec.numerator).expect("run"),
                 find(spec.denominator).expect("run"),
+                spec.measure,
             );
             let summary = summary_of(&rounds);
             RatioReport {
@@ -175,7 +185,7 @@ pub(super) fn problem_report(problem: &Problem, records: &[Record]) -> ProblemRe
                     compared: false,
                 })
                 .expect("every (B) row follows its (A) row");
-                let rounds = per_round(b, a);
+                let rounds = per_round(b, a, Measure::Run);
                 Some(ComparisonReport {
                     topology,
                     name: format!("time of {} / time of {}", b.setup.label(), a.setup.label()),
@@ -201,7 +211,8 @@ pub fn render(report: &AppsReport) -> String {
     let _ = writeln!(
         out,
         "multigrain bench apps: {} round(s); every round runs each configuration once (interleaved); \
-         times are `run_s` (the computation, not process start-up): median (min–max) over the rounds; \
+         times are `run_s` (the computation, not process start-up) unless marked whole command \
+         (`multigrain run` from its start to its exit): median (min–max) over the rounds; \
          speedups and ratios are taken per round, then median (min–max)",
         report.plan.repeat
     );
@@ -221,7 +232,7 @@ pub fn render(report: &AppsReport) -> String {
     }
     for p in &report.problems {
         let _ = writeln!(out, "\n{}", p.title);
-        let rows: Vec<[String; 4]> = p
+        let rows: Vec<[String; 5]> = p
             .configurations
             .iter()
             .map(|c| {
@@ -233,6 +244,7 @@ pub fn render(report: &AppsReport) -> String {
                     } else {
                         spread(c.speedup.as_ref(), ratio)
                     },
+                    spread(c.command.as_ref(), secs),
                     c.check.text(),
                 ]
             })
@@ -241,6 +253,7 @@ pub fn render(report: &AppsReport) -> String {
             "configuration",
             "run time, s",
             "speedup vs sequential",
+            "whole command, s",
             "result",
         ];
         let w = |k: usize| {
@@ -250,17 +263,17 @@ pub fn render(report: &AppsReport) -> String {
                 .max()
                 .unwrap_or(0)
         };
-        let (w0, w1, w2) = (w(0), w(1), w(2));
+        let (w0, w1, w2, w3) = (w(0), w(1), w(2), w(3));
         let _ = writeln!(
             out,
-            "  {:<w0$}  {:<w1$}  {:<w2$}  {}",
-            head[0], head[1], head[2], head[3]
+            "  {:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {}",
+            head[0], head[1], head[2], head[3], head[4]
         );
         for r in &rows {
             let _ = writeln!(
                 out,
-                "  {:<w0$}  {:<w1$}  {:<w2$}  {}",
-                r[0], r[1], r[2], r[3]
+                "  {:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {}",
+                r[0], r[1], r[2], r[3], r[4]
             );
         }
         if !p.ratios.is_empty() {

@@ -127,7 +127,7 @@ fn topologies_only_and_sizes_restrict_the_plan() {
         .iter()
         .map(|r| r.id)
         .collect();
-    assert_eq!(ids, ["(2)", "(2)", "(3)", "(3)"]);
+    assert_eq!(ids, ["(2)", "(2)", "(2)", "(2)", "(3)", "(3)"]);
 }
 
 #[test]
@@ -273,9 +273,11 @@ fn generated_configurations_are_valid_jobs() {
     assert_eq!(JobConfig::embedded_default().total_threads(), 4);
 }
 
+/// A run whose whole command took 0.1 s more than its computation.
 fn ok(run_s: f64, answer: &Answer) -> Result<RunOk, String> {
     Ok(RunOk {
         run_s,
+        command_s: run_s + 0.1,
         answer: answer.clone(),
     })
 }
@@ -373,6 +375,15 @@ fn results_are_checked_and_ratios_taken_per_round() {
     // (2) udp / threads: only round 1 has both runs.
     assert_eq!(r.ratios[1].per_round, vec![Some(6.0), None]);
     assert_eq!(r.ratios[1].summary.unwrap().samples, 1);
+    // (2) again on the whole commands: (1.0 + 0.1) / (0.5 + 0.1), (4.0 + 0.1) / (2.0 + 0.1).
+    let whole = &r.ratios[2];
+    assert_eq!(whole.spec.measure, Measure::Command);
+    let want = [1.1 / 0.6, 4.1 / 2.1];
+    for (got, want) in whole.per_round.iter().zip(want) {
+        assert!((got.unwrap() - want).abs() < 1e-12, "{got:?} {want}");
+    }
+    assert_eq!(c[2].command_s, vec![Some(1.1), Some(4.1)]);
+    assert_eq!(c[3].command_s, vec![Some(3.1), None]);
 
     let report = AppsReport {
         command: "multigrain bench apps",
