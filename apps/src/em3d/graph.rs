@@ -117,6 +117,22 @@ pub(crate) struct Graph {
     pub init: [Vec<f64>; 2],
 }
 
+/// Nodes of each kind in a graph of `parts` partitions of `params`.
+///
+/// # Errors
+/// [`Em3dError::InvalidParams`] at 2^31 nodes or more (node ids are 31 bits).
+pub(crate) fn node_count(params: &Params, parts: usize) -> Result<usize, Em3dError> {
+    let n = params.nodes_per_thread;
+    parts
+        .checked_mul(n)
+        .filter(|&t| t < GHOST as usize)
+        .ok_or_else(|| {
+            Em3dError::InvalidParams(format!(
+                "{parts} partitions × {n} nodes exceed the 2^31 node limit"
+            ))
+        })
+}
+
 impl Graph {
     /// Generates the graph of `parts` partitions. Node `g` (global index `part·n + local`)
     /// of kind `kind` draws from ChaCha8 seeded with `seed`, stream `2·g + kind`:
@@ -128,14 +144,7 @@ impl Graph {
     pub(crate) fn build(params: &Params, parts: usize) -> Result<Self, Em3dError> {
         let n = params.nodes_per_thread;
         let d = params.degree;
-        let total = parts
-            .checked_mul(n)
-            .filter(|&t| t < GHOST as usize)
-            .ok_or_else(|| {
-                Em3dError::InvalidParams(format!(
-                    "{parts} partitions × {n} nodes exceed the 2^31 node limit"
-                ))
-            })?;
+        let total = node_count(params, parts)?;
         let grid = Grid::for_parts(parts);
         let neighbours: Vec<Vec<usize>> = (0..parts).map(|p| grid.neighbours(p)).collect();
         let base = ChaCha8Rng::seed_from_u64(params.seed);

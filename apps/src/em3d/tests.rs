@@ -135,6 +135,39 @@ fn remote_fraction_follows_percent_remote() {
 }
 
 #[test]
+fn the_launchers_check_agrees_with_building_the_graph() {
+    let p = Params {
+        nodes_per_thread: 40,
+        degree: 4,
+        ..Params::default()
+    };
+    let uniform = (1..=6).flat_map(|c| (1..=6).map(move |t| Topology::uniform(c, t).unwrap()));
+    // Clusters of unequal sizes, which the good layout refuses.
+    let uneven =
+        [vec![0, 0, 0, 0, 1, 1], vec![0, 1, 1]].map(|of| Topology::from_cluster_of(of).unwrap());
+    let mut refused = 0;
+    for topo in uniform.chain(uneven) {
+        for layout in [Layout::Naive, Layout::Good] {
+            let p = Params {
+                layout,
+                ..p.clone()
+            };
+            let quick = check(&p, &topo).map_err(|e| e.to_string());
+            let built = edge_stats(&p, &topo).map(|_| ()).map_err(|e| e.to_string());
+            assert_eq!(quick, built, "{topo:?} {layout:?}");
+            refused += usize::from(quick.is_err());
+        }
+    }
+    assert!(refused > 0, "some topology refuses the good layout");
+    let huge = Params {
+        nodes_per_thread: 1 << 30,
+        ..p
+    };
+    let e = check(&huge, &Topology::uniform(2, 1).unwrap()).unwrap_err();
+    assert!(e.to_string().contains("2^31 node limit"), "{e}");
+}
+
+#[test]
 fn good_layout_crosses_clusters_less() {
     let p = Params {
         nodes_per_thread: 200,

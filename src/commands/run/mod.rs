@@ -284,7 +284,7 @@ impl AppSpec {
     /// Checks what can be checked before any process starts, on `topology`.
     fn precheck(&self, topology: &Topology) -> Result<()> {
         if let AppSpec::Em3d { params, .. } = self {
-            em3d::edge_stats(params, topology).map_err(|e| match e {
+            em3d::check(params, topology).map_err(|e| match e {
                 em3d::Em3dError::LayoutUnsupported(why) => {
                     anyhow!("--layout good does not fit this topology: {why}")
                 }
