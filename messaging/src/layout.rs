@@ -22,7 +22,9 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 const SITE_MAGIC: u64 = 0x6d67_7369_7465_0001; // "mgsite" v1
-const VERSION: u64 = 1;
+/// The segment layout's version, in the fingerprint: 2 since the pool's header has a
+/// cursor of never-used slots (a peer built before it is refused as incompatible).
+const VERSION: u64 = 2;
 
 /// A receive queue's shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
