@@ -158,3 +158,37 @@ fn concurrent_allocation_of_the_last_slot() {
         assert_eq!(pool.free_slots(), 1);
     });
 }
+
+#[test]
+fn never_used_slots_go_to_one_thread_each() {
+    loom::model(|| {
+        // Two slots, both never used: racing allocations take them from the fresh
+        // cursor and must get one each; a third finds none until one is returned.
+        let pool = Pool::new_private(2, 64).unwrap();
+        let p2 = pool.clone();
+        let t = thread::spawn(move || {
+            let mut b = p2.alloc().unwrap();
+            b.fill(b"t");
+            b.freeze()
+        });
+        let mut mine = pool.alloc().unwrap();
+        mine.fill(b"m");
+        let mine = mine.freeze();
+        let theirs = t.join().unwrap();
+        assert_ne!(
+            mine.location(),
+            theirs.location(),
+            "a slot handed out twice"
+        );
+        assert_eq!((&*mine, &*theirs), (&b"m"[..], &b"t"[..]));
+        assert!(pool.alloc().is_err());
+        drop(theirs);
+        assert_eq!(pool.used_slots(), 2);
+        let again = pool.alloc().unwrap().freeze();
+        assert_ne!(
+            again.location(),
+            mine.location(),
+            "the returned slot, not a live one"
+        );
+    });
+}
