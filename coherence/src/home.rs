@@ -35,12 +35,22 @@ pub(crate) struct HomeMap {
     homes: Vec<u16>,
 }
 
+/// The home `page` starts with in the job `cfg`: its static home, or none under
+/// first-touch (decided at its first fault, see the module documentation).
+pub(crate) fn initial_home(cfg: &Config, page: PageId) -> Option<ClusterId> {
+    (cfg.home_policy != HomePolicy::FirstTouch).then(|| cfg.static_home(page))
+}
+
 impl HomeMap {
     pub(crate) fn new(cfg: &Config) -> Self {
         let homes = match cfg.home_policy {
             HomePolicy::FirstTouch => vec![UNKNOWN; cfg.pages as usize],
             HomePolicy::RoundRobin | HomePolicy::Block => (0..cfg.pages)
-                .map(|p| PageId::new(p).map_or(UNKNOWN, |p| cfg.static_home(p).get()))
+                .map(|p| {
+                    PageId::new(p)
+                        .and_then(|p| initial_home(cfg, p))
+                        .map_or(UNKNOWN, ClusterId::get)
+                })
                 .collect(),
         };
         Self { homes }

@@ -17,7 +17,8 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::ops::{Index, IndexMut};
 
-use crate::config::{Config, HomePolicy};
+use crate::config::Config;
+use crate::home::initial_home;
 use crate::ids::{ClusterId, PageId};
 use crate::interval::VectorTime;
 use crate::machine::PageAccess;
@@ -60,8 +61,8 @@ pub(crate) struct PageTable {
     chunks: Vec<Option<Box<[PageEntry]>>>,
     pages: usize,
     me: ClusterId,
-    /// The configuration's home rule (`None`: first-touch, no page homed anywhere yet).
-    homes: Option<Config>,
+    /// The job, for its pages' initial homes ([`initial_home`]).
+    cfg: Config,
     untouched: PageEntry,
     invalid: PageEntry,
 }
@@ -74,7 +75,7 @@ impl PageTable {
             chunks: vec![None; pages.div_ceil(CHUNK)],
             pages,
             me,
-            homes: (cfg.home_policy != HomePolicy::FirstTouch).then(|| cfg.clone()),
+            cfg: cfg.clone(),
             untouched: PageEntry::initial(PageAccess::Untouched),
             invalid: PageEntry::initial(PageAccess::Invalid),
         }
@@ -82,9 +83,9 @@ impl PageTable {
 
     /// The initial entry of page `i` (`i < pages`).
     fn initial(&self, i: usize) -> &PageEntry {
-        let home_here = self.homes.as_ref().is_some_and(|cfg| {
-            PageId::new(i as u32).is_some_and(|p| cfg.static_home(p) == self.me)
-        });
+        let home_here = PageId::new(i as u32)
+            .and_then(|p| initial_home(&self.cfg, p))
+            .is_some_and(|h| h == self.me);
         if home_here {
             &self.untouched
         } else {
@@ -156,7 +157,7 @@ impl PartialEq for PageTable {
     fn eq(&self, other: &PageTable) -> bool {
         self.pages == other.pages
             && self.me == other.me
-            && self.homes == other.homes
+            && self.cfg == other.cfg
             && self.changed().eq(other.changed())
     }
 }
@@ -184,6 +185,7 @@ impl fmt::Debug for PageTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::HomePolicy;
     use std::collections::hash_map::DefaultHasher;
 
     fn cfg(pages: u32, policy: HomePolicy) -> Config {
