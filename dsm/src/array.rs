@@ -15,7 +15,7 @@
 //! writing different halves of one word between synchronizations would lose one half.
 //! With whole-word elements, writes to distinct elements never share a word.
 
-use crate::uffd::Region;
+use crate::uffd::{Region, WriteMarks};
 use bytemuck::Pod;
 use std::fmt;
 use std::marker::PhantomData;
@@ -33,6 +33,9 @@ pub struct SharedArray<T: Pod> {
     addr: usize,
     len: usize,
     region: Arc<Region>,
+    /// The region's write marks, set after every store (software write detection: a
+    /// flush reads only the pages marked since the previous one, see [`WriteMarks`]).
+    marks: Arc<WriteMarks>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -42,6 +45,7 @@ impl<T: Pod> Clone for SharedArray<T> {
             addr: self.addr,
             len: self.len,
             region: Arc::clone(&self.region),
+            marks: Arc::clone(&self.marks),
             _t: PhantomData,
         }
     }
@@ -69,6 +73,7 @@ impl<T: Pod> SharedArray<T> {
         SharedArray {
             addr,
             len,
+            marks: Arc::clone(region.marks()),
             region,
             _t: PhantomData,
         }
@@ -148,13 +153,15 @@ impl<T: Pod> SharedArray<T> {
         Self::load(self.elem(i))
     }
 
-    /// Writes element `i`.
+    /// Writes element `i` (and marks its page(s) written, after the store).
     ///
     /// # Panics
     /// If `i >= len()`.
     #[inline]
     pub fn set(&self, i: usize, value: T) {
-        Self::store(self.elem(i), value)
+        let addr = self.elem(i);
+        Self::store(addr, value);
+        self.marks.mark(addr, size_of::<T>());
     }
 
     /// Reads `out.len()` elements starting at `start`.
@@ -173,7 +180,8 @@ impl<T: Pod> SharedArray<T> {
         }
     }
 
-    /// Writes `src` to the elements starting at `start`.
+    /// Writes `src` to the elements starting at `start` (and marks their pages written,
+    /// after the stores).
     ///
     /// # Panics
     /// If the range exceeds the array.
@@ -186,6 +194,10 @@ impl<T: Pod> SharedArray<T> {
         );
         for (k, &v) in src.iter().enumerate() {
             Self::store(self.addr + (start + k) * size_of::<T>(), v);
+        }
+        if !src.is_empty() {
+            self.marks
+                .mark(self.addr + start * size_of::<T>(), size_of_val(src));
         }
     }
 

@@ -198,6 +198,12 @@ pub struct ClusterStats {
     pub pages_installed: u64,
     /// Twins made.
     pub twins: u64,
+    /// Open pages that a flush skipped without reading them, because no application
+    /// store had marked them since the previous flush (software write detection, see
+    /// [`WriteMarks`](crate::uffd::WriteMarks)); the other open pages a flush diffs are
+    /// the protocol's `pages_kept_open` + `pages_closed` minus these.
+    #[serde(default)]
+    pub flush_pages_unmarked: u64,
     /// Diffs sent to homes.
     pub diffs_sent: u64,
     /// Bytes of encoded diffs sent to homes.
@@ -315,6 +321,7 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         self.remote_fetches += o.remote_fetches;
         self.pages_installed += o.pages_installed;
         self.twins += o.twins;
+        self.flush_pages_unmarked += o.flush_pages_unmarked;
         self.diffs_sent += o.diffs_sent;
         self.diff_bytes_sent += o.diff_bytes_sent;
         self.diffs_applied += o.diffs_applied;
@@ -422,6 +429,7 @@ pub(crate) struct Counters {
     pub(crate) fault_ns: AtomicU64,
     pub(crate) remote_fault_ns: AtomicU64,
     pub(crate) pages_installed: AtomicU64,
+    pub(crate) flush_unmarked: AtomicU64,
     pub(crate) invalidations: AtomicU64,
     pub(crate) invalidate_calls: AtomicU64,
     pub(crate) lock_acquires: AtomicU64,
@@ -458,6 +466,7 @@ impl Default for Counters {
             fault_ns: AtomicU64::new(0),
             remote_fault_ns: AtomicU64::new(0),
             pages_installed: AtomicU64::new(0),
+            flush_unmarked: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
             invalidate_calls: AtomicU64::new(0),
             lock_acquires: AtomicU64::new(0),
@@ -555,6 +564,7 @@ impl Counters {
             realtime_protocol_threads: 0,
             pages_installed: g(&self.pages_installed),
             twins: protocol.twins,
+            flush_pages_unmarked: g(&self.flush_unmarked),
             diffs_sent: protocol.diffs_sent,
             diff_bytes_sent: protocol.diff_bytes_sent,
             diffs_applied: protocol.diffs_applied,

@@ -695,3 +695,53 @@ fn network_messages_are_counted_for_the_thread_that_sent_them() {
         );
     }
 }
+
+/// Software write detection (`WriteMarks`): a flush reads only the pages a store marked,
+/// so a store must mark every page it touched. The two clusters take turns under one
+/// lock; each turn checks the other cluster's last values and writes new ones: an
+/// element of 24 bytes whose last word is the only store to the next page, and a range
+/// write whose tail is the only store to the next page. Both pages stay open across the
+/// turns (no barrier in between), so a missed mark would leave the next holder the old
+/// value.
+#[test]
+fn stores_across_a_page_boundary_reach_the_next_lock_holder() {
+    let turns = 200u64;
+    let cfg = config(2, 1, Protocol::Hlrc);
+    on_each(job(21, &cfg), |mut dsm| {
+        let count = dsm.alloc::<u64>(1).unwrap();
+        // Element 170 covers bytes 4080..4104: two words on page 0, one on page 1.
+        let straddling = dsm.alloc::<[u64; 3]>(200).unwrap();
+        // Words 508..516 cover the last 4 words of page 0 and the first 4 of page 1.
+        let range = dsm.alloc::<u64>(1024).unwrap();
+        dsm.run(|w| {
+            let me = w.cluster() as u64;
+            let mut done = 0;
+            while done < turns {
+                let _g = w.lock(0).unwrap();
+                let n = count.get(0);
+                if n % 2 != me {
+                    drop(_g);
+                    std::thread::yield_now();
+                    continue;
+                }
+                if n > 0 {
+                    assert_eq!(straddling.get(170), [n, n + 1, n + 2], "turn {n}");
+                    let mut got = [0u64; 8];
+                    range.read(508, &mut got);
+                    assert_eq!(got, std::array::from_fn(|k| n * 100 + k as u64), "turn {n}");
+                }
+                let m = n + 1;
+                straddling.set(170, [m, m + 1, m + 2]);
+                range.write(
+                    508,
+                    &std::array::from_fn::<u64, 8, _>(|k| m * 100 + k as u64),
+                );
+                count.set(0, m);
+                done += 1;
+            }
+        })
+        .unwrap();
+        assert_eq!(count.get(0), 2 * turns);
+        dsm.finish().unwrap()
+    });
+}

@@ -252,7 +252,11 @@ impl Dsm {
     /// before any [`Dsm::run`], so that array *k* lies at the same address everywhere.
     /// Each array starts on a fresh page (no false sharing between arrays). Memory is
     /// never freed. `T`'s size must be a positive multiple of 8 bytes (see
-    /// [`SharedArray`] for why).
+    /// [`SharedArray`] for why). The region is written only through the array's
+    /// methods: they mark the pages they store to, and a release's flush reads only
+    /// marked pages (software write detection, [`WriteMarks`](crate::uffd::WriteMarks)),
+    /// so a store through a raw pointer to [`Dsm::region_base`] would not reach the
+    /// other clusters.
     ///
     /// # Errors
     /// [`DsmError::OutOfSpace`] when the region is full, [`DsmError::Config`] for an

@@ -94,6 +94,7 @@ mod handler;
 mod kernel;
 mod layout;
 mod mapping;
+mod marks;
 mod pagemap;
 mod region;
 mod resolver;
@@ -109,6 +110,7 @@ pub use layout::{
     PageIndex, PageRange, RegionLayout, coalesce, resolve,
 };
 pub use mapping::{Backing, MapError};
+pub use marks::WriteMarks;
 pub use region::{
     Delivery, Install, Op, OpError, Protection, Region, RegionConfig, RegionError, RegionOps,
 };

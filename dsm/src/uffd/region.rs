@@ -8,6 +8,7 @@ use super::layout::{
     PageRange, RegionLayout, coalesce,
 };
 use super::mapping::{Backing, MapError, Mapping};
+use super::marks::WriteMarks;
 use super::resolver::FaultResolver;
 use super::signal::{self, SignalError, Slot};
 use super::sys;
@@ -273,6 +274,7 @@ pub struct RegionOps {
     mapping: Mapping,
     uffd: userfaultfd::Uffd,
     kernel: KernelSupport,
+    marks: Arc<WriteMarks>,
 }
 
 impl fmt::Debug for RegionOps {
@@ -318,6 +320,12 @@ impl RegionOps {
     /// What the kernel supports and how the descriptor was made.
     pub fn kernel(&self) -> &KernelSupport {
         &self.kernel
+    }
+
+    /// The region's write marks, which application stores set and flushes take (see
+    /// [`WriteMarks`]).
+    pub fn marks(&self) -> &Arc<WriteMarks> {
+        &self.marks
     }
 
     pub(crate) fn uffd(&self) -> &userfaultfd::Uffd {
@@ -714,6 +722,7 @@ impl Region {
                 mapping,
                 uffd,
                 kernel,
+                marks: Arc::new(WriteMarks::new(layout)),
             },
             resolver,
         });

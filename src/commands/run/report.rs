@@ -456,6 +456,12 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "  opened ahead (dsm.write_ahead)", &|c| {
         c.protocol.write_ahead_pages
     });
+    row(&mut s, "open pages flushed", &|c| {
+        c.protocol.pages_kept_open + c.protocol.pages_closed
+    });
+    row(&mut s, "  not read: no store since the last flush", &|c| {
+        c.flush_pages_unmarked
+    });
     row(&mut s, "home writes to private pages", &|c| {
         c.protocol.private_home_writes
     });

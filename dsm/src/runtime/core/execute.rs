@@ -319,8 +319,9 @@ impl Core {
         }
     }
 
-    /// Executes a flush: diffs each page against its twin (through the runtime view,
-    /// which never faults), then refreshes the twin to exactly the contents diffed
+    /// Executes a flush: diffs each page that an application store marked since the
+    /// last flush (see [`WriteMarks`](crate::uffd::WriteMarks)) against its twin
+    /// (through the runtime view, which never faults), then refreshes the twin to exactly the contents diffed
     /// (`keep_open`) or discards it (the page was write-protected by an earlier
     /// action). A word a local thread writes meanwhile is read as its old or its new
     /// value; a new value lands in both diff and twin, an old one shows up in the next
@@ -332,20 +333,35 @@ impl Core {
         pages: &[FlushPage],
     ) -> Result<Vec<DiffBytes>, DsmError> {
         let mut diffs = Vec::with_capacity(pages.len());
+        let mut unmarked = 0u64;
         for fp in pages {
+            let index = PageIndex(fp.page.index());
+            // Taken before the page is read (see `WriteMarks`).
+            let marked = ops.marks().take(index);
+            if !marked && fp.keep_open {
+                // Unchanged since the last flush and staying open: nothing to read, the
+                // twin stays as it is.
+                unmarked += 1;
+                diffs.push(DiffBytes::default());
+                continue;
+            }
             let key = fp.page.get();
             let twin = st
                 .twins
                 .get_mut(&key)
                 .ok_or_else(|| self.internal(format!("flush of {:?} without a twin", fp.page)))?;
-            let index = PageIndex(fp.page.index());
             let op_err = |source| DsmError::PageOp {
                 cluster: self.me,
                 source,
             };
             // Most open pages at a release batch's flush are unchanged since the previous
-            // one: checked first, without the copy and the diff (see `view_equals`).
-            let out = if ops.view_equals(index, twin).map_err(op_err)? {
+            // one: a page no application store marked since then is not read at all, a
+            // marked one is compared with its twin first, without the copy and the diff
+            // (see `view_equals`).
+            let out = if !marked {
+                unmarked += 1;
+                DiffBytes::default()
+            } else if ops.view_equals(index, twin).map_err(op_err)? {
                 DiffBytes::default()
             } else {
                 ops.view_read(index, &mut st.scratch).map_err(op_err)?;
@@ -377,6 +393,7 @@ impl Core {
             }
             diffs.push(out);
         }
+        bump(&self.counters.flush_unmarked, unmarked);
         Ok(diffs)
     }
 
