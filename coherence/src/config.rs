@@ -76,9 +76,11 @@ pub struct Config {
     /// hlrc only: an open page (writable, with a twin) that a flush finds unchanged
     /// at this many flushes in a row is closed at the next one (write-protected,
     /// diffed a last time, twin dropped); `0..=`[`MAX_IDLE_FLUSHES`], 0 closes every
-    /// open page at every flush. A clean open page costs a comparison with its twin
-    /// at each flush (≈ 0.25–0.6 µs); a closed one that is written again a write
-    /// fault, two `UFFDIO_WRITEPROTECT`s and a new twin (≈ 6–20 µs). Barriers close
+    /// open page at every flush. A clean open page costs the runtime a look at its
+    /// write mark at each flush (`multigrain_dsm::uffd::WriteMarks`; a comparison with
+    /// its twin, ≈ 0.25–0.6 µs, before the thirty-third session); a closed one that is
+    /// written again a write fault, two `UFFDIO_WRITEPROTECT`s and a new twin (≈ 6–20
+    /// µs). Barriers close
     /// every open page but the home's own whatever the count. Ignored by sc. (This
     /// project's, issue 10; see [`DEFAULT_IDLE_FLUSHES`].)
     pub idle_flushes: u32,
@@ -141,8 +143,17 @@ pub const MAX_WRITE_AHEAD: u32 = 64;
 /// 1.08 (0.91–1.23), 2×2 0.99 (0.85–1.07), 4×1 1.04 (0.95–1.11), 4 rounds; Water 4096 ×
 /// 3 0.97–1.02 (4 rounds); EM3D 2×1 shm 1.03, udp 1.02, 2×2 1.03 (5 rounds). Write
 /// faults on Water 512 × 50 2×1 fall from 4,250–4,900 to 2,750–3,100 per run; 16 and
-/// 64 were no better than 8 (2×1 shm, 4 alternating rounds).
-pub const DEFAULT_IDLE_FLUSHES: u32 = 8;
+/// 64 were no better than 8 (2×1 shm, 4 alternating rounds). Raised to 64 (the
+/// largest) in the thirty-third session, when the runtime stopped reading open pages
+/// that no store had marked since the previous flush (software write detection), so
+/// that an idle open page costs next to nothing: Water 512 × 50 2×1 twins 12,069 →
+/// 5,555 and write faults 2,966 → 1,563 per run; `bench apps --compare
+/// dsm.idle_flushes=64` (8 / 64 is the old / new), per-round ratios new / old, two runs
+/// of 8 and 4 rounds: Water 512 × 50 2×1 shm 0.93 and 0.89, udp 0.97 and 0.95, 2×2
+/// 0.92 and 1.07; Water 4096 × 3 (4 rounds each) 2×1 shm 1.05 and 1.03, udp 1.06 and
+/// 0.79, 2×2 1.00 and 0.98; EM3D 2×1 shm 0.92, udp 1.07, 2×2 1.05 (6 rounds; EM3D
+/// flushes only at barriers, which close every open copy).
+pub const DEFAULT_IDLE_FLUSHES: u32 = 64;
 
 /// The largest [`Config::idle_flushes`].
 pub const MAX_IDLE_FLUSHES: u32 = 64;
