@@ -321,9 +321,9 @@ impl Core {
 
     /// Executes a flush: diffs each page that an application store marked since the
     /// last flush (see [`WriteMarks`](crate::uffd::WriteMarks)) against its twin
-    /// (through the runtime view, which never faults), then refreshes the twin to exactly the contents diffed
-    /// (`keep_open`) or discards it (the page was write-protected by an earlier
-    /// action). A word a local thread writes meanwhile is read as its old or its new
+    /// (through the runtime view, which never faults), then refreshes the twin to
+    /// exactly the contents diffed (`keep_open`) or discards it (the page was
+    /// write-protected by an earlier action). A word a local thread writes meanwhile is read as its old or its new
     /// value; a new value lands in both diff and twin, an old one shows up in the next
     /// flush.
     fn flush(
