@@ -27,7 +27,8 @@
 //! atomicity give the same). Rust's memory model alone promises less when `S` reads a
 //! *later* mark of another thread (a plain store ends `M`'s release sequence); it would
 //! ask every mark to be a read-modify-write, which cost Water 512 × 50 on 2×1 shm 4 %
-//! (`swap`, 1.04 (0.76–1.21), 28 alternating pairs, thirty-third session). The compiler
+//! (`swap`, 1.04 (0.76–1.21), 28 alternating pairs, thirty-third session), and which
+//! [`WriteMarks::mark`] uses on other architectures. The compiler
 //! keeps both orders the argument needs: it moves no store after a release store and no
 //! load before an acquire read-modify-write. Every access is atomic, so there is no data
 //! race either way. The runtime's own writes through its view (applying diffs and
@@ -75,7 +76,13 @@ impl WriteMarks {
         let first = (addr - self.base) / PAGE_SIZE;
         let last = (addr + len - 1 - self.base) / PAGE_SIZE;
         for m in &self.marks[first..=last] {
+            // A plain release store where the hardware's store order makes it enough
+            // (see the module documentation); a read-modify-write, which Rust's model
+            // asks for, elsewhere.
+            #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
             m.store(1, Ordering::Release);
+            #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+            m.swap(1, Ordering::Release);
         }
     }
 
