@@ -43,16 +43,13 @@ pub(crate) fn initial_home(cfg: &Config, page: PageId) -> Option<ClusterId> {
 
 impl HomeMap {
     pub(crate) fn new(cfg: &Config) -> Self {
-        let homes = match cfg.home_policy {
-            HomePolicy::FirstTouch => vec![UNKNOWN; cfg.pages as usize],
-            HomePolicy::RoundRobin | HomePolicy::Block => (0..cfg.pages)
-                .map(|p| {
-                    PageId::new(p)
-                        .and_then(|p| initial_home(cfg, p))
-                        .map_or(UNKNOWN, ClusterId::get)
-                })
-                .collect(),
-        };
+        let homes = (0..cfg.pages)
+            .map(|p| {
+                PageId::new(p)
+                    .and_then(|p| initial_home(cfg, p))
+                    .map_or(UNKNOWN, ClusterId::get)
+            })
+            .collect();
         Self { homes }
     }
 

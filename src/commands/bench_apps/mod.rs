@@ -49,10 +49,10 @@ use std::time::{Duration, Instant};
 /// Runs are interleaved: round r runs every configuration once, so a change of the
 /// machine's speed regime between rounds affects all configurations alike. Per
 /// configuration the table shows the run time, median (min–max), the speedup against
-/// the sequential run of the same round, median (min–max), and the whole command's time. EM3D's graph grows
-/// with the thread count (--em3d-nodes-per-thread is per thread), so its 4-thread
-/// topologies are compared with a sequential run of the 4-partition graph, run as a
-/// configuration of its own.
+/// the sequential run of the same round, median (min–max), and the whole command's
+/// time. EM3D's graph grows with the thread count (--em3d-nodes-per-thread is per
+/// thread), so its 4-thread topologies are compared with a sequential run of the
+/// 4-partition graph, run as a configuration of its own.
 ///
 /// Then the ratios of issue 10, each taken per round (median (min–max) over the rounds),
 /// with its target: (1) Water large on 2×1: speedup over shm ≥ 0.8 × the speedup of
