@@ -102,7 +102,19 @@
 //!   next ones that only that cluster took as well ([`SWEEP_RECALL`]) and pushes them
 //!   to the sweeping cluster as they come back. Water's first force computation:
 //!   the cluster that finished its pair forces first sweeps — and caches — most
-//!   molecule locks before the other one starts.
+//!   molecule locks before the other one starts. Pushes can be wrong the same way,
+//!   a whole sweep of them: a time step in which one cluster reaches its lock sweep
+//!   while the other still computes its pair forces (their order flips with the
+//!   VM's noise) found each lock pushed to the other cluster and asked for it, one
+//!   recall per lock, answered by that cluster's protocol thread (≈ 20–30 µs each
+//!   on 2 vCPUs, ≈ 250 locks in a row). So a sweep over locks pushed to another
+//!   cluster recalls the next pushed ones too — if that cluster is *quiet* here: it
+//!   has not given back a lock of this manager after using it in the last
+//!   [`SWEEP_RECALL`] such releases by others, so it is not sweeping the same locks
+//!   itself (two clusters that sweep the same locks at once would pass batches of
+//!   them back and forth unused; Water 4096 × 3 over UDP took as many requests and
+//!   4,100 unused pushes per cluster without this condition). Such a lock goes to the
+//!   sweeping cluster when it comes back, used or not.
 //! * **Carried diffs.** A release carries the diffs of the releaser's intervals of
 //!   the tenure ([`crate::interval::IntervalDiff`], at most [`MAX_CARRIED_DIFFS`]);
 //!   the manager keeps the diffs carried to it by the releases of *any* of its locks
@@ -206,11 +218,16 @@ pub const MAX_GRANT_DIFFS: usize = 64;
 /// back only when recalled), the manager also recalls the next such locks of that
 /// cluster, up to this many among the next `2 × SWEEP_RECALL` locks it manages, and
 /// pushes them to the asking cluster as they come back (the manager-wide successor;
-/// see the module documentation). Locks that two clusters took already move by
-/// pushes. Water's first force computation sweeps every molecule lock in turn, after
-/// the cluster that finished its pair forces first has swept — and cached — most of
-/// them: without this the late cluster waited for one recall per lock (4,096 in a row
-/// for 4,096 molecules).
+/// see the module documentation). Water's first force computation sweeps every
+/// molecule lock in turn, after the cluster that finished its pair forces first has
+/// swept — and cached — most of them: without this the late cluster waited for one
+/// recall per lock (4,096 in a row for 4,096 molecules). The same for two neighbouring
+/// locks pushed to another cluster that is quiet here (none of the last this-many
+/// used releases of this manager's locks was its own): the next locks pushed to it are
+/// recalled and go to the asking cluster when they come back, used or not. Water 512 ×
+/// 50, time with / time without, alternating pairs on 2 vCPUs: 2×1 shm 0.90 (20
+/// pairs), 2×1 udp 0.90 (10), the default 2×2 job 0.91 (8), 4×1 0.95 (4); Water 4096 ×
+/// 3 2×1 udp 0.99 (6); lock requests per cluster ≈ 2,500 → 800–1,800.
 ///
 /// Source: this project's (issue 10), after the sequential-access prefetching of pages
 /// (ArgoDSM fetches 8 pages per miss) applied to lock recalls.
@@ -246,6 +263,9 @@ struct LockState {
     eager: bool,
     /// The current tenure was pushed (granted without a request).
     pushed: bool,
+    /// A sweep recalled this pushed tenure for that cluster ([`SWEEP_RECALL`]): when
+    /// the lock comes back, used or not, and nobody waits, it is pushed there.
+    sweep_to: Option<ClusterId>,
     /// The holders of the last two finished tenures, most recent first.
     recent: [Option<ClusterId>; 2],
     /// The last tenure granted to each cluster.
@@ -348,6 +368,12 @@ pub(crate) struct LockManager {
     /// a sweep's recalls included: a request that follows it with the next lock of the
     /// same holder is a sweep (see [`SWEEP_RECALL`]).
     last_recall: Option<(ClusterId, ClusterId, LockId)>,
+    /// For each cluster that gave back a lock of this manager after using it: how many
+    /// such releases by other clusters followed its last one, up to [`SWEEP_RECALL`].
+    /// A cluster at the cap (or absent) is *quiet* here — it is not taking this
+    /// manager's locks now — so a sweep may take the locks pushed to it ahead of use
+    /// (see [`LockManager::recall_sweep`]).
+    releases_since: BTreeMap<ClusterId, u8>,
 }
 
 /// The messages a lock manager decided to send, `(destination, message)` in order:
@@ -405,6 +431,7 @@ impl LockManager {
         }
         st.holder = Some(to);
         st.pushed = pushed;
+        st.sweep_to = None;
         st.eager = pushed || contended;
         // A contended grant goes back after its use by itself: it counts as recalled.
         // Others are recalled at once if requests wait (a push is made only when none
@@ -486,26 +513,35 @@ impl LockManager {
             // to the push was wrong; stop following it.
             st.forget_prediction();
         }
-        let first = st.only_held_by(holder);
+        let swept = st.only_held_by(holder) || st.pushed;
         let tenure = st.tenure;
         let mut out: Sends = smallvec![(holder, Message::LockRecall { lock, tenure })];
-        if first {
+        if swept {
             self.recall_sweep(lock, from, holder, &mut out);
         }
         Ok(Request::Send(out))
     }
 
-    /// `from` asked for `lock`, which `holder` keeps cached: if the last recall was for
-    /// the same two clusters and the lock just before this one (a sweep), and `from`
-    /// took a lock of this manager after `holder` before (so that the pushes below go
-    /// to `from`: [`LockState::predicted`] falls back on that successor), also recall
-    /// the next locks `holder` keeps cached and nobody waits for ([`SWEEP_RECALL`]).
-    /// Each comes back with its holder's `LockRelease` and, nobody waiting, is pushed
-    /// to `from`; a request of `from` that arrives first simply waits for it.
+    /// `from` asked for `lock`, which `holder` keeps cached or was pushed: if the last
+    /// recall was for the same two clusters and the lock just before this one (a
+    /// sweep), also recall the next locks that `holder` holds the same way and nobody
+    /// waits for ([`SWEEP_RECALL`]): those it keeps cached when `from` took a lock of
+    /// this manager after `holder` before (so that their pushes go to `from`:
+    /// [`LockState::predicted`] falls back on that successor), and those pushed to it
+    /// while it is quiet here ([`LockManager::releases_since`]), whose prediction was
+    /// wrong like the one asked for (they go to `from` when they come back:
+    /// [`LockState::sweep_to`]; their predictions are kept — forgetting them made
+    /// Water 512 × 50 over UDP 13 % slower). Each comes back with its holder's
+    /// `LockRelease` and, nobody waiting, is pushed to `from`; a request of `from`
+    /// that arrives first simply waits for it.
     fn recall_sweep(&mut self, lock: LockId, from: ClusterId, holder: ClusterId, out: &mut Sends) {
         let follows = |prev: LockId| prev < lock && !self.locks.any_between(prev, lock);
-        let sweep = matches!(self.last_recall, Some((f, h, prev)) if f == from && h == holder && follows(prev))
-            && self.successor.get(&holder) == Some(&from);
+        let sweep = matches!(self.last_recall, Some((f, h, prev)) if f == from && h == holder && follows(prev));
+        let cached = sweep && self.successor.get(&holder) == Some(&from);
+        let quiet = self
+            .releases_since
+            .get(&holder)
+            .is_none_or(|&n| usize::from(n) >= SWEEP_RECALL);
         let mut last = lock;
         if sweep {
             let next = self
@@ -513,10 +549,18 @@ impl LockManager {
                 .iter_mut_from(lock)
                 .skip(1)
                 .take(2 * SWEEP_RECALL)
-                .filter(|(_, st)| st.only_held_by(holder) && !st.recalled && st.waiters.is_empty())
+                .filter(|(_, st)| {
+                    !st.recalled
+                        && st.waiters.is_empty()
+                        && ((cached && st.only_held_by(holder))
+                            || (quiet && st.pushed && st.holder == Some(holder)))
+                })
                 .take(SWEEP_RECALL);
             for (l, st) in next {
                 st.recalled = true;
+                if st.pushed {
+                    st.sweep_to = Some(from);
+                }
                 out.push((
                     holder,
                     Message::LockRecall {
@@ -598,9 +642,22 @@ impl LockManager {
         st.pushed = false;
         if !unused {
             st.recent = [Some(from), st.recent[0]];
+            for (&c, n) in self.releases_since.iter_mut() {
+                if c != from && usize::from(*n) < SWEEP_RECALL {
+                    *n += 1;
+                }
+            }
+            self.releases_since.insert(from, 0);
         }
         if let Some((next, their)) = st.waiters.pop_front() {
             return self.hand_over(lock, next, &their, false, own);
+        }
+        if let Some(to) = st.sweep_to.take()
+            && to != from
+        {
+            // Recalled for a sweep: to the sweeping cluster, used or not.
+            let base = self.store.base();
+            return self.hand_over(lock, to, &base, true, own);
         }
         if unused {
             return Ok(Sends::new());
@@ -1037,6 +1094,126 @@ mod tests {
             .unwrap();
         let r = sent(m2.acquire(lk(2), c(1), z.clone(), 0, &own()).unwrap());
         assert_eq!(recalled(&r), vec![(0, 2)]);
+    }
+
+    /// A sweep over locks pushed to another cluster that is not taking this manager's
+    /// locks (quiet) recalls the next pushed ones ahead, and each goes to the sweeping
+    /// cluster when it comes back unused; while that cluster takes this manager's locks
+    /// itself, only the lock asked for is recalled.
+    #[test]
+    fn a_sweep_over_locks_pushed_to_a_quiet_cluster_recalls_the_next_ones() {
+        let z = VectorTime::new();
+        let lk = |n: u32| LockId::new(n).unwrap();
+        let recalled = |v: &[(ClusterId, Message)]| -> Vec<(u16, u32)> {
+            v.iter()
+                .filter_map(|(to, msg)| match msg {
+                    Message::LockRecall { lock, .. } => Some((to.get(), lock.get())),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Locks 2, 4, …, 40 taken by cluster 0, then 1, then 0 again: the third release
+        // pushes each to cluster 1 (it took the lock after cluster 0 last time).
+        // Returns the manager and each lock's last tenure granted to clusters 0 and 1.
+        let setup = || {
+            let mut m = LockManager::default();
+            let mut seen: BTreeMap<(u32, u16), u32> = BTreeMap::new();
+            for n in (2..=40).step_by(2) {
+                let (_, t, _, _) =
+                    grant_of(&sent(m.acquire(lk(n), c(0), z.clone(), 0, &own()).unwrap()));
+                seen.insert((n, 0), t);
+                // Cluster 1 asks: cluster 0 is recalled and gives it back, used.
+                sent(m.acquire(lk(n), c(1), z.clone(), 0, &own()).unwrap());
+                let g = m
+                    .release(lk(n), c(0), t, &z, &z, vec![], vec![], false, &own())
+                    .unwrap();
+                let (to, t, _, _) = grant_of(&g);
+                assert_eq!(to, c(1));
+                seen.insert((n, 1), t);
+                let g = m
+                    .release(lk(n), c(1), t, &z, &z, vec![], vec![], false, &own())
+                    .unwrap();
+                // Pushed to cluster 0 once the manager has seen it follow cluster 1;
+                // else cluster 0 asks.
+                let (to, t, _, _) = if g.is_empty() {
+                    grant_of(&sent(
+                        m.acquire(lk(n), c(0), z.clone(), seen[&(n, 0)], &own())
+                            .unwrap(),
+                    ))
+                } else {
+                    grant_of(&g)
+                };
+                assert_eq!(to, c(0));
+                seen.insert((n, 0), t);
+                let g = m
+                    .release(lk(n), c(0), t, &z, &z, vec![], vec![], false, &own())
+                    .unwrap();
+                let (to, t, _, _) = grant_of(&g);
+                assert_eq!(to, c(1), "lock {n} pushed to cluster 1");
+                assert!(m.is_pushed(lk(n)));
+                seen.insert((n, 1), t);
+            }
+            (m, seen)
+        };
+        // Cluster 0 asks for locks 2 and then 4, both pushed to cluster 1.
+        let sweep = |m: &mut LockManager, seen: &BTreeMap<(u32, u16), u32>| {
+            let r = sent(
+                m.acquire(lk(2), c(0), z.clone(), seen[&(2, 0)], &own())
+                    .unwrap(),
+            );
+            assert_eq!(recalled(&r), vec![(1, 2)]);
+            // Cluster 1 gives lock 2 back unused: it goes to the waiting cluster 0.
+            let g = m
+                .release(
+                    lk(2),
+                    c(1),
+                    seen[&(2, 1)],
+                    &z,
+                    &z,
+                    vec![],
+                    vec![],
+                    true,
+                    &own(),
+                )
+                .unwrap();
+            assert_eq!(grant_of(&g).0, c(0));
+            recalled(&sent(
+                m.acquire(lk(4), c(0), z.clone(), seen[&(4, 0)], &own())
+                    .unwrap(),
+            ))
+        };
+
+        // Cluster 1 last released one of these locks 20 releases ago: quiet.
+        let (mut m, seen) = setup();
+        for n in (42..=72).step_by(2) {
+            let (_, t, _, _) =
+                grant_of(&sent(m.acquire(lk(n), c(0), z.clone(), 0, &own()).unwrap()));
+            m.release(lk(n), c(0), t, &z, &z, vec![], vec![], false, &own())
+                .unwrap();
+        }
+        let want: Vec<(u16, u32)> = (0..=SWEEP_RECALL as u32).map(|i| (1, 4 + 2 * i)).collect();
+        assert_eq!(sweep(&mut m, &seen), want);
+        // A recalled-ahead lock that comes back unused goes to cluster 0, unasked.
+        let g = m
+            .release(
+                lk(6),
+                c(1),
+                seen[&(6, 1)],
+                &z,
+                &z,
+                vec![],
+                vec![],
+                true,
+                &own(),
+            )
+            .unwrap();
+        assert_eq!(grant_of(&g).0, c(0));
+        assert!(m.is_pushed(lk(6)));
+
+        // Cluster 1 released one of this manager's locks just before: not quiet, so
+        // only the locks asked for are recalled.
+        let (mut m, seen) = setup();
+        assert_eq!(sweep(&mut m, &seen), vec![(1, 4)]);
     }
 
     #[test]

@@ -1008,21 +1008,26 @@ fn sc_threads_and_locks() {
 // transitive 751,660 → 775,532, batch of two 757,012 → 781,268, threads 40,952 →
 // 41,104, first touch 128,421 → 128,469, across barrier 2,664 → 3,196; write_ahead is
 // new. `idle_flushes` became a setting (default 8): the scenarios keep the old 2 (no
-// count changed); open_page_closed_at_every_flush (0) is new.
+// count changed); open_page_closed_at_every_flush (0) is new. A sweep may also take the
+// locks pushed to a cluster that is not taking the manager's locks: the manager notes
+// every recall of a pushed lock as a possible sweep's start and counts, per cluster,
+// the used releases since its last one (the scenarios never reach the 16 that make a
+// cluster quiet; the unit test in `sync.rs` does): unbatched pushes 7,407 → 7,545,
+// sweep 3,606 → 3,906.
 const EXPECTED_HLRC_TRANSITIVE: usize = 775_532;
 const EXPECTED_HLRC_BARRIER: usize = 18_995;
 const EXPECTED_HLRC_THREADS: usize = 41_104;
 const EXPECTED_HLRC_FIRST_TOUCH: usize = 128_469;
 const EXPECTED_HLRC_ACROSS_BARRIER: usize = 3_196;
 const EXPECTED_HLRC_PUSHES: usize = 24_470;
-const EXPECTED_HLRC_PUSHES_UNBATCHED: usize = 7_407;
+const EXPECTED_HLRC_PUSHES_UNBATCHED: usize = 7_545;
 const EXPECTED_HLRC_TRANSITIVE_BATCH_2: usize = 781_268;
 const EXPECTED_HLRC_CARRIED: usize = 1_366;
 const EXPECTED_HLRC_OPEN_INVALIDATED: usize = 2_196;
 const EXPECTED_HLRC_OPEN_CLOSED_AT_EVERY_FLUSH: usize = 2_422;
 const EXPECTED_HLRC_HOME_WAITS: usize = 10_267;
 const EXPECTED_HLRC_PREFETCH: usize = 61_218;
-const EXPECTED_HLRC_SWEEP: usize = 3_606;
+const EXPECTED_HLRC_SWEEP: usize = 3_906;
 const EXPECTED_HLRC_UPDATE_AFTER_MIGRATION: usize = 1_042;
 const EXPECTED_HLRC_WRITE_AHEAD: usize = 172;
 const EXPECTED_SC_RACING: usize = 127_883;
