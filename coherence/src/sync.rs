@@ -883,6 +883,20 @@ mod tests {
         IntervalLog::default()
     }
 
+    fn lk(n: u32) -> LockId {
+        LockId::new(n).unwrap()
+    }
+
+    /// The `(cluster, lock)` of every recall among `v`.
+    fn recalled(v: &[(ClusterId, Message)]) -> Vec<(u16, u32)> {
+        v.iter()
+            .filter_map(|(to, msg)| match msg {
+                Message::LockRecall { lock, .. } => Some((to.get(), lock.get())),
+                _ => None,
+            })
+            .collect()
+    }
+
     fn sent(r: Request) -> Vec<(ClusterId, Message)> {
         match r {
             Request::Send(v) => v.into_vec(),
@@ -1030,15 +1044,6 @@ mod tests {
     fn a_sweep_over_locks_cached_elsewhere_recalls_the_next_ones() {
         let mut m = LockManager::default();
         let z = VectorTime::new();
-        let lk = |n: u32| LockId::new(n).unwrap();
-        let recalled = |v: &[(ClusterId, Message)]| -> Vec<(u16, u32)> {
-            v.iter()
-                .filter_map(|(to, msg)| match msg {
-                    Message::LockRecall { lock, .. } => Some((to.get(), lock.get())),
-                    _ => None,
-                })
-                .collect()
-        };
         // Cluster 0 takes locks 2, 4, …, 40 first: uncontended grants, cached there.
         for n in (2..=40).step_by(2) {
             grant_of(&sent(m.acquire(lk(n), c(0), z.clone(), 0, &own()).unwrap()));
@@ -1103,15 +1108,6 @@ mod tests {
     #[test]
     fn a_sweep_over_locks_pushed_to_a_quiet_cluster_recalls_the_next_ones() {
         let z = VectorTime::new();
-        let lk = |n: u32| LockId::new(n).unwrap();
-        let recalled = |v: &[(ClusterId, Message)]| -> Vec<(u16, u32)> {
-            v.iter()
-                .filter_map(|(to, msg)| match msg {
-                    Message::LockRecall { lock, .. } => Some((to.get(), lock.get())),
-                    _ => None,
-                })
-                .collect()
-        };
         // Locks 2, 4, …, 40 taken by cluster 0, then 1, then 0 again: the third release
         // pushes each to cluster 1 (it took the lock after cluster 0 last time).
         // Returns the manager and each lock's last tenure granted to clusters 0 and 1.
@@ -1155,6 +1151,12 @@ mod tests {
             }
             (m, seen)
         };
+        // Cluster 1 gives lock `n`, pushed to it, back unused.
+        let unused = |m: &mut LockManager, seen: &BTreeMap<(u32, u16), u32>, n: u32| {
+            let t = seen[&(n, 1)];
+            m.release(lk(n), c(1), t, &z, &z, vec![], vec![], true, &own())
+                .unwrap()
+        };
         // Cluster 0 asks for locks 2 and then 4, both pushed to cluster 1.
         let sweep = |m: &mut LockManager, seen: &BTreeMap<(u32, u16), u32>| {
             let r = sent(
@@ -1163,27 +1165,14 @@ mod tests {
             );
             assert_eq!(recalled(&r), vec![(1, 2)]);
             // Cluster 1 gives lock 2 back unused: it goes to the waiting cluster 0.
-            let g = m
-                .release(
-                    lk(2),
-                    c(1),
-                    seen[&(2, 1)],
-                    &z,
-                    &z,
-                    vec![],
-                    vec![],
-                    true,
-                    &own(),
-                )
-                .unwrap();
-            assert_eq!(grant_of(&g).0, c(0));
+            assert_eq!(grant_of(&unused(m, seen, 2)).0, c(0));
             recalled(&sent(
                 m.acquire(lk(4), c(0), z.clone(), seen[&(4, 0)], &own())
                     .unwrap(),
             ))
         };
 
-        // Cluster 1 last released one of these locks 20 releases ago: quiet.
+        // Cluster 0 gives back 16 more locks after using them: cluster 1 is quiet.
         let (mut m, seen) = setup();
         for n in (42..=72).step_by(2) {
             let (_, t, _, _) =
@@ -1194,20 +1183,7 @@ mod tests {
         let want: Vec<(u16, u32)> = (0..=SWEEP_RECALL as u32).map(|i| (1, 4 + 2 * i)).collect();
         assert_eq!(sweep(&mut m, &seen), want);
         // A recalled-ahead lock that comes back unused goes to cluster 0, unasked.
-        let g = m
-            .release(
-                lk(6),
-                c(1),
-                seen[&(6, 1)],
-                &z,
-                &z,
-                vec![],
-                vec![],
-                true,
-                &own(),
-            )
-            .unwrap();
-        assert_eq!(grant_of(&g).0, c(0));
+        assert_eq!(grant_of(&unused(&mut m, &seen, 6)).0, c(0));
         assert!(m.is_pushed(lk(6)));
 
         // Cluster 1 released one of this manager's locks just before: not quiet, so
