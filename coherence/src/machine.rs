@@ -739,7 +739,9 @@ impl Machine {
                     return wrong("lock request to a cluster that does not manage the lock");
                 }
                 self.locks.note_own_time(self.me, &self.time);
-                match self.locks.acquire(lock, from, time, seen, &self.log)? {
+                let request = self.locks.acquire(lock, from, time, seen, &self.log);
+                self.stats.lock_sweep_pushed_recalls += u64::from(self.locks.take_swept_pushed());
+                match request? {
                     Request::Send(msgs) => {
                         self.stats.lock_sweep_recalls += msgs
                             .iter()

@@ -150,6 +150,9 @@ counters! {
     /// Of `lock_recalls`, those sent ahead of any request: the next locks of a sweep,
     /// recalled with the one asked for ([`crate::sync::SWEEP_RECALL`]).
     lock_sweep_recalls,
+    /// Of `lock_sweep_recalls`, those of locks pushed to a quiet cluster (see
+    /// [`crate::sync::SWEEP_RECALL`]).
+    lock_sweep_pushed_recalls,
     /// Contended or pushed locks this cluster gave back at a release without being
     /// asked (eager release).
     lock_eager_releases,

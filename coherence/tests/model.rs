@@ -1011,9 +1011,10 @@ fn sc_threads_and_locks() {
 // count changed); open_page_closed_at_every_flush (0) is new. A sweep may also take the
 // locks pushed to a cluster that is not taking the manager's locks: the manager notes
 // every recall of a pushed lock as a possible sweep's start and counts, per cluster,
-// the used releases since its last one (the scenarios never reach the 16 that make a
-// cluster quiet; the unit test in `sync.rs` does): unbatched pushes 7,407 → 7,545,
-// sweep 3,606 → 3,906.
+// the used releases since its last one (the scenarios never take the new path — 16
+// releases make a cluster quiet —; the random programs do, and
+// `random_programs_exercise_the_protocol` asserts it, as does a unit test in
+// `sync.rs`): unbatched pushes 7,407 → 7,545, sweep 3,606 → 3,906.
 const EXPECTED_HLRC_TRANSITIVE: usize = 775_532;
 const EXPECTED_HLRC_BARRIER: usize = 18_995;
 const EXPECTED_HLRC_THREADS: usize = 41_104;

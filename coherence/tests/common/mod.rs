@@ -192,6 +192,8 @@ pub struct Seen {
     pub lock_recall: bool,
     /// A lock manager recalled the next locks of a sweep ahead of their requests.
     pub sweep_recall: bool,
+    /// Among them, locks pushed to a quiet cluster.
+    pub sweep_pushed: bool,
     /// A thread took a lock cached by the runtime, without the machine.
     pub runtime_lock_acquire: bool,
     /// The runtime released an idle cached lock that was wanted back.
@@ -665,6 +667,7 @@ impl World {
         self.seen.local_lock_acquire |= st.lock_local_acquires > 0;
         self.seen.lock_recall |= st.lock_recalls > 0;
         self.seen.sweep_recall |= st.lock_sweep_recalls > 0;
+        self.seen.sweep_pushed |= st.lock_sweep_pushed_recalls > 0;
         self.seen.lock_push |= st.lock_pushes_received > 0;
         self.seen.lock_push_back |= st.lock_pushes_back > 0;
         self.seen.lock_visit_keep |= st.lock_visit_keeps > 0;
