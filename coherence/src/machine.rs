@@ -739,14 +739,20 @@ impl Machine {
                     return wrong("lock request to a cluster that does not manage the lock");
                 }
                 self.locks.note_own_time(self.me, &self.time);
-                let request = self.locks.acquire(lock, from, time, seen, &self.log);
-                self.stats.lock_sweep_pushed_recalls += u64::from(self.locks.take_swept_pushed());
-                match request? {
+                match self.locks.acquire(lock, from, time, seen, &self.log)? {
                     Request::Send(msgs) => {
-                        self.stats.lock_sweep_recalls += msgs
-                            .iter()
-                            .filter(|(_, m)| matches!(m, Message::LockRecall { lock: l, .. } if *l != lock))
-                            .count() as u64;
+                        for (_, m) in &msgs {
+                            if let Message::LockRecall { lock: l, .. } = m
+                                && *l != lock
+                            {
+                                self.stats.lock_sweep_recalls += 1;
+                                // A cached lock a sweep recalls is never a pushed one
+                                // (pushed tenures are eager), so this tells them apart.
+                                if self.locks.is_pushed(*l) {
+                                    self.stats.lock_sweep_pushed_recalls += 1;
+                                }
+                            }
+                        }
                         self.send_manager_messages(msgs, out);
                     }
                     Request::Stale => self.stats.lock_stale_requests += 1,

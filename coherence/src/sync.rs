@@ -374,10 +374,6 @@ pub(crate) struct LockManager {
     /// manager's locks now — so a sweep may take the locks pushed to it ahead of use
     /// (see [`LockManager::recall_sweep`]).
     releases_since: BTreeMap<ClusterId, u8>,
-    /// Locks pushed to another cluster that the last request's sweep recalled: read
-    /// and reset by the machine right after the request, for its statistics (so always
-    /// 0 between events).
-    swept_pushed: u32,
 }
 
 /// The messages a lock manager decided to send, `(destination, message)` in order:
@@ -564,7 +560,6 @@ impl LockManager {
                 st.recalled = true;
                 if st.pushed {
                     st.sweep_to = Some(from);
-                    self.swept_pushed += 1;
                 }
                 out.push((
                     holder,
@@ -715,12 +710,6 @@ impl LockManager {
     /// it (`Pushed::Deferred` in [`crate::locks`]).
     pub(crate) fn is_pushed(&self, lock: LockId) -> bool {
         self.locks.get(lock).is_some_and(|st| st.pushed)
-    }
-
-    /// How many locks pushed to another cluster the last request's sweep recalled
-    /// (reset to 0).
-    pub(crate) fn take_swept_pushed(&mut self) -> u32 {
-        std::mem::take(&mut self.swept_pushed)
     }
 
     /// The newest of `c`'s records this manager holds (or discarded).

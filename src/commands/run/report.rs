@@ -510,7 +510,7 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "  ahead of a sweep's requests", &|c| {
         c.protocol.lock_sweep_recalls
     });
-    row(&mut s, "    pushed elsewhere, not yet used", &|c| {
+    row(&mut s, "    of locks pushed to their holder", &|c| {
         c.protocol.lock_sweep_pushed_recalls
     });
     row(&mut s, "lock wait (ms, all threads)", &|c| {
