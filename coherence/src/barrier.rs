@@ -28,6 +28,7 @@ impl Machine {
             migratable,
             updates_sent: self.updates_out.iter().map(|(&c, &n)| (c, n)).collect(),
         };
+        self.stats.barrier_arrivals += 1;
         self.send(self.cfg.barrier_manager, msg, out);
         if self.cfg.protocol == Protocol::Hlrc {
             self.hlrc_apply_held_updates(out);

@@ -60,6 +60,9 @@ counters! {
     /// hlrc: faults that found their page being prefetched and waited for it (faults
     /// avoided altogether by an installed prefetch are not counted).
     prefetch_hits,
+    /// Barrier arrivals: sent to the barrier manager, or, at the manager, delivered to
+    /// its own barrier state (one per barrier once the cluster's flush is done).
+    barrier_arrivals,
     /// hlrc: barrier arrivals that waited for prefetches in flight.
     arrivals_held,
     /// hlrc: prefetched pages dropped on arrival because a write notice made the reply

@@ -114,7 +114,7 @@ fn counter(slot: usize, protocol: Protocol) {
 #[test]
 fn a_lock_held_elsewhere_is_reported_among_the_slow_lock_waits() {
     let cfg = config(2, 1, Protocol::Hlrc);
-    let results = on_each(job(14, &cfg), |dsm| {
+    let results = on_each(job(19, &cfg), |dsm| {
         dsm.run(|w| {
             if w.cluster() == 0 {
                 let _g = w.lock(3).unwrap();
@@ -203,6 +203,42 @@ fn first_touch_and_block_homes() {
             cfg.dsm.home = home;
             visibility(4 + 2 * i + j, cfg);
         }
+    }
+}
+
+#[test]
+fn every_cluster_times_its_flush_before_a_barrier_arrival() {
+    // Each cluster writes one word in each of 64 pages, half of them homed at the other
+    // cluster, then both pass a barrier: each flushes before its arrival. The barrier
+    // manager (cluster 0) delivers its own arrival without a message, and counts its
+    // flush all the same.
+    let pages = 64;
+    let stats = on_each(job(20, &config(2, 1, Protocol::Hlrc)), |mut dsm| {
+        let a = dsm.alloc::<u64>(pages * 512).unwrap();
+        let cluster = dsm.cluster();
+        dsm.run(|w| {
+            for p in 0..pages {
+                a.set(p * 512 + w.cluster(), 1);
+            }
+            w.barrier().unwrap();
+        })
+        .unwrap();
+        let s = dsm.stats();
+        dsm.finish().unwrap();
+        (cluster, s)
+    });
+    for (c, s) in &stats {
+        // The workers' barrier and the one that ends `run`.
+        assert_eq!(s.barriers, 2, "cluster {c}: {s:?}");
+        assert_eq!(s.protocol.barrier_arrivals, 2, "cluster {c}: {s:?}");
+        assert!(s.protocol.diffs_sent > 0, "cluster {c}: {s:?}");
+        let t = &s.time;
+        assert!(
+            t.barrier_flush_ns > 0 && t.barrier_flush_ns <= t.barrier_global_ns,
+            "cluster {c}: flush {} ns of the barrier's {} ns",
+            t.barrier_flush_ns,
+            t.barrier_global_ns
+        );
     }
 }
 

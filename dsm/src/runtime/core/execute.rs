@@ -73,6 +73,7 @@ impl Core {
             let mut guard = self.state.lock();
             let st = &mut *guard;
             let mut actions = std::mem::take(&mut st.actions);
+            let arrivals = st.machine.stats().barrier_arrivals;
             let (mut event, mut attachment) = (event, attachment);
             let mut result = Ok(());
             // A lock or barrier message waits in a bundle (see Bundling).
@@ -157,6 +158,12 @@ impl Core {
             if result.is_ok() {
                 result = self.send_bundles(ep, &mut st.outbox, pending);
             }
+            // The arrival left in this call's bundles, or went to this cluster's own
+            // barrier manager (no message): the flush before it is over.
+            if st.machine.stats().barrier_arrivals != arrivals {
+                self.barrier_arrival_sent
+                    .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
             // After a failure, what is still held is dropped: the job is failing.
             st.outbox.iter_mut().for_each(wire::Bundle::clear);
             st.reclaim.clear();
@@ -209,10 +216,6 @@ impl Core {
         };
         match action {
             Action::Send { to, msg } => {
-                if matches!(msg, Message::BarrierArrive { .. }) {
-                    self.barrier_arrival_sent
-                        .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                }
                 self.send_message(ops, ep, to.index(), &msg, pending, &mut st.outbox)
             }
             Action::Install {

@@ -209,7 +209,8 @@ pub(crate) struct Core {
     pub(crate) tuning: Tuning,
     /// Start of this runtime's clock for the timestamps below.
     pub(crate) epoch: Instant,
-    /// When this cluster last sent its barrier arrival (ns since `epoch`).
+    /// When this cluster's last barrier arrival left for the barrier manager, or was
+    /// delivered to it here when this cluster is the manager (ns since `epoch`).
     pub(crate) barrier_arrival_sent: std::sync::atomic::AtomicU64,
     /// Set by a thread of this cluster that polls the protocol queue from inside the
     /// runtime, cleared by the protocol thread: while it keeps being set, the protocol
