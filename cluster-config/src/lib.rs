@@ -58,7 +58,8 @@
 //! | `dsm.prefetch` | 7 | 0 ..= 64 pages after a faulting one, fetched with it (hlrc; doubles along a sweep, up to 63) |
 //! | `dsm.write_ahead` | 4 | 0 ..= 64 read-only pages after a written one that a write fault continuing a sweep also opens (hlrc; 0: off) |
 //! | `dsm.barrier_updates` | `"auto"` | `auto` (= `on`), `on`, `off`: hlrc homes send their changed shared pages' diffs to the copies at barriers, and at releases those the lock cannot carry (update instead of invalidate) |
-//! | `dsm.idle_flushes` | 8 | 0 ..= 64 flushes an open page may stay unchanged before the next one closes it (hlrc; 0: close at every flush) |
+//! | `dsm.flush_ahead` | `true` | `true`, `false`: a thread that asks another cluster for a lock first flushes the cluster's open pages while the request is on its way (hlrc) |
+//! | `dsm.idle_flushes` | 64 | 0 ..= 64 flushes an open page may stay unchanged before the next one closes it (hlrc; 0: close at every flush) |
 //! | `dsm.release_batch` | 16 | 1 ..= 1024 contended or pushed locks given back together after one flush (1: each at its release) |
 //! | `dsm.protocol_priority` | `"auto"` | `auto`, `realtime`, `normal` |
 //! | `emulation.send_overhead_us`, `recv_overhead_us`, `latency_us` | 0 | finite, ≥ 0 µs (*o_s*, *o_r*, *L*; see [`EmulationConfig`]) |

@@ -537,6 +537,11 @@ pub struct DsmConfig {
     /// `auto` (on). See
     /// `multigrain_coherence::Config::barrier_updates`.
     pub barrier_updates: BarrierUpdates,
+    /// `flush_ahead`: hlrc only: a thread that asks another cluster for a lock
+    /// first flushes the cluster's open pages (closes its interval) while the request
+    /// is on its way, so the critical section that follows flushes only its own
+    /// writes. Default: `true`. See `multigrain_coherence::Config::flush_ahead`.
+    pub flush_ahead: bool,
     /// `protocol_priority`: the scheduling priority of the protocol thread.
     /// Default: `auto`.
     pub protocol_priority: ProtocolPriority,
@@ -580,6 +585,7 @@ impl Default for DsmConfig {
             idle_flushes: DEFAULT_IDLE_FLUSHES,
             release_batch: DEFAULT_RELEASE_BATCH,
             barrier_updates: BarrierUpdates::Auto,
+            flush_ahead: true,
             protocol_priority: ProtocolPriority::Auto,
         }
     }

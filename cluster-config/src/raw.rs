@@ -92,6 +92,7 @@ pub(crate) struct RawDsm {
     pub idle_flushes: Field<Int>,
     pub release_batch: Field<Int>,
     pub barrier_updates: Field<BarrierUpdates>,
+    pub flush_ahead: Field<bool>,
     pub protocol_priority: Field<ProtocolPriority>,
 }
 

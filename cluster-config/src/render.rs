@@ -318,7 +318,7 @@ impl JobConfig {
         let _ = writeln!(
             out,
             "\n[dsm]\nprotocol = \"{}\"\nhome = \"{}\"\nregion_base = {:#x}\nregion_size = {}\n\
-             page_size = {}\nprefetch = {}\nwrite_ahead = {}\nidle_flushes = {}\nrelease_batch = {}\nbarrier_updates = \"{}\"\nprotocol_priority = \"{}\"",
+             page_size = {}\nprefetch = {}\nwrite_ahead = {}\nidle_flushes = {}\nrelease_batch = {}\nbarrier_updates = \"{}\"\nflush_ahead = {}\nprotocol_priority = \"{}\"",
             dsm.protocol,
             dsm.home,
             dsm.region_base,
@@ -329,6 +329,7 @@ impl JobConfig {
             dsm.idle_flushes,
             dsm.release_batch,
             dsm.barrier_updates,
+            dsm.flush_ahead,
             dsm.protocol_priority
         );
         let e = &self.emulation;

@@ -646,6 +646,10 @@ impl Resolver<'_, '_> {
                 .barrier_updates
                 .as_ref()
                 .map_or(d.barrier_updates, |b| *b.get_ref()),
+            flush_ahead: raw
+                .flush_ahead
+                .as_ref()
+                .map_or(d.flush_ahead, |b| *b.get_ref()),
             protocol_priority: raw
                 .protocol_priority
                 .as_ref()

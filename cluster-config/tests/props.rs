@@ -112,6 +112,7 @@ prop_compose! {
                 release_batch: 1 + (seed % u64::from(MAX_RELEASE_BATCH)) as u32,
                 barrier_updates: [BarrierUpdates::Auto, BarrierUpdates::On, BarrierUpdates::Off]
                     [(seed >> 40) as usize % 3],
+                flush_ahead: (seed >> 44) % 2 == 0,
                 protocol_priority,
             },
             emulation: EmulationConfig {

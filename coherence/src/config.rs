@@ -113,6 +113,18 @@ pub struct Config {
     /// update protocols of Munin, Carter, Bennett, Zwaenepoel, SOSP 1991 §3; issue 10:
     /// EM3D's boundary pages.)
     pub barrier_updates: bool,
+    /// hlrc only: a thread that asks another cluster for a lock first closes the
+    /// cluster's interval — flushes its open pages, as a release would, with no lock
+    /// leaving — while the request is on its way ([`crate::sync`], *Flush ahead*).
+    /// The diffs of pages homed here go to their copysets as updates (with
+    /// [`Config::barrier_updates`]), the others to their homes. The critical section
+    /// that follows then flushes only what it writes itself, so the next cluster
+    /// waiting for the lock no longer waits for this cluster's earlier writes to be
+    /// diffed: Water's global-sum locks, taken right after a phase that rewrote every
+    /// molecule of the cluster, used to pass each such flush along the chain of
+    /// waiting clusters. Ignored by sc. (Issue 10; diffs may always be created and
+    /// sent earlier than a release asks: HLRC, OSDI 1996 §2.)
+    pub flush_ahead: bool,
 }
 
 /// The default of [`Config::release_batch`].
@@ -203,6 +215,7 @@ impl Config {
             barrier_manager: ClusterId::new(0).expect("0 is a valid cluster"),
             release_batch: DEFAULT_RELEASE_BATCH,
             barrier_updates: true,
+            flush_ahead: true,
         }
     }
 

@@ -89,15 +89,21 @@ impl Machine {
         let index = self.time.get(me) + 1;
         // Released locks go to their managers with this flush's diffs.
         let carriers: Vec<ClusterId> = match f.then {
-            Resume::Close(_) => self
+            Resume::Close(Completion::Release | Completion::Barrier) => self
                 .leaving
                 .iter()
                 .map(|&l| self.cfg.lock_manager(l))
                 .collect(),
-            Resume::Grant(_) => Vec::new(),
+            Resume::Close(Completion::Ahead) | Resume::Grant(_) => Vec::new(),
         };
-        let updates =
-            self.cfg.barrier_updates && matches!(f.then, Resume::Close(Completion::Barrier));
+        // No lock carries the diffs of a flush ahead of a grant: the homes send them to
+        // their copies as at a barrier, so that the clusters the next grants go to
+        // apply them instead of invalidating the pages.
+        let updates = self.cfg.barrier_updates
+            && matches!(
+                f.then,
+                Resume::Close(Completion::Barrier | Completion::Ahead)
+            );
         // A release carries the newest MAX_CARRIED_DIFFS diffs of its flush to the
         // next holder; the older ones of pages homed here go to their copysets as
         // updates, ahead of the release, so that the grant applies them too (see
@@ -208,6 +214,10 @@ impl Machine {
                     self.stats.arrivals_held += 1;
                     self.barrier.arrival_held = true;
                 }
+                Ok(())
+            }
+            Resume::Close(Completion::Ahead) => {
+                debug_assert!(self.leaving.is_empty(), "no lock leaves with a flush ahead");
                 Ok(())
             }
             Resume::Grant(g) => self.take_grant(g, out),

@@ -385,11 +385,34 @@ impl Machine {
         if l.owned.is_none() && !l.requested {
             l.requested = true;
             self.request_lock(lock, out);
+            if self.deferred_releases.is_empty() {
+                return self.flush_ahead(lock, out);
+            }
             // This thread waits for another cluster, which may wait for a lock of the
             // batch: the batch goes now.
             return self.give_back_deferred(out);
         }
         Ok(())
+    }
+
+    /// A local thread waits for `lock`, just requested from its manager: close the
+    /// interval while the request is on its way ([`crate::Config::flush_ahead`]) —
+    /// unless the manager is this cluster and will grant it at once (no other cluster
+    /// holds it), or a flush is already under way.
+    fn flush_ahead(&mut self, lock: LockId, out: &mut Vec<Action>) -> Result<(), ProtocolError> {
+        let me = self.me;
+        let waits =
+            self.cfg.lock_manager(lock) != me || self.locks.holder(lock).is_some_and(|h| h != me);
+        if !self.cfg.flush_ahead
+            || self.cfg.protocol != Protocol::Hlrc
+            || !waits
+            || self.flushing.is_some()
+            || self.open.is_empty()
+        {
+            return Ok(());
+        }
+        self.stats.flushes_ahead += 1;
+        self.close_interval(Completion::Ahead, out)
     }
 
     /// A thread of this cluster releases `lock`: to a waiting local thread, into the

@@ -84,12 +84,15 @@ pub(crate) enum Completion {
     Release,
     /// The barrier arrival (sent once this cluster's diffs are acknowledged).
     Barrier,
+    /// Nothing: a thread waits for a lock requested from its manager, and the
+    /// interval closes meanwhile ([`crate::Config::flush_ahead`]); no lock leaves.
+    Ahead,
 }
 
 /// What a flush was started for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Resume {
-    /// An interval closes (a lock leaves, a barrier).
+    /// An interval closes (a lock leaves, a barrier, a flush ahead of a lock's grant).
     Close(Completion),
     /// A grant (or push) whose write notices hit open pages without a diff to apply:
     /// the pages were flushed and closed first; the grant is taken now.

@@ -84,6 +84,9 @@ counters! {
     /// hlrc: flushes (interval closes with open pages, and acquires that had to
     /// flush open pages before invalidating them).
     flushes,
+    /// hlrc: of `flushes`, those that closed the interval while a thread waited for a
+    /// lock requested from its manager ([`crate::Config::flush_ahead`]).
+    flushes_ahead,
     /// hlrc: pages diffed at a flush and kept writable with a refreshed twin.
     pages_kept_open,
     /// hlrc: pages diffed at a flush and closed (write-protected, twin dropped).

@@ -1808,3 +1808,150 @@ fn a_lock_stays_for_as_many_uses_as_its_last_visit_had() {
     assert_eq!(released_locks(&run(&mut me, msg(1, recall(1, 6)))), vec![1]);
     assert_eq!(me.stats().lock_visit_keeps, 2);
 }
+
+/// Page 0, homed at cluster 0, written there and then fetched by cluster 1: the
+/// home's copy is open, tracked with a twin, and cluster 1 is in its copyset.
+fn home_page_shared(cfg: &Config) -> (Machine, Machine) {
+    let mut home = Machine::new(c(0), cfg.clone()).unwrap();
+    let mut other = Machine::new(c(1), cfg.clone()).unwrap();
+    run(
+        &mut home,
+        Event::WriteFault {
+            page: p(0),
+            token: FaultToken(1),
+        },
+    );
+    let a = run(&mut other, fault(0, 2));
+    let [Action::Send { msg: get, .. }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    run(&mut home, msg(1, get.clone()));
+    run(&mut other, msg(0, page_data(0)));
+    assert!(home.has_twin(p(0)));
+    (home, other)
+}
+
+/// A thread that asks another cluster for a lock closes the interval while the
+/// request is on its way (`Config::flush_ahead`): the open page is flushed, its diff
+/// goes to the copy as an update (no lock carries it), and the critical section's
+/// release has nothing of it left to diff. The update is applied when the write
+/// notice reaches the copy with a grant, instead of invalidating it.
+#[test]
+fn a_thread_waiting_for_a_lock_flushes_ahead() {
+    let mut cfg = Config::new(Protocol::Hlrc, 2, 4);
+    cfg.prefetch = 0; // see the prefetch tests
+
+    // without flush_ahead the acquire only asks (the comparison)
+    let mut off = cfg.clone();
+    off.flush_ahead = false;
+    let (mut plain, _) = home_page_shared(&off);
+    let a = run(&mut plain, acquire(1, 3));
+    assert!(
+        matches!(
+            a.as_slice(),
+            [Action::Send {
+                msg: Message::LockAcquire { .. },
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+
+    let (mut home, mut other) = home_page_shared(&cfg);
+    // lock 1 is managed by cluster 1: the request leaves first, then the flush
+    let a = run(&mut home, acquire(1, 3));
+    let [
+        Action::Send {
+            to,
+            msg: req @ Message::LockAcquire { .. },
+        },
+        Action::Flush { pages },
+    ] = a.as_slice()
+    else {
+        panic!("{a:?}")
+    };
+    assert_eq!(*to, c(1));
+    assert_eq!(
+        pages,
+        &[FlushPage {
+            page: p(0),
+            keep_open: true
+        }]
+    );
+    let bytes = DiffBytes::new(vec![1u8, 0, 1, 0, 9, 0, 0, 0, 0, 0, 0, 0]);
+    let a = run(
+        &mut home,
+        Event::Flushed {
+            diffs: vec![bytes.clone()],
+        },
+    );
+    // the diff goes to the copy as an update; no lock leaves
+    let [
+        Action::Send {
+            to,
+            msg: update @ Message::Update { diff },
+        },
+    ] = a.as_slice()
+    else {
+        panic!("{a:?}")
+    };
+    assert_eq!((*to, diff.page, &diff.data), (c(1), p(0), &bytes));
+    let st = home.stats();
+    assert_eq!((st.flushes_ahead, st.intervals), (1, 1));
+    assert_eq!(home.versions(p(0)).unwrap().entries(), &[1]);
+
+    // cluster 1 holds the update (its notice has not come) and grants the lock
+    assert_eq!(run(&mut other, msg(0, update.clone())), vec![]);
+    let a = run(&mut other, msg(0, req.clone()));
+    let [Action::Send { msg: grant, .. }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    assert_eq!(
+        run(&mut home, msg(1, grant.clone())),
+        vec![Action::AcquireDone {
+            lock: l(1),
+            token: SyncToken(3)
+        }]
+    );
+    // the critical section writes nothing, and the lock (uncontended) stays cached
+    run(&mut home, release(1, 3));
+    assert!(!home.is_flushing());
+    // a thread of cluster 1 asks for it: the manager recalls it from cluster 0, whose
+    // give-back closes no new interval and carries the earlier one's notice
+    let a = run(&mut other, acquire(1, 4));
+    let [Action::Send { msg: recall, .. }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    let mut a = run(&mut home, msg(1, recall.clone()));
+    if home.is_flushing() {
+        a = run(
+            &mut home,
+            Event::Flushed {
+                diffs: vec![DiffBytes::default()],
+            },
+        );
+    }
+    assert_eq!(home.stats().intervals, 1);
+    let [Action::Send { msg: back, .. }] = a.as_slice() else {
+        panic!("{a:?}")
+    };
+    // the notice applies the held update instead of invalidating the copy
+    let a = run(&mut other, msg(0, back.clone()));
+    assert!(
+        a.contains(&Action::ApplyDiff {
+            page: p(0),
+            data: bytes,
+            twin: false
+        }),
+        "{a:?}"
+    );
+    assert!(
+        !a.iter().any(|x| matches!(x, Action::Invalidate { .. })),
+        "{a:?}"
+    );
+    assert!(a.contains(&Action::AcquireDone {
+        lock: l(1),
+        token: SyncToken(4)
+    }));
+    assert_eq!(other.access(p(0)), Some(PageAccess::ReadOnly));
+}

@@ -194,6 +194,9 @@ pub struct Seen {
     pub sweep_recall: bool,
     /// Among them, locks pushed to a quiet cluster.
     pub sweep_pushed: bool,
+    /// A cluster closed its interval while a thread waited for a lock it had asked
+    /// another cluster for (`Config::flush_ahead`).
+    pub flush_ahead: bool,
     /// A thread took a lock cached by the runtime, without the machine.
     pub runtime_lock_acquire: bool,
     /// The runtime released an idle cached lock that was wanted back.
@@ -668,6 +671,7 @@ impl World {
         self.seen.lock_recall |= st.lock_recalls > 0;
         self.seen.sweep_recall |= st.lock_sweep_recalls > 0;
         self.seen.sweep_pushed |= st.lock_sweep_pushed_recalls > 0;
+        self.seen.flush_ahead |= st.flushes_ahead > 0;
         self.seen.lock_push |= st.lock_pushes_received > 0;
         self.seen.lock_push_back |= st.lock_pushes_back > 0;
         self.seen.lock_visit_keep |= st.lock_visit_keeps > 0;

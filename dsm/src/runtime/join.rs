@@ -69,6 +69,7 @@ fn coherence_config(cfg: &JobConfig, me: usize) -> Result<Config, DsmError> {
     c.release_batch = cfg.dsm.release_batch;
     c.idle_flushes = cfg.dsm.idle_flushes;
     c.barrier_updates = cfg.dsm.barrier_updates.enabled();
+    c.flush_ahead = cfg.dsm.flush_ahead;
     c.home_policy = match cfg.dsm.home {
         HomePolicy::RoundRobin => Homes::RoundRobin,
         HomePolicy::Block => Homes::Block,

@@ -504,6 +504,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "  kept for the visit's next use", &|c| {
         c.protocol.lock_visit_keeps
     });
+    row(&mut s, "  asked for: flushed while waiting", &|c| {
+        c.protocol.flushes_ahead
+    });
     row(&mut s, "lock recalls sent (as manager)", &|c| {
         c.protocol.lock_recalls
     });
