@@ -141,8 +141,10 @@
 //!   phases that rewrote every molecule of the cluster, and each holder's flush of
 //!   those pages was passed along the chain of waiting clusters (≈ 250 µs an acquire
 //!   on 2 clusters). Now a waiting cluster flushes while it waits. Water 512 × 50,
-//!   alternating pairs against the same build without it: 0.94–0.96 on 2×1 over
-//!   shared memory, 0.89 over UDP, 0.95 on 4×1 (issue 10).
+//!   time with / without, alternating pairs, median (p25–p75): 2×1 over UDP 0.94
+//!   (0.88–0.97, 16 pairs), 2×2 0.94 (0.85–1.03, 16); 2×1 over shared memory 1.00
+//!   (0.94–1.06, 28; its CORREC+KINETI phase 0.87) and 4×1 1.04 (0.83–1.08, 10), within
+//!   the noise (issue 10).
 //!
 //! Every happens-before chain from a write to another cluster's acquire leaves the
 //! writer's cluster through a `LockRelease` or a barrier, each of which flushes every
