@@ -719,14 +719,14 @@ impl LockManager {
         self.seen.entry(me).or_default().merge(time);
     }
 
-    /// Whether the current tenure of `lock` was pushed (granted unrequested): its
-    /// receiver may keep the grant's records out of its log until a local thread takes
-    /// it (`Pushed::Deferred` in [`crate::locks`]).
     /// The cluster `lock` is granted to, if any (it may be on its way back).
     pub(crate) fn holder(&self, lock: LockId) -> Option<ClusterId> {
         self.locks.get(lock).and_then(|s| s.holder)
     }
 
+    /// Whether the current tenure of `lock` was pushed (granted unrequested): its
+    /// receiver may keep the grant's records out of its log until a local thread takes
+    /// it (`Pushed::Deferred` in [`crate::locks`]).
     pub(crate) fn is_pushed(&self, lock: LockId) -> bool {
         self.locks.get(lock).is_some_and(|st| st.pushed)
     }
