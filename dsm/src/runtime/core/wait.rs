@@ -111,6 +111,18 @@ impl Core {
 
     /// Passes a synchronization event (built from its token) to the machine and waits
     /// for its completion.
+    ///
+    /// An acquire or release first serves what has arrived (see `serve_arrived`); a
+    /// barrier arrival does not: it is flushed and sent first, and what arrived is
+    /// served while the thread waits for the departure. The last cluster to arrive is
+    /// the barrier's critical path, and what waits for it then is mostly the updates the
+    /// other clusters sent as they arrived (EM3D: ≈ 40 pages of 4 KiB each way a
+    /// phase), which it now applies while the barrier manager applies its own — in
+    /// parallel instead of before its flush. Measured on EM3D (2×1 over shared memory,
+    /// 20,000 nodes per thread, 100 iterations, 8 alternating runs; issue-10 log,
+    /// thirty-seventh session): from the last cluster's arrival at a barrier to the
+    /// departure of each cluster, median a phase, 0.26 and 0.29 ms → 0.22 and 0.24 ms;
+    /// the run 0.96 × (16 alternating pairs).
     pub(crate) fn sync(
         self: &Arc<Self>,
         ops: &RegionOps,
@@ -121,10 +133,13 @@ impl Core {
             return Err(self.failure_error(Some(context())));
         }
         self.with_thread(|slot, ep| {
-            self.serve_arrived(ops, ep)?;
             let s = self.slots.get(slot);
             let seq = s.next_seq();
-            self.handle(ops, ep, event(SyncToken(token(slot, seq))), None)?;
+            let event = event(SyncToken(token(slot, seq)));
+            if !matches!(event, Event::Barrier { .. }) {
+                self.serve_arrived(ops, ep)?;
+            }
+            self.handle(ops, ep, event, None)?;
             self.wait(ops, ep, slot, seq, context)
         })
     }
