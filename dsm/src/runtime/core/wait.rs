@@ -120,9 +120,11 @@ impl Core {
     /// phase), which it now applies while the barrier manager applies its own — in
     /// parallel instead of before its flush. Measured on EM3D (2×1 over shared memory,
     /// 20,000 nodes per thread, 100 iterations, 8 alternating runs; issue-10 log,
-    /// thirty-seventh session): from the last cluster's arrival at a barrier to the
-    /// departure of each cluster, median a phase, 0.26 and 0.29 ms → 0.22 and 0.24 ms;
-    /// the run 0.96 × (16 alternating pairs).
+    /// thirty-seventh session): from the last cluster's entry into a barrier to each
+    /// cluster's exit, median a phase, 0.26 and 0.29 ms → 0.22 and 0.24 ms; the run
+    /// 0.96–0.97 × (16 alternating pairs). The same order for acquires and releases was
+    /// slower on Water (a request or release that leaves before a recall already
+    /// received is handled moves the lock a message later).
     pub(crate) fn sync(
         self: &Arc<Self>,
         ops: &RegionOps,
@@ -175,7 +177,7 @@ impl Core {
         })
     }
 
-    /// Handles what has arrived on the protocol queue, before a synchronization: a
+    /// Handles what has arrived on the protocol queue, before an acquire or release: a
     /// thread that keeps taking a lock cached in its cluster never waits, so it must
     /// notice a recall of that lock itself (with every thread busy, the protocol thread
     /// may not run for a while).
