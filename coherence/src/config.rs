@@ -125,6 +125,13 @@ pub struct Config {
     /// waiting clusters. Ignored by sc. (Issue 10; diffs may always be created and
     /// sent earlier than a release asks: HLRC, OSDI 1996 §2.)
     pub flush_ahead: bool,
+    /// hlrc only: how many locks a sweep recalls ahead of its requests, and how many
+    /// used releases of a manager's locks by other clusters make a cluster *quiet*
+    /// there (see [`crate::sync::SWEEP_RECALL`], the default), `1..=`
+    /// [`MAX_SWEEP_RECALL`]. The runtime keeps the default; the model checker's
+    /// scenarios set 1, so that a sweep over locks pushed to a quiet cluster takes a
+    /// few steps instead of sixteen releases. (This project's, issue 10.)
+    pub sweep_recall: u32,
 }
 
 /// The default of [`Config::release_batch`].
@@ -170,6 +177,10 @@ pub const DEFAULT_IDLE_FLUSHES: u32 = 64;
 /// The largest [`Config::idle_flushes`].
 pub const MAX_IDLE_FLUSHES: u32 = 64;
 
+/// The largest [`Config::sweep_recall`] (a manager counts a cluster's releases up to
+/// it in one byte).
+pub const MAX_SWEEP_RECALL: u32 = 255;
+
 /// Why a [`Config`] was rejected.
 ///
 /// Source: issue 4 (clusters < 2^10, pages < 2^24).
@@ -193,6 +204,9 @@ pub enum ConfigError {
     /// `idle_flushes` is above [`MAX_IDLE_FLUSHES`].
     #[error("idle flushes {0} is outside 0..={MAX_IDLE_FLUSHES}")]
     IdleFlushes(u32),
+    /// `sweep_recall` is 0 or above [`MAX_SWEEP_RECALL`].
+    #[error("sweep recall {0} is outside 1..={MAX_SWEEP_RECALL}")]
+    SweepRecall(u32),
 }
 
 impl Config {
@@ -216,6 +230,7 @@ impl Config {
             release_batch: DEFAULT_RELEASE_BATCH,
             barrier_updates: true,
             flush_ahead: true,
+            sweep_recall: crate::sync::SWEEP_RECALL as u32,
         }
     }
 
@@ -237,6 +252,9 @@ impl Config {
         }
         if self.idle_flushes > MAX_IDLE_FLUSHES {
             return Err(ConfigError::IdleFlushes(self.idle_flushes));
+        }
+        if self.sweep_recall == 0 || self.sweep_recall > MAX_SWEEP_RECALL {
+            return Err(ConfigError::SweepRecall(self.sweep_recall));
         }
         if self.barrier_manager.get() >= self.clusters {
             return Err(ConfigError::NoSuchCluster(
@@ -340,6 +358,17 @@ mod tests {
         assert_eq!(
             with(|c| c.release_batch = 0),
             Err(ConfigError::ReleaseBatch(0))
+        );
+        assert_eq!(ok.sweep_recall, crate::sync::SWEEP_RECALL as u32);
+        assert_eq!(with(|c| c.sweep_recall = 1), Ok(()));
+        assert_eq!(with(|c| c.sweep_recall = MAX_SWEEP_RECALL), Ok(()));
+        assert_eq!(
+            with(|c| c.sweep_recall = 0),
+            Err(ConfigError::SweepRecall(0))
+        );
+        assert_eq!(
+            with(|c| c.sweep_recall = MAX_SWEEP_RECALL + 1),
+            Err(ConfigError::SweepRecall(MAX_SWEEP_RECALL + 1))
         );
     }
 }

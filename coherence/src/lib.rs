@@ -81,8 +81,8 @@ pub mod write_ahead;
 pub use action::{Action, Event, FlushPage, Source};
 pub use config::{
     Config, ConfigError, DEFAULT_IDLE_FLUSHES, DEFAULT_PREFETCH, DEFAULT_RELEASE_BATCH,
-    DEFAULT_WRITE_AHEAD, HomePolicy, MAX_IDLE_FLUSHES, MAX_RELEASE_BATCH, MAX_WRITE_AHEAD,
-    Protocol,
+    DEFAULT_WRITE_AHEAD, HomePolicy, MAX_IDLE_FLUSHES, MAX_RELEASE_BATCH, MAX_SWEEP_RECALL,
+    MAX_WRITE_AHEAD, Protocol,
 };
 pub use error::ProtocolError;
 pub use ids::{

@@ -321,6 +321,7 @@ impl Machine {
         let homes = HomeMap::new(&cfg);
         let pages = PageTable::new(me, &cfg);
         let batching = cfg.batches_releases();
+        let sweep_recall = cfg.sweep_recall as usize;
         Ok(Self {
             me,
             barrier_mgr: (cfg.barrier_manager == me).then(|| BarrierManager::new(cfg.clusters)),
@@ -351,7 +352,7 @@ impl Machine {
             cluster_locks: LockTable::default(),
             manager_seen: BTreeMap::new(),
             barrier: BarrierState::default(),
-            locks: LockManager::new(batching),
+            locks: LockManager::new(batching, sweep_recall),
             stats: Stats::default(),
             inbox: VecDeque::new(),
         })

@@ -243,6 +243,10 @@ pub const MAX_GRANT_DIFFS: usize = 64;
 /// pairs), 2×1 udp 0.90 (10), the default 2×2 job 0.91 (8), 4×1 0.95 (4); Water 4096 ×
 /// 3 2×1 udp 0.99 (6); lock requests per cluster ≈ 2,500 → 800–1,800.
 ///
+/// The default of [`crate::Config::sweep_recall`], which the runtime keeps; the model
+/// checker's scenarios use 1 to reach the sweep over pushed locks in a few steps
+/// (`coherence/tests/model.rs`, `hlrc_pushed_lock_sweep`).
+///
 /// Source: this project's (issue 10), after the sequential-access prefetching of pages
 /// (ArgoDSM fetches 8 pages per miss) applied to lock recalls.
 pub const SWEEP_RECALL: usize = 16;
@@ -383,11 +387,25 @@ pub(crate) struct LockManager {
     /// same holder is a sweep (see [`SWEEP_RECALL`]).
     last_recall: Option<(ClusterId, ClusterId, LockId)>,
     /// For each cluster that gave back a lock of this manager after using it: how many
-    /// such releases by other clusters followed its last one, up to [`SWEEP_RECALL`].
+    /// such releases by other clusters followed its last one, up to `sweep_recall`.
     /// A cluster at the cap (or absent) is *quiet* here — it is not taking this
     /// manager's locks now — so a sweep may take the locks pushed to it ahead of use
     /// (see [`LockManager::recall_sweep`]).
     releases_since: BTreeMap<ClusterId, u8>,
+    /// Locks a sweep recalls ahead, and the releases by others that make a cluster
+    /// quiet: [`crate::Config::sweep_recall`] ([`SWEEP_RECALL`] by default), `1..=255`.
+    sweep_recall: SweepRecall,
+}
+
+/// [`LockManager::sweep_recall`]: [`SWEEP_RECALL`] unless the configuration says
+/// otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct SweepRecall(usize);
+
+impl Default for SweepRecall {
+    fn default() -> Self {
+        SweepRecall(SWEEP_RECALL)
+    }
 }
 
 /// The messages a lock manager decided to send, `(destination, message)` in order:
@@ -406,10 +424,13 @@ pub(crate) enum Request {
 }
 
 impl LockManager {
-    /// A manager with no locks yet; `batching`: see [`crate::Config::release_batch`].
-    pub(crate) fn new(batching: bool) -> Self {
+    /// A manager with no locks yet; `batching`: see [`crate::Config::release_batch`];
+    /// `sweep_recall`: see [`crate::Config::sweep_recall`] ([`SWEEP_RECALL`] by
+    /// default, at most 255).
+    pub(crate) fn new(batching: bool, sweep_recall: usize) -> Self {
         Self {
             batching,
+            sweep_recall: SweepRecall(sweep_recall.clamp(1, usize::from(u8::MAX))),
             ..Self::default()
         }
     }
@@ -555,21 +576,21 @@ impl LockManager {
         let quiet = self
             .releases_since
             .get(&holder)
-            .is_none_or(|&n| usize::from(n) >= SWEEP_RECALL);
+            .is_none_or(|&n| usize::from(n) >= self.sweep_recall.0);
         let mut last = lock;
         if sweep {
             let next = self
                 .locks
                 .iter_mut_from(lock)
                 .skip(1)
-                .take(2 * SWEEP_RECALL)
+                .take(2 * self.sweep_recall.0)
                 .filter(|(_, st)| {
                     !st.recalled
                         && st.waiters.is_empty()
                         && ((cached && st.only_held_by(holder))
                             || (quiet && st.pushed && st.holder == Some(holder)))
                 })
-                .take(SWEEP_RECALL);
+                .take(self.sweep_recall.0);
             for (l, st) in next {
                 st.recalled = true;
                 if st.pushed {
@@ -657,7 +678,7 @@ impl LockManager {
         if !unused {
             st.recent = [Some(from), st.recent[0]];
             for (&c, n) in self.releases_since.iter_mut() {
-                if c != from && usize::from(*n) < SWEEP_RECALL {
+                if c != from && usize::from(*n) < self.sweep_recall.0 {
                     *n += 1;
                 }
             }

@@ -683,6 +683,60 @@ fn hlrc_lock_sweep() {
     );
 }
 
+/// hlrc: a sweep over locks pushed to a cluster that stopped taking them. Both
+/// clusters take locks 1, 3 and 5 (managed by cluster 1) before a barrier, cluster 0
+/// writing the word lock 1 protects and cluster 1 reading it; after the barrier
+/// cluster 0 alone takes them twice more. Its first pass pushes each lock back to
+/// cluster 1, which took it after cluster 0 last time; its second asks for them. With
+/// `sweep_recall` 1 (one used release by another cluster makes cluster 1 quiet at the
+/// manager; one lock recalled ahead) its requests for locks 1 and 3 recall lock 5
+/// from cluster 1 ahead and push it to cluster 0 when it comes back (`sync.rs`,
+/// *Sweeps*; with the default of 16 no scenario is long enough to reach this).
+/// Releases are unbatched, so that each push leaves at its release.
+#[test]
+fn hlrc_pushed_lock_sweep() {
+    let pass = |first: Op| -> Vec<Op> {
+        let mut p = vec![Op::Acquire(1), first, Op::Release(1)];
+        for lock in [3, 5] {
+            p.extend([Op::Acquire(lock), Op::Release(lock)]);
+        }
+        p
+    };
+    let mut c0 = pass(w(0, 1));
+    c0.push(Op::Barrier);
+    c0.extend(pass(w(0, 2)));
+    c0.extend(pass(r(0)));
+    let mut c1 = pass(r(0));
+    c1.push(Op::Barrier);
+    let mut cfg = cfg(Protocol::Hlrc, 2, 1);
+    cfg.sweep_recall = 1;
+    cfg.release_batch = 1;
+    let spec = Spec {
+        cfg,
+        words: 1,
+        threads: vec![(0, c0), (1, c1)],
+    };
+    check(
+        "hlrc_pushed_lock_sweep",
+        spec,
+        vec![
+            (
+                "a sweep recalls a lock pushed to a quiet cluster",
+                |_, s| s.seen.sweep_pushed,
+            ),
+            (
+                "a lock is pushed to the cluster predicted to want it",
+                |_, s| s.seen.lock_push,
+            ),
+            (
+                "a read after an acquire returns a value released by another cluster",
+                |_, s| s.seen.remote_value,
+            ),
+        ],
+        EXPECTED_HLRC_PUSHED_SWEEP,
+    );
+}
+
 /// hlrc: diffs carried by a lock and versions at the home. Cluster 1 writes the page
 /// (homed at cluster 0; cluster 1 manages the lock) under the lock; cluster 2, which
 /// holds a copy, takes the lock next and applies the diff carried with the grant
@@ -1019,7 +1073,10 @@ fn sc_threads_and_locks() {
 // (`Config::flush_ahead`; its updates and diffs interleave with the request): threads
 // 41,104 → 72,289, unbatched pushes 7,545 → 8,133, sweep 3,906 → 6,338, open page
 // invalidated 2,196 → 4,030, closed at every flush 2,422 → 5,302 (the other scenarios
-// ask for no lock with a page open).
+// ask for no lock with a page open). The number of locks a sweep recalls and of
+// releases that make a cluster quiet became a setting (`Config::sweep_recall`,
+// default 16, the runtime's): pushed_lock_sweep (1) is new, the first scenario to
+// take the pushed path (the others unchanged).
 const EXPECTED_HLRC_TRANSITIVE: usize = 775_532;
 const EXPECTED_HLRC_BARRIER: usize = 18_995;
 const EXPECTED_HLRC_THREADS: usize = 72_289;
@@ -1034,6 +1091,7 @@ const EXPECTED_HLRC_OPEN_CLOSED_AT_EVERY_FLUSH: usize = 5_302;
 const EXPECTED_HLRC_HOME_WAITS: usize = 10_267;
 const EXPECTED_HLRC_PREFETCH: usize = 61_218;
 const EXPECTED_HLRC_SWEEP: usize = 6_338;
+const EXPECTED_HLRC_PUSHED_SWEEP: usize = 117_583;
 const EXPECTED_HLRC_UPDATE_AFTER_MIGRATION: usize = 1_042;
 const EXPECTED_HLRC_WRITE_AHEAD: usize = 172;
 const EXPECTED_SC_RACING: usize = 127_883;
