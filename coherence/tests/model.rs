@@ -360,6 +360,10 @@ fn hlrc_threads_in_one_cluster() {
                 "a remote fetch makes a private home page tracked",
                 |_, s| s.seen.home_page_shared,
             ),
+            (
+                "a thread that asks another cluster for a lock flushes while it waits",
+                |_, s| s.seen.flush_ahead,
+            ),
         ],
         EXPECTED_HLRC_THREADS,
     );
@@ -671,6 +675,10 @@ fn hlrc_lock_sweep() {
                 s.seen.sweep_recall
             }),
             (
+                "an update keeps a copy valid at a grant that brings its write notice",
+                |_, s| s.seen.update_at_grant,
+            ),
+            (
                 "a lock is pushed to the cluster predicted to want it",
                 |_, s| s.seen.lock_push,
             ),
@@ -680,6 +688,50 @@ fn hlrc_lock_sweep() {
             ),
         ],
         EXPECTED_HLRC_SWEEP,
+    );
+}
+
+/// hlrc: a lock taken in turns A, B, B (Water's molecule locks on 2 clusters of 2
+/// threads), one use per phase between barriers, three rounds: once the turn has been
+/// seen twice, the manager pushes the lock back to B at B's first release of a round
+/// (a confirmed turn that leads back to the releaser). Releases are unbatched.
+#[test]
+fn hlrc_lock_push_back() {
+    let rounds = 3;
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    for round in 0..rounds {
+        a.extend([Op::Acquire(1), w(0, 1 + round), Op::Release(1)]);
+        a.extend([Op::Barrier, Op::Barrier, Op::Barrier]);
+        b.push(Op::Barrier);
+        b.extend([Op::Acquire(1), r(0), Op::Release(1), Op::Barrier]);
+        b.extend([Op::Acquire(1), r(0), Op::Release(1), Op::Barrier]);
+    }
+    let mut cfg = cfg(Protocol::Hlrc, 2, 1);
+    cfg.release_batch = 1;
+    let spec = Spec {
+        cfg,
+        words: 1,
+        threads: vec![(0, a), (1, b)],
+    };
+    check(
+        "hlrc_lock_push_back",
+        spec,
+        vec![
+            (
+                "a confirmed turn pushes a lock back to its releaser",
+                |_, s| s.seen.lock_push_back,
+            ),
+            (
+                "a lock is pushed to the cluster predicted to want it",
+                |_, s| s.seen.lock_push,
+            ),
+            (
+                "a read after an acquire returns a value released by another cluster",
+                |_, s| s.seen.remote_value,
+            ),
+        ],
+        EXPECTED_HLRC_PUSH_BACK,
     );
 }
 
@@ -784,10 +836,16 @@ fn hlrc_open_page_closed_at_every_flush() {
     check(
         "hlrc_open_page_closed_at_every_flush",
         spec,
-        vec![(
-            "a read after an acquire returns a value released by another cluster",
-            |_, s| s.seen.remote_value,
-        )],
+        vec![
+            (
+                "a read after an acquire returns a value released by another cluster",
+                |_, s| s.seen.remote_value,
+            ),
+            (
+                "a thread that asks another cluster for a lock flushes while it waits",
+                |_, s| s.seen.flush_ahead,
+            ),
+        ],
         EXPECTED_HLRC_OPEN_CLOSED_AT_EVERY_FLUSH,
     );
 }
@@ -1076,7 +1134,11 @@ fn sc_threads_and_locks() {
 // ask for no lock with a page open). The number of locks a sweep recalls and of
 // releases that make a cluster quiet became a setting (`Config::sweep_recall`,
 // default 16, the runtime's): pushed_lock_sweep (1) is new, the first scenario to
-// take the pushed path (the others unchanged).
+// take the pushed path (the others unchanged); lock_push_back (755) is new, and
+// the scenarios now also assert that the flush ahead of a lock request (threads, open
+// page closed at every flush) and a grant applying an update (sweep) are reached — the
+// random programs asserted them before; a push given back for missing records is
+// still reached only there.
 const EXPECTED_HLRC_TRANSITIVE: usize = 775_532;
 const EXPECTED_HLRC_BARRIER: usize = 18_995;
 const EXPECTED_HLRC_THREADS: usize = 72_289;
@@ -1092,6 +1154,7 @@ const EXPECTED_HLRC_HOME_WAITS: usize = 10_267;
 const EXPECTED_HLRC_PREFETCH: usize = 61_218;
 const EXPECTED_HLRC_SWEEP: usize = 6_338;
 const EXPECTED_HLRC_PUSHED_SWEEP: usize = 117_583;
+const EXPECTED_HLRC_PUSH_BACK: usize = 755;
 const EXPECTED_HLRC_UPDATE_AFTER_MIGRATION: usize = 1_042;
 const EXPECTED_HLRC_WRITE_AHEAD: usize = 172;
 const EXPECTED_SC_RACING: usize = 127_883;
