@@ -735,6 +735,63 @@ fn hlrc_lock_push_back() {
     );
 }
 
+/// hlrc: a push that overtakes an earlier one. Cluster 0 manages locks 0 and 2; both
+/// clusters take them before a barrier (cluster 0 writes word 0 under lock 0 and word
+/// 1 under lock 2, cluster 1 reads them), then cluster 0 writes them again and its
+/// unbatched releases push each lock to cluster 1, the second push leaving out the
+/// records the first carried. Cluster 1 takes lock 2 first: when that push arrives
+/// before the other, its records leave a gap in cluster 1's log, so cluster 1 gives it
+/// back unused and asks for the lock, whose grant carries every record it lacks
+/// (`sync.rs`, *Pushes*).
+#[test]
+fn hlrc_push_refused() {
+    let pass = |v: u64, order: [u32; 2], write: bool| -> Vec<Op> {
+        order
+            .into_iter()
+            .flat_map(|lock| {
+                let word = lock as usize / 2;
+                [
+                    Op::Acquire(lock),
+                    if write { w(word, v) } else { r(word) },
+                    Op::Release(lock),
+                ]
+            })
+            .collect()
+    };
+    let mut c0 = pass(1, [0, 2], true);
+    c0.push(Op::Barrier);
+    c0.extend(pass(2, [0, 2], true));
+    let mut c1 = pass(0, [0, 2], false);
+    c1.push(Op::Barrier);
+    c1.extend(pass(0, [2, 0], false));
+    let mut cfg = cfg(Protocol::Hlrc, 2, 1);
+    cfg.release_batch = 1;
+    let spec = Spec {
+        cfg,
+        words: 2,
+        threads: vec![(0, c0), (1, c1)],
+    };
+    check(
+        "hlrc_push_refused",
+        spec,
+        vec![
+            (
+                "a push whose records leave a gap is given back and asked for",
+                |_, s| s.seen.push_refused,
+            ),
+            (
+                "a lock is pushed to the cluster predicted to want it",
+                |_, s| s.seen.lock_push,
+            ),
+            (
+                "a read after an acquire returns a value released by another cluster",
+                |_, s| s.seen.remote_value,
+            ),
+        ],
+        EXPECTED_HLRC_PUSH_REFUSED,
+    );
+}
+
 /// hlrc: a sweep over locks pushed to a cluster that stopped taking them. Both
 /// clusters take locks 1, 3 and 5 (managed by cluster 1) before a barrier, cluster 0
 /// writing the word lock 1 protects and cluster 1 reading it; after the barrier
@@ -1137,8 +1194,8 @@ fn sc_threads_and_locks() {
 // take the pushed path (the others unchanged); lock_push_back (755) is new, and
 // the scenarios now also assert that the flush ahead of a lock request (threads, open
 // page closed at every flush) and a grant applying an update (sweep) are reached — the
-// random programs asserted them before; a push given back for missing records is
-// still reached only there.
+// random programs asserted them before; push_refused (71,603) is new, a push given
+// back for the records an overtaken push carried.
 const EXPECTED_HLRC_TRANSITIVE: usize = 775_532;
 const EXPECTED_HLRC_BARRIER: usize = 18_995;
 const EXPECTED_HLRC_THREADS: usize = 72_289;
@@ -1155,6 +1212,7 @@ const EXPECTED_HLRC_PREFETCH: usize = 61_218;
 const EXPECTED_HLRC_SWEEP: usize = 6_338;
 const EXPECTED_HLRC_PUSHED_SWEEP: usize = 117_583;
 const EXPECTED_HLRC_PUSH_BACK: usize = 755;
+const EXPECTED_HLRC_PUSH_REFUSED: usize = 71_603;
 const EXPECTED_HLRC_UPDATE_AFTER_MIGRATION: usize = 1_042;
 const EXPECTED_HLRC_WRITE_AHEAD: usize = 172;
 const EXPECTED_SC_RACING: usize = 127_883;
