@@ -27,6 +27,19 @@ use stateright::{Checker, Model, Property};
 
 type Cond = fn(&CoherenceModel, &World) -> bool;
 
+/// Most scenarios' proof that data moved: a read after an acquire returns a value
+/// another cluster released.
+const REMOTE_VALUE: (&str, Cond) = (
+    "a read after an acquire returns a value released by another cluster",
+    |_, s| s.seen.remote_value,
+);
+
+/// The lock scenarios' proof that a lock went ahead of a request.
+const LOCK_PUSH: (&str, Cond) = (
+    "a lock is pushed to the cluster predicted to want it",
+    |_, s| s.seen.lock_push,
+);
+
 struct CoherenceModel {
     spec: Spec,
     sometimes: Vec<(&'static str, Cond)>,
@@ -210,10 +223,7 @@ fn transitive_locks(name: &str, cfg: Config, expected: usize) {
         name,
         spec,
         vec![
-            (
-                "a read after an acquire returns a value released by another cluster",
-                |_, s| s.seen.remote_value,
-            ),
+            REMOTE_VALUE,
             ("a home writes a page no other cluster holds", |_, s| {
                 s.seen.private_home_write
             }),
@@ -337,10 +347,7 @@ fn hlrc_threads_in_one_cluster() {
                 s.seen.stale_refetch
             }),
             ("a flush keeps a written page open", |_, s| s.seen.kept_open),
-            (
-                "a read after an acquire returns a value released by another cluster",
-                |_, s| s.seen.remote_value,
-            ),
+            REMOTE_VALUE,
             (
                 "a lock is acquired inside a cluster without a message",
                 |_, s| s.seen.local_lock_acquire,
@@ -476,10 +483,7 @@ fn hlrc_prefetch() {
             ("an acquire applies a diff carried by the lock", |_, s| {
                 s.seen.carried_diff
             }),
-            (
-                "a read after an acquire returns a value released by another cluster",
-                |_, s| s.seen.remote_value,
-            ),
+            REMOTE_VALUE,
         ],
         EXPECTED_HLRC_PREFETCH,
     );
@@ -562,10 +566,7 @@ fn hlrc_lock_held_across_barrier() {
     check(
         "hlrc_lock_held_across_barrier",
         spec,
-        vec![(
-            "a read after an acquire returns a value released by another cluster",
-            |_, s| s.seen.remote_value,
-        )],
+        vec![REMOTE_VALUE],
         EXPECTED_HLRC_ACROSS_BARRIER,
     );
 }
@@ -616,18 +617,12 @@ fn lock_pushes(name: &str, release_batch: u32, expected: usize) {
         threads: vec![(0, program(0, 1)), (1, program(1, 0))],
     };
     let mut sometimes: Vec<(&'static str, Cond)> = vec![
-        (
-            "a lock is pushed to the cluster predicted to want it",
-            |_, s| s.seen.lock_push,
-        ),
+        LOCK_PUSH,
         ("a request crossed by a push is dropped", |_, s| {
             s.seen.stale_lock_request
         }),
         ("a lock manager recalls a lock", |_, s| s.seen.lock_recall),
-        (
-            "a read after an acquire returns a value released by another cluster",
-            |_, s| s.seen.remote_value,
-        ),
+        REMOTE_VALUE,
     ];
     if release_batch > 1 {
         sometimes.push((
@@ -678,14 +673,8 @@ fn hlrc_lock_sweep() {
                 "an update keeps a copy valid at a grant that brings its write notice",
                 |_, s| s.seen.update_at_grant,
             ),
-            (
-                "a lock is pushed to the cluster predicted to want it",
-                |_, s| s.seen.lock_push,
-            ),
-            (
-                "a read after an acquire returns a value released by another cluster",
-                |_, s| s.seen.remote_value,
-            ),
+            LOCK_PUSH,
+            REMOTE_VALUE,
         ],
         EXPECTED_HLRC_SWEEP,
     );
@@ -722,14 +711,8 @@ fn hlrc_lock_push_back() {
                 "a confirmed turn pushes a lock back to its releaser",
                 |_, s| s.seen.lock_push_back,
             ),
-            (
-                "a lock is pushed to the cluster predicted to want it",
-                |_, s| s.seen.lock_push,
-            ),
-            (
-                "a read after an acquire returns a value released by another cluster",
-                |_, s| s.seen.remote_value,
-            ),
+            LOCK_PUSH,
+            REMOTE_VALUE,
         ],
         EXPECTED_HLRC_PUSH_BACK,
     );
@@ -779,14 +762,8 @@ fn hlrc_push_refused() {
                 "a push whose records leave a gap is given back and asked for",
                 |_, s| s.seen.push_refused,
             ),
-            (
-                "a lock is pushed to the cluster predicted to want it",
-                |_, s| s.seen.lock_push,
-            ),
-            (
-                "a read after an acquire returns a value released by another cluster",
-                |_, s| s.seen.remote_value,
-            ),
+            LOCK_PUSH,
+            REMOTE_VALUE,
         ],
         EXPECTED_HLRC_PUSH_REFUSED,
     );
@@ -833,14 +810,8 @@ fn hlrc_pushed_lock_sweep() {
                 "a sweep recalls a lock pushed to a quiet cluster",
                 |_, s| s.seen.sweep_pushed,
             ),
-            (
-                "a lock is pushed to the cluster predicted to want it",
-                |_, s| s.seen.lock_push,
-            ),
-            (
-                "a read after an acquire returns a value released by another cluster",
-                |_, s| s.seen.remote_value,
-            ),
+            LOCK_PUSH,
+            REMOTE_VALUE,
         ],
         EXPECTED_HLRC_PUSHED_SWEEP,
     );
@@ -874,10 +845,7 @@ fn hlrc_carried_diffs() {
                 s.seen.diff_buffered
             }),
             ("a flush keeps a written page open", |_, s| s.seen.kept_open),
-            (
-                "a read after an acquire returns a value released by another cluster",
-                |_, s| s.seen.remote_value,
-            ),
+            REMOTE_VALUE,
         ],
         EXPECTED_HLRC_CARRIED,
     );
@@ -894,10 +862,7 @@ fn hlrc_open_page_closed_at_every_flush() {
         "hlrc_open_page_closed_at_every_flush",
         spec,
         vec![
-            (
-                "a read after an acquire returns a value released by another cluster",
-                |_, s| s.seen.remote_value,
-            ),
+            REMOTE_VALUE,
             (
                 "a thread that asks another cluster for a lock flushes while it waits",
                 |_, s| s.seen.flush_ahead,
@@ -927,10 +892,7 @@ fn hlrc_open_page_invalidated() {
             ("a home holds a fetch until a diff arrives", |_, s| {
                 s.seen.fetch_deferred
             }),
-            (
-                "a read after an acquire returns a value released by another cluster",
-                |_, s| s.seen.remote_value,
-            ),
+            REMOTE_VALUE,
         ],
         EXPECTED_HLRC_OPEN_INVALIDATED,
     );
@@ -1053,10 +1015,7 @@ fn hlrc_home_waits_for_diffs() {
                 "a barrier departure waits for a diff of a page homed here",
                 |_, s| s.seen.barrier_held,
             ),
-            (
-                "a read after an acquire returns a value released by another cluster",
-                |_, s| s.seen.remote_value,
-            ),
+            REMOTE_VALUE,
         ],
         EXPECTED_HLRC_HOME_WAITS,
     );
