@@ -425,12 +425,12 @@ pub(crate) enum Request {
 
 impl LockManager {
     /// A manager with no locks yet; `batching`: see [`crate::Config::release_batch`];
-    /// `sweep_recall`: see [`crate::Config::sweep_recall`] ([`SWEEP_RECALL`] by
-    /// default, at most 255).
+    /// `sweep_recall`: see [`crate::Config::sweep_recall`] (`1..=255`, which
+    /// `Config::validate` checked).
     pub(crate) fn new(batching: bool, sweep_recall: usize) -> Self {
         Self {
             batching,
-            sweep_recall: SweepRecall(sweep_recall.clamp(1, usize::from(u8::MAX))),
+            sweep_recall: SweepRecall(sweep_recall),
             ..Self::default()
         }
     }

@@ -728,25 +728,19 @@ fn hlrc_lock_push_back() {
 /// (`sync.rs`, *Pushes*).
 #[test]
 fn hlrc_push_refused() {
-    let pass = |v: u64, order: [u32; 2], write: bool| -> Vec<Op> {
-        order
+    // Lock 2i protects word i.
+    let pass = |locks: [u32; 2], op: &dyn Fn(usize) -> Op| -> Vec<Op> {
+        locks
             .into_iter()
-            .flat_map(|lock| {
-                let word = lock as usize / 2;
-                [
-                    Op::Acquire(lock),
-                    if write { w(word, v) } else { r(word) },
-                    Op::Release(lock),
-                ]
-            })
+            .flat_map(|lock| [Op::Acquire(lock), op(lock as usize / 2), Op::Release(lock)])
             .collect()
     };
-    let mut c0 = pass(1, [0, 2], true);
+    let mut c0 = pass([0, 2], &|word| w(word, 1));
     c0.push(Op::Barrier);
-    c0.extend(pass(2, [0, 2], true));
-    let mut c1 = pass(0, [0, 2], false);
+    c0.extend(pass([0, 2], &|word| w(word, 2)));
+    let mut c1 = pass([0, 2], &r);
     c1.push(Op::Barrier);
-    c1.extend(pass(0, [2, 0], false));
+    c1.extend(pass([2, 0], &r));
     let mut cfg = cfg(Protocol::Hlrc, 2, 1);
     cfg.release_batch = 1;
     let spec = Spec {
@@ -772,8 +766,8 @@ fn hlrc_push_refused() {
 /// hlrc: a sweep over locks pushed to a cluster that stopped taking them. Both
 /// clusters take locks 1, 3 and 5 (managed by cluster 1) before a barrier, cluster 0
 /// writing the word lock 1 protects and cluster 1 reading it; after the barrier
-/// cluster 0 alone takes them twice more. Its first pass pushes each lock back to
-/// cluster 1, which took it after cluster 0 last time; its second asks for them. With
+/// cluster 0 alone takes them twice more. Its first pass pushes each lock to cluster
+/// 1, which took it after cluster 0 last time; its second asks for them. With
 /// `sweep_recall` 1 (one used release by another cluster makes cluster 1 quiet at the
 /// manager; one lock recalled ahead) its requests for locks 1 and 3 recall lock 5
 /// from cluster 1 ahead and push it to cluster 0 when it comes back (`sync.rs`,
