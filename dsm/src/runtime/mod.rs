@@ -8,6 +8,7 @@ mod lock_cache;
 mod reseq;
 pub(crate) mod slots;
 pub(crate) mod sync;
+mod twins;
 mod watch;
 mod worker;
 

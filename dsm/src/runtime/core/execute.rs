@@ -250,19 +250,15 @@ impl Core {
                 bump(&self.counters.pages_installed, 1);
                 Ok(())
             }
-            Action::MakeTwin { page } => {
-                let mut twin = st.spare.pop().unwrap_or_else(|| Box::new([0; PAGE_SIZE]));
-                ops.view_read(idx(page), &mut twin).map_err(op_err)?;
-                st.twins.insert(page.get(), twin);
-                Ok(())
-            }
+            Action::MakeTwin { page } => ops
+                .view_read(idx(page), st.twins.make(page.get()))
+                .map_err(op_err),
             Action::DropTwin { page } => {
-                let twin = st
-                    .twins
-                    .remove(&page.get())
-                    .ok_or_else(|| self.internal(format!("drop of {page:?} without a twin")))?;
-                st.spare.push(twin);
-                Ok(())
+                if st.twins.remove(page.get()) {
+                    Ok(())
+                } else {
+                    Err(self.internal(format!("drop of {page:?} without a twin")))
+                }
             }
             Action::ShareHomePage { to, page } => {
                 self.share_home_page(ops, ep, st, to.index(), page, pending)
@@ -349,9 +345,9 @@ impl Core {
                 continue;
             }
             let key = fp.page.get();
-            let twin = st
+            let (twin, scratch) = st
                 .twins
-                .get_mut(&key)
+                .with_scratch(key)
                 .ok_or_else(|| self.internal(format!("flush of {:?} without a twin", fp.page)))?;
             let op_err = |source| DsmError::PageOp {
                 cluster: self.me,
@@ -367,12 +363,12 @@ impl Core {
             } else if ops.view_equals(index, twin).map_err(op_err)? {
                 DiffBytes::default()
             } else {
-                ops.view_read(index, &mut st.scratch).map_err(op_err)?;
+                ops.view_read(index, scratch).map_err(op_err)?;
                 // Encoded into a buffer with room for the largest diff (a vector grown by
                 // doubling took ten reallocations for a page rewritten whole): a small
                 // diff is copied out, a large one takes the buffer along.
                 st.diff_buf.clear();
-                diff::encode(&twin[..], &st.scratch[..], &mut st.diff_buf)
+                diff::encode(&twin[..], &scratch[..], &mut st.diff_buf)
                     .map_err(|e| self.internal(format!("diff of {:?}: {e}", fp.page)))?;
                 if st.diff_buf.is_empty() {
                     DiffBytes::default()
@@ -389,10 +385,10 @@ impl Core {
                 if !out.is_empty() {
                     // The contents just diffed become the twin; the old twin, the next
                     // scratch buffer (no copy).
-                    std::mem::swap(twin, &mut st.scratch);
+                    st.twins.swap_scratch(key);
                 }
-            } else if let Some(t) = st.twins.remove(&key) {
-                st.spare.push(t);
+            } else {
+                st.twins.remove(key);
             }
             diffs.push(out);
         }
@@ -421,9 +417,7 @@ impl Core {
                 cluster: self.me,
                 source,
             })?;
-        let mut twin = st.spare.pop().unwrap_or_else(|| Box::new([0; PAGE_SIZE]));
-        multigrain_coherence::copy::copy_bytes(&mut twin[..], &dst[..]);
-        st.twins.insert(page.get(), twin);
+        multigrain_coherence::copy::copy_bytes(&mut st.twins.make(page.get())[..], &dst[..]);
         let parts = Message::PageData {
             page,
             writable: false,
@@ -451,7 +445,7 @@ impl Core {
             .map_err(|e| self.internal(format!("diff of {page:?}: {e}")))?;
         let p = PageIndex(page.index());
         if twin {
-            let t = st.twins.get_mut(&page.get()).ok_or_else(|| {
+            let t = st.twins.get_mut(page.get()).ok_or_else(|| {
                 self.internal(format!("diff for the twin of {page:?}, which has none"))
             })?;
             diff::apply(&mut t[..], data)

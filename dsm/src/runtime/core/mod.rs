@@ -64,6 +64,7 @@ pub(crate) use fault::Resolver;
 use super::lock_cache::{LockCache, Wanted};
 use super::reseq::{Offer, Resequencer};
 use super::slots::{RUNTIME_TOKEN, SentByThread, SlotRef, Slots, thread_slot, token};
+use super::twins::Twins;
 use super::watch::Waits;
 use crate::error::DsmError;
 use crate::stats::{ClusterStats, Counters, LayerStats, ProtocolStats, bump};
@@ -84,7 +85,7 @@ use multigrain_messaging::{
     VirtualName,
 };
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -128,12 +129,9 @@ pub(crate) struct Failure {
 pub(crate) struct State {
     pub(crate) machine: Machine,
     actions: Vec<Action>,
-    /// Twins by page.
-    twins: HashMap<u32, Box<[u8; PAGE_SIZE]>>,
-    /// Twin buffers for reuse.
-    spare: Vec<Box<[u8; PAGE_SIZE]>>,
-    /// A page's current contents while its diff is encoded.
-    scratch: Box<[u8; PAGE_SIZE]>,
+    /// Twins by page, and the scratch page that holds a page's current contents while
+    /// its diff is encoded.
+    twins: Twins,
     /// The diff being encoded, with room for the largest ([`diff::MAX_ENCODED`]).
     diff_buf: Vec<u8>,
     /// Bulk messages held back by the event being handled, by destination cluster (see
@@ -260,9 +258,7 @@ impl Core {
             state: Mutex::new(State {
                 machine,
                 actions: Vec::new(),
-                twins: HashMap::new(),
-                spare: Vec::new(),
-                scratch: Box::new([0; PAGE_SIZE]),
+                twins: Twins::new(),
                 diff_buf: Vec::with_capacity(diff::MAX_ENCODED),
                 outbox: (0..clusters).map(|_| wire::Bundle::default()).collect(),
                 reclaim: Vec::new(),
