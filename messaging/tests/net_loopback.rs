@@ -141,6 +141,41 @@ fn every_message_kind_crosses_the_network() {
     }
 }
 
+#[test]
+fn an_inline_sender_does_not_wake_the_sleeping_ini_thread() {
+    // Inline INIs (the default): the sending thread runs the INI's pass itself, so the
+    // INI thread, asleep between messages, is not woken for each one (it was, with an
+    // eventfd write per message, before the pass ran).
+    let cs = clusters(2, 1, IniPolicy::Static, FaultConfig::default(), |c| {
+        assert!(c.inline, "the default");
+    });
+    let a = endpoint(&cs[0], 0, 1, 2);
+    let b = endpoint(&cs[1], 1, 0, 2);
+    const N: u64 = 50;
+    for i in 0..N {
+        // Long enough for the INI thread to handle the last ACK and fall asleep.
+        std::thread::sleep(Duration::from_millis(3));
+        a.send_express(VirtualName(1), Express::new(Handler(3), i).unwrap())
+            .unwrap();
+        let Message::Express(e) = recv(&b, "Express") else {
+            panic!("not Express")
+        };
+        assert_eq!(e.payload, i, "in order");
+    }
+    drop((a, b));
+    drain_all(&cs, Duration::from_secs(10));
+    let reports: Vec<_> = cs
+        .into_iter()
+        .map(|c| c.inis.shutdown(Duration::from_secs(10)).unwrap())
+        .collect();
+    let sender = &reports[0][0];
+    assert!(sender.messages >= N, "{} messages", sender.messages);
+    assert_eq!(
+        sender.sender_wakeups, 0,
+        "the sending thread's own passes took every message"
+    );
+}
+
 /// Waits until every cluster's INIs have had everything acknowledged, while all of them
 /// still run, as `Job::finish` does before its drained barrier. Shutting clusters down one
 /// by one without this can strand the last frame of a later cluster: its ACK, sent by an

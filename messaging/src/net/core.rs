@@ -575,6 +575,7 @@ impl IniCore {
         r.utilization = self.c.busy_ns as f64 / elapsed.as_nanos().max(1) as f64;
         r.misscheduled = handoff.misscheduled.load(Ordering::Relaxed);
         r.misscheduled_time_us = self.c.misscheduled_time_ns as f64 / 1e3;
+        r.sender_wakeups = handoff.sender_wakeups.load(Ordering::Relaxed);
         r.delivered = self.c.delivered;
         r.rejected_frames = self.c.rejected;
         r.injected = self.faults.counts;

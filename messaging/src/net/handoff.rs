@@ -5,7 +5,9 @@
 //! slot until the INI frames it. An idle INI sleeps in `epoll_wait` on its socket and an
 //! eventfd; a compute thread writes the eventfd only when the INI has announced that it
 //! sleeps (same lost-wake-up argument as the doorbells: `SeqCst` claim, then `SeqCst`
-//! load of the flag; the INI stores the flag, then re-checks the ring).
+//! load of the flag; the INI stores the flag, then re-checks the ring) — and, with
+//! inline INIs, only when its own pass right after the push left the message queued
+//! ([`Handoff::push_quiet`]).
 
 use super::frame::FrameKind;
 use crate::ring::HeapRing;
@@ -43,6 +45,8 @@ pub(crate) struct Handoff {
     pub(crate) queue_len_sum: AtomicU64,
     /// Messages put here while another INI's queue was empty (paper 002 §5: mis-scheduled).
     pub(crate) misscheduled: AtomicU64,
+    /// Times a sender woke the sleeping INI thread to take what it had queued.
+    pub(crate) sender_wakeups: AtomicU64,
 }
 
 impl Handoff {
@@ -54,6 +58,7 @@ impl Handoff {
             arrivals: AtomicU64::new(0),
             queue_len_sum: AtomicU64::new(0),
             misscheduled: AtomicU64::new(0),
+            sender_wakeups: AtomicU64::new(0),
         })
     }
 
@@ -62,8 +67,18 @@ impl Handoff {
         self.ring.len()
     }
 
-    /// Enqueues from a compute thread; a full queue hands the message back.
+    /// Enqueues from a compute thread and wakes the INI if it sleeps; a full queue
+    /// hands the message back.
     pub(crate) fn push(&self, msg: OutMsg) -> Result<(), OutMsg> {
+        self.push_quiet(msg)?;
+        self.wake_if_sleeping();
+        Ok(())
+    }
+
+    /// [`Handoff::push`] without the wake-up: for a compute thread that runs the INI's
+    /// pass itself right after (inline INIs) and wakes the INI only if that pass could
+    /// not take the message ([`Handoff::wake_if_sleeping`]).
+    pub(crate) fn push_quiet(&self, msg: OutMsg) -> Result<(), OutMsg> {
         let before = self.ring.len() as u64;
         self.ring.push(msg)?;
         self.arrivals.fetch_add(1, Ordering::Relaxed);
@@ -71,10 +86,16 @@ impl Handoff {
         if msg.misscheduled {
             self.misscheduled.fetch_add(1, Ordering::Relaxed);
         }
+        Ok(())
+    }
+
+    /// Wakes the INI if it announced that it sleeps (after a push: the `SeqCst` claim of
+    /// the ring slot comes before this `SeqCst` load of the flag).
+    pub(crate) fn wake_if_sleeping(&self) {
         if self.sleeping.load(Ordering::SeqCst) != 0 {
+            self.sender_wakeups.fetch_add(1, Ordering::Relaxed);
             let _ = self.efd.write(1);
         }
-        Ok(())
     }
 
     /// The INI announces it is about to sleep; returns false (and withdraws) if work

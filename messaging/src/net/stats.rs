@@ -34,6 +34,11 @@ pub struct IniReport {
     pub misscheduled: u64,
     /// Their total time waiting in this INI, µs.
     pub misscheduled_time_us: f64,
+    /// Times a sending thread woke this INI's sleeping thread to take a message it had
+    /// queued (an eventfd write). With inline INIs (`ini.inline`) the sender runs the
+    /// INI's pass itself and wakes the thread only when that pass could not take the
+    /// message (another thread ran one, or the pass's budget was spent).
+    pub sender_wakeups: u64,
     /// Messages this INI received and delivered to local queues.
     pub delivered: u64,
     /// Messages that passed the window's checks (address, epoch, MAC) but whose frame
