@@ -30,6 +30,8 @@ fn bench_dsm_prints_and_writes_every_row_with_its_baseline() {
             "the same, against its data path",
             "lock hand-off + 64 B, INIs over UDP",
             "remote read fault, INIs over UDP",
+            "remote read fault, shared memory, the home's thread polling",
+            "remote read fault, INIs over UDP, the home's thread polling",
         ],
     );
 
@@ -70,4 +72,19 @@ fn bench_dsm_prints_and_writes_every_row_with_its_baseline() {
     }
     assert!(against_express["met"].is_boolean(), "{against_express}");
     assert!(against_path["met"].is_null(), "{against_path}");
+    // The remote read faults are timed twice, the home's threads asleep and polling,
+    // each against the same baseline and target.
+    for via in ["shared memory", "INIs over UDP"] {
+        let asleep = row("hlrc", &format!("remote read fault, {via}"));
+        let polling = row(
+            "hlrc",
+            &format!("remote read fault, {via}, the home's thread polling"),
+        );
+        assert_eq!(
+            asleep["paired"]["baseline_summary"], polling["paired"]["baseline_summary"],
+            "{asleep} / {polling}"
+        );
+        assert_eq!(asleep["target"], polling["target"], "{asleep} / {polling}");
+        assert!(polling["met"].is_boolean(), "{polling}");
+    }
 }

@@ -261,7 +261,9 @@ impl BareWriteFault {
 
 /// A two-cluster job in this process, connected through shared memory: cluster 0 is
 /// measured (from the calling thread), cluster 1 is the home of the upper half of the
-/// region (block home policy) and serves it from its protocol thread.
+/// region (block home policy) and serves it from its protocol thread — or, in
+/// [`Pair::remote_read_faults_home_polling`], from its compute thread waiting in the
+/// runtime.
 pub struct Pair {
     a: Option<Dsm>,
     b: Option<Dsm>,
@@ -282,6 +284,14 @@ const WORDS_PER_PAGE: usize = PAGE_SIZE / 8;
 impl Pair {
     /// Region size of a pair: 64 MiB, 8192 pages homed at each cluster.
     pub const REGION: usize = 64 << 20;
+    /// How long the pair's threads poll while they wait before they sleep
+    /// ([`DsmOptions::wait_spin`]): long enough that cluster 1's thread, waiting at a
+    /// barrier in [`Pair::remote_read_faults_home_polling`], polls through a whole batch
+    /// of faults (a job's default, 1 ms, is over after about 70 of them).
+    pub const WAIT_SPIN: Duration = Duration::from_secs(10);
+    /// How long cluster 0 sleeps after cluster 1's thread entered its barrier, before the
+    /// first timed fault: the arrival it sent is handled by then.
+    const SETTLE: Duration = Duration::from_millis(5);
     /// Pages homed at each cluster.
     pub const HALF: usize = Self::REGION / PAGE_SIZE / 2;
 
@@ -311,7 +321,7 @@ impl Pair {
         // order, which write-ahead would open ahead of the writes).
         cfg.dsm.write_ahead = 0;
         cfg.ini.mtu = 8972;
-        let (mut a, mut b, inis) = join_two(&cfg, base, network)?;
+        let (mut a, mut b, inis) = join_two(&cfg, base, network, Self::WAIT_SPIN)?;
         let words = Self::REGION / 8;
         let a_words = a.alloc::<u64>(words)?;
         let b_words = b.alloc::<u64>(words)?;
@@ -389,6 +399,42 @@ impl Pair {
             out.push(ns(t.elapsed()));
         }
         Ok(out)
+    }
+
+    /// As [`Pair::remote_read_faults`] with nothing slept, while the home's compute
+    /// thread waits in the runtime (at a barrier that cluster 0 joins after the last
+    /// read) and serves each request as it polls its queues (paper 000 §3.3): no thread
+    /// is woken, as in the Express round trip the fault is compared with. In an
+    /// application this is the home whose threads wait for a lock, a page or a barrier;
+    /// [`Pair::remote_read_faults`] is the home whose threads all sleep or compute,
+    /// served by its protocol thread, woken by the request.
+    ///
+    /// # Errors
+    /// If the job fails.
+    pub fn remote_read_faults_home_polling(&mut self, n: usize) -> Result<Vec<u64>, DsmError> {
+        let pages = (0..n)
+            .map(|_| self.next_remote_page(1))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (a, b) = (self.a(), self.b.as_ref().expect("live"));
+        let this = &*self;
+        let (ra, rb) = std::thread::scope(|s| {
+            let hb = s.spawn(|| b.barrier());
+            std::thread::sleep(Self::SETTLE);
+            let out: Vec<u64> = pages
+                .iter()
+                .map(|&page| {
+                    let t = Instant::now();
+                    black_box(this.read_remote(page));
+                    ns(t.elapsed())
+                })
+                .collect();
+            (
+                a.barrier().map(|()| out),
+                hb.join().expect("cluster 1 thread"),
+            )
+        });
+        rb?;
+        ra
     }
 
     /// Times up to `n` reads of untouched pages homed here (zero-filled locally, no
@@ -555,11 +601,13 @@ const TURN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Joins the two clusters of `cfg` (a job of two clusters of one thread each) in this
 /// process, one thread each, their regions at `base` and `base + 2^32`: with
 /// `network`, through one INI each over UDP on loopback (returned, to be dropped after
-/// the clusters), else through shared memory.
+/// the clusters), else through shared memory; their threads poll for `wait_spin` while
+/// they wait ([`DsmOptions::wait_spin`]).
 fn join_two(
     cfg: &JobConfig,
     base: usize,
     network: bool,
+    wait_spin: Duration,
 ) -> Result<(Dsm, Dsm, Vec<multigrain_messaging::net::IniGroup>), DsmError> {
     let config_error = |cluster: usize, reason: String| DsmError::Config { cluster, reason };
     let (ts, inis) = if network {
@@ -579,6 +627,7 @@ fn join_two(
                 s.spawn(move || {
                     let o = DsmOptions {
                         region_base: Some(base + (c << 32)),
+                        wait_spin,
                         ..DsmOptions::default()
                     };
                     Dsm::join_with(t, cfg, o)
@@ -644,7 +693,7 @@ impl LockHandoff {
         cfg.dsm.protocol = protocol;
         cfg.dsm.region_size = 1 << 20;
         cfg.ini.mtu = 8972;
-        let (mut a, mut b, inis) = join_two(&cfg, base, network)?;
+        let (mut a, mut b, inis) = join_two(&cfg, base, network, DsmOptions::default().wait_spin)?;
         let words = [
             a.alloc::<u64>(HANDOFF_WORDS)?,
             b.alloc::<u64>(HANDOFF_WORDS)?,

@@ -119,6 +119,9 @@ enum K {
     Local(usize),
     RemoteShm(usize),
     RemoteNet(usize),
+    /// The remote read faults again, the home's compute thread polling in the runtime.
+    RemoteShmPolling(usize),
+    RemoteNetPolling(usize),
     Write(usize),
     Release(usize),
     HandoffShm(usize),
@@ -148,7 +151,9 @@ fn kernel_order() -> Vec<K> {
         order.extend([
             K::Local(i),
             K::RemoteShm(i),
+            K::RemoteShmPolling(i),
             K::RemoteNet(i),
+            K::RemoteNetPolling(i),
             K::Write(i),
             K::Release(i),
             K::HandoffShm(i),
@@ -233,6 +238,12 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
                 .fault_net
                 .remote_read_faults(b, Duration::ZERO)?,
         ),
+        K::RemoteShmPolling(i) => {
+            median_us(&subjects[i].fault_shm.remote_read_faults_home_polling(b)?)
+        }
+        K::RemoteNetPolling(i) => {
+            median_us(&subjects[i].fault_net.remote_read_faults_home_polling(b)?)
+        }
         K::Write(i) => median_us(&subjects[i].fault_shm.write_faults(b)?),
         K::Release(i) => {
             let pair = &mut subjects[i].fault_shm;
@@ -350,7 +361,9 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         let [
             local,
             remote_shm,
+            remote_shm_polling,
             remote_net,
+            remote_net_polling,
             write,
             release,
             handoff_shm,
@@ -358,7 +371,9 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         ] = [
             K::Local(i),
             K::RemoteShm(i),
+            K::RemoteShmPolling(i),
             K::RemoteNet(i),
+            K::RemoteNetPolling(i),
             K::Write(i),
             K::Release(i),
             K::HandoffShm(i),
@@ -383,9 +398,25 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         );
         t.compare(
             g,
+            "remote read fault, shared memory, the home's thread polling",
+            "µs",
+            remote_shm_polling,
+            ("fault+copy+Express RTT", &shm_floor),
+            Some(Target::at_most(1.5, "≤ 1.5× (fault + copy + RTT)")),
+        );
+        t.compare(
+            g,
             "remote read fault, INIs over UDP",
             "µs",
             remote_net,
+            ("busy UDP RTT + fault", &udp_fault),
+            Some(Target::at_most(1.5, "≤ 1.5× (busy UDP RTT + fault)")),
+        );
+        t.compare(
+            g,
+            "remote read fault, INIs over UDP, the home's thread polling",
+            "µs",
+            remote_net_polling,
             ("busy UDP RTT + fault", &udp_fault),
             Some(Target::at_most(1.5, "≤ 1.5× (busy UDP RTT + fault)")),
         );
