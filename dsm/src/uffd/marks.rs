@@ -20,7 +20,11 @@
 //! that 1 and reads the page); the flush takes the mark with `S` (an `AcqRel` swap to 0)
 //! and reads the page with `R` after it. If `M` comes after `S` in the mark's
 //! modification order, the page is marked again and the next flush reads it — as a store
-//! that raced with the flush's read of the page was always handled. If `M` comes before
+//! that raced with the flush's read of the page was always handled. That next flush exists
+//! only for a page that stays open: a flush that closes a page (drops its twin) compares
+//! it with its twin whatever the mark says, since a store whose mark is still to come
+//! (its thread preempted between the two) would otherwise be lost (thirty-ninth session:
+//! about one Water run in 150 on 2×2 ended with wrong energies that way). If `M` comes before
 //! `S`, then `W` became visible before `M` did and `M` before `S` ran, so `R` sees `W`:
 //! x86-64 makes a thread's stores visible in program order (TSO) and its atomic exchange
 //! sees every store made visible before it (ARMv8's release stores and multi-copy
