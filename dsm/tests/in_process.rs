@@ -781,3 +781,59 @@ fn stores_across_a_page_boundary_reach_the_next_lock_holder() {
         dsm.finish().unwrap()
     });
 }
+
+/// Stores `value` at element `i` of `a` without marking its page written: the state of
+/// a [`SharedArray::set`] whose thread has stored and not yet marked (preempted between
+/// the two).
+fn store_unmarked(a: &SharedArray<u64>, i: usize, value: u64) {
+    assert!(i < a.len(), "element {i} of {}", a.len());
+    // SAFETY: element `i` lies inside the array, inside the region mapping, which lives
+    // as long as the `Dsm` that `a` came from (alive for the whole parallel section that
+    // calls this); the address is 8-aligned (the array starts on a page). Region memory
+    // is only ever accessed atomically, and a fault in the store is served by the
+    // runtime's SIGBUS resolver in this compute thread, after which the store re-executes.
+    let word = unsafe { &*((a.addr() + 8 * i) as *const std::sync::atomic::AtomicU64) };
+    word.store(value, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A store that has landed but whose write mark has not yet (`SharedArray::set` stores,
+/// then marks) must reach the home when the flush after it *closes* the page, since a
+/// closed page is never flushed again. Here the stores are never marked, and
+/// `idle_flushes = 0` closes every open page at the barrier's flush. Before the fix
+/// (thirty-ninth session) such a flush dropped the twin of an unmarked page without
+/// comparing it, and the other cluster read the old values (about one Water run in 150
+/// on 2×2 ended with wrong energies that way).
+#[test]
+fn a_store_whose_mark_is_late_reaches_the_home_when_its_page_closes() {
+    let pages = 8;
+    let mut cfg = config(2, 1, Protocol::Hlrc);
+    cfg.dsm.home = HomePolicy::RoundRobin;
+    cfg.dsm.idle_flushes = 0;
+    on_each(job(22, &cfg), |mut dsm| {
+        let a = dsm.alloc::<u64>(pages * 512).unwrap();
+        dsm.run(|w| {
+            let me = w.cluster();
+            for round in 1..=3u64 {
+                // Half the pages are homed at the other cluster: their stores reach it
+                // only as diffs.
+                for page in 0..pages {
+                    store_unmarked(&a, page * 512 + me, round * 100 + page as u64);
+                }
+                w.barrier().unwrap();
+                for page in 0..pages {
+                    for writer in 0..2 {
+                        assert_eq!(
+                            a.get(page * 512 + writer),
+                            round * 100 + page as u64,
+                            "round {round}: cluster {writer}'s store to page {page}, \
+                             read by cluster {me}"
+                        );
+                    }
+                }
+                w.barrier().unwrap();
+            }
+        })
+        .unwrap();
+        dsm.finish().unwrap()
+    });
+}
