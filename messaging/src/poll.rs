@@ -125,6 +125,19 @@ mod tests {
     }
 
     #[test]
+    fn a_forced_poll_comes_next_and_the_interval_resumes_after_it() {
+        // `Endpoint::poll_network_next`: a waiting thread that yields polls the network
+        // at its next poll, then every 32nd again (quiet network).
+        let mut p = AdaptivePoller::default();
+        assert!(p.tick(D), "the first pass polls");
+        assert!(!p.tick(D) && !p.tick(D), "then 1 in 32");
+        p.force();
+        assert!(p.tick(D), "forced");
+        assert!(!(0..31).any(|_| p.tick(D)), "no poll in the 31 passes after it");
+        assert!(p.tick(D), "the 32nd");
+    }
+
+    #[test]
     fn equal_bounds_poll_a_fixed_fraction_whatever_the_history() {
         for n in [1, 8, 32] {
             let b = PollBounds::new(n, n);
