@@ -133,7 +133,10 @@ mod tests {
         assert!(!p.tick(D) && !p.tick(D), "then 1 in 32");
         p.force();
         assert!(p.tick(D), "forced");
-        assert!(!(0..31).any(|_| p.tick(D)), "no poll in the 31 passes after it");
+        assert!(
+            !(0..31).any(|_| p.tick(D)),
+            "no poll in the 31 passes after it"
+        );
         assert!(p.tick(D), "the 32nd");
     }
 

@@ -9,6 +9,7 @@
 //! runtime's free list when the thread exits; their endpoints are kept for reuse.
 
 use super::core::Core;
+use super::spin::SpinBudget;
 use crossbeam_utils::CachePadded;
 use multigrain_messaging::Endpoint;
 use parking_lot::Mutex;
@@ -40,6 +41,9 @@ pub(crate) struct Slot {
     /// counter for the cluster would be a cache line every thread writes; padded, since
     /// the owner writes it on every cached acquire and the slots lie side by side).
     runtime_acquires: CachePadded<AtomicU64>,
+    /// The owner's busy polls per wait when its cluster has more compute threads than
+    /// CPUs (see [`SpinBudget`]).
+    pub(crate) spin: SpinBudget,
 }
 
 impl Slot {
@@ -52,6 +56,7 @@ impl Slot {
             parked: AtomicBool::new(false),
             thread: Mutex::new(None),
             runtime_acquires: CachePadded::new(AtomicU64::new(0)),
+            spin: SpinBudget::new(super::BUSY_POLLS),
         }
     }
 

@@ -225,6 +225,9 @@ pub(crate) struct Core {
     /// CPUs this process may run on: the most threads that sleep on the doorbell, and
     /// the most waiting threads that still yield-poll (see [`Core::wait`]).
     cpus: usize,
+    /// This cluster has more compute threads than [`Core::cpus`]: a waiting thread's
+    /// busy polls adapt (see [`super::spin`]).
+    crowded: bool,
 }
 
 fn next_runtime_id() -> u64 {
@@ -249,6 +252,7 @@ impl Core {
         tuning: Tuning,
     ) -> Core {
         let clusters = threads.len();
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
         Core {
             id: next_runtime_id(),
             me,
@@ -282,7 +286,8 @@ impl Core {
             waits: Waits::new(),
             waiting: CachePadded::new(AtomicUsize::new(0)),
             doorbell_sleepers: CachePadded::new(AtomicUsize::new(0)),
-            cpus: std::thread::available_parallelism().map_or(1, usize::from),
+            cpus,
+            crowded: threads[me] > cpus,
         }
     }
 

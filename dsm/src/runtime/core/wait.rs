@@ -33,9 +33,20 @@ impl Core {
         let start = Instant::now();
         let spin_until = start + self.tuning.spin;
         let mut next_check = start + self.tuning.liveness_period;
-        let mut busy = self.tuning.busy_polls;
+        let mut busy = if self.crowded {
+            s.spin.polls()
+        } else {
+            self.tuning.busy_polls
+        };
+        // A crowded cluster's thread learns whether its waits end within its busy polls.
+        let ended = |within: bool| {
+            if self.crowded {
+                s.spin.record(within, self.tuning.busy_polls);
+            }
+        };
         loop {
             if s.is_done(seq) {
+                ended(busy > 0);
                 return Ok(());
             }
             self.note_poll();
@@ -90,6 +101,7 @@ impl Core {
             if self.doorbell_sleepers.fetch_add(1, Ordering::SeqCst) >= self.cpus {
                 self.doorbell_sleepers.fetch_sub(1, Ordering::SeqCst);
                 if s.prepare_park(seq) {
+                    ended(false);
                     return Ok(());
                 }
                 std::thread::park_timeout(self.tuning.liveness_period.max(self.tuning.slice));
@@ -100,6 +112,7 @@ impl Core {
             }
             if s.prepare_sleep(seq) {
                 self.doorbell_sleepers.fetch_sub(1, Ordering::SeqCst);
+                ended(false);
                 return Ok(());
             }
             let m = ep.recv_timeout(self.tuning.slice);
