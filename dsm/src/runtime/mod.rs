@@ -45,9 +45,9 @@ pub(crate) use join::map_destinations;
 /// How many times a waiting thread polls the protocol queue without yielding its CPU
 /// before it polls yielding (about 20 ns a poll when nothing arrives, so ≈ 20 µs): the
 /// reply to a request over shared memory usually comes within that, and a yield to
-/// another runnable thread costs a context switch each way. In a cluster with more
-/// compute threads than CPUs each thread adapts its own number up to this one (see
-/// [`spin`]).
+/// another runnable thread costs a context switch each way. Each thread adapts its own
+/// number up to this one (see [`spin`]): where compute threads outnumber the CPUs, the
+/// busy polls of a long wait are another thread's compute time.
 const BUSY_POLLS: u32 = 1000;
 
 /// How long the protocol thread naps, off the doorbell, while the cluster's own threads

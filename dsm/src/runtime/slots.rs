@@ -41,8 +41,7 @@ pub(crate) struct Slot {
     /// counter for the cluster would be a cache line every thread writes; padded, since
     /// the owner writes it on every cached acquire and the slots lie side by side).
     runtime_acquires: CachePadded<AtomicU64>,
-    /// The owner's busy polls per wait when its cluster has more compute threads than
-    /// CPUs (see [`SpinBudget`]).
+    /// The owner's busy polls per wait (see [`SpinBudget`]).
     pub(crate) spin: SpinBudget,
 }
 

@@ -1,25 +1,29 @@
-//! How long a waiting thread busy-polls before it polls yielding its CPU, when its
-//! cluster has more compute threads than CPUs.
+//! How many times a waiting thread busy-polls before it polls yielding its CPU.
 //!
 //! A thread alone on its CPU loses nothing by busy-polling for the reply it waits for
 //! (`Tuning::busy_polls`, ≈ 20 µs): most replies over shared memory come within that,
-//! and a yield to another runnable thread costs a context switch each way. With more
-//! compute threads than CPUs — the default job: two clusters of two threads on a 2-vCPU
-//! machine, each cluster bound to one CPU — the busy polls of a wait that outlasts them
-//! are taken from a thread of the same cluster that could compute: Water 512 × 50 on
-//! 2×2 over UDP has ≈ 15,600 lock waits longer than 20 µs a run (75 µs on average),
-//! up to 0.3 of its 1.6 CPU-seconds in busy polls. So there a thread's budget of busy
-//! polls adapts as an adaptive mutex's spin does (glibc's `PTHREAD_MUTEX_ADAPTIVE_NP`):
-//! it doubles after a wait that ended within its busy polls and halves after one that
-//! outlasted them, between [`SpinBudget::MIN`] and the tuning's `busy_polls`.
+//! and a yield to another runnable thread costs a context switch each way. A thread that
+//! shares its CPU with other compute threads — more compute threads than CPUs, as the
+//! default job's 2×2 or a 4×1 job on a 2-vCPU machine — takes the busy polls of a wait
+//! that outlasts them from a thread that could compute: Water 512 × 50 on 2×2 over UDP
+//! has ≈ 15,600 lock waits longer than 20 µs a run (75 µs on average), up to 0.3 of its
+//! 1.6 CPU-seconds in busy polls. So each thread's budget adapts as an adaptive mutex's
+//! spin does (glibc's `PTHREAD_MUTEX_ADAPTIVE_NP`): it doubles after a wait that ended
+//! within its busy polls and halves after one that outlasted them, between
+//! [`SpinBudget::MIN`] and the tuning's `busy_polls`. Alone on its CPU a thread with a
+//! small budget loses little: a yield with no other runnable thread returns at once
+//! (≈ 0.3 µs), and it polls again.
 //!
-//! Measured (fortieth session, Water 512 × 50, alternating runs with and without,
-//! median of per-pair ratios (min–max)): on 2×2 over UDP (the default job) 0.949
-//! (0.81–1.07, 20 pairs) and 1.015 (0.91–1.22, 12), a probe of the same rule 0.957
-//! and 0.969 (16 each); on 2×2 over shared memory 0.974 (0.91–1.05, 12), the probe
-//! 0.963 and 0.966; 2×4 over shared memory 0.974 (0.95–1.01, 8). About 3–5 %, inside
-//! each set's spread but on the same side in all. A fixed budget of 30 polls gave 0.94
-//! over UDP and 1.00 over shared memory, where more waits end within the 20 µs.
+//! Measured (fortieth session, alternating runs with and without, median of per-pair
+//! ratios (min–max), pairs): Water 512 × 50 on 4×1 over UDP **0.779** (0.68–0.86, 8),
+//! over shared memory **0.726** (0.70–0.79, 8); on 2×2 over UDP (the default job) 0.942
+//! (0.89–1.08, 12) — with the rule for crowded clusters only, 0.949 (0.81–1.07, 20) and
+//! 1.015 (0.91–1.22, 12), over shared memory 0.974 (0.91–1.05, 12); on 2×1 0.998
+//! (shared memory) and 1.011 (UDP), 8 each. Water 4096 × 3: 4×1 over UDP 0.898
+//! (0.85–0.93, 4), 2×2 0.978 (4), 2×1 over UDP 0.994 (4). EM3D (20,000 nodes per
+//! thread, 100 iterations) on 2×1: 0.889 (0.79–1.25) over shared memory, 1.038
+//! (0.59–1.51) over UDP, 8 each. A fixed budget of 30 polls (crowded clusters only)
+//! gave 0.94 on 2×2 over UDP but 1.00 over shared memory.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -64,7 +68,7 @@ mod tests {
     #[test]
     fn the_budget_halves_after_long_waits_and_doubles_after_short_ones() {
         let b = SpinBudget::new(1000);
-        assert_eq!(b.polls(), 1000, "starts as if alone on its CPU");
+        assert_eq!(b.polls(), 1000, "starts with the tuning's busy polls");
         b.record(false, 1000);
         assert_eq!(b.polls(), 500);
         for _ in 0..20 {

@@ -101,11 +101,12 @@ pub const FAULT_EXIT_CODE: i32 = 70;
 /// Timing knobs of the waits.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Tuning {
-    /// How many times a waiting thread polls without yielding its CPU (about 20 ns
-    /// each when nothing arrives).
+    /// The most times a waiting thread polls without yielding its CPU (about 20 ns
+    /// each when nothing arrives); each thread adapts its own number below it (see
+    /// `runtime::spin`).
     pub(crate) busy_polls: u32,
-    /// How long a waiting thread polls (yielding once `busy_polls` polls found
-    /// nothing) before it sleeps on the doorbell.
+    /// How long a waiting thread polls (yielding once its busy polls found nothing)
+    /// before it sleeps on the doorbell.
     pub(crate) spin: Duration,
     /// How recently a thread of the cluster must have polled the protocol queue for
     /// the protocol thread to leave it to them.
@@ -225,9 +226,6 @@ pub(crate) struct Core {
     /// CPUs this process may run on: the most threads that sleep on the doorbell, and
     /// the most waiting threads that still yield-poll (see [`Core::wait`]).
     cpus: usize,
-    /// This cluster has more compute threads than [`Core::cpus`]: a waiting thread's
-    /// busy polls adapt (see [`super::spin`]).
-    crowded: bool,
 }
 
 fn next_runtime_id() -> u64 {
@@ -252,7 +250,6 @@ impl Core {
         tuning: Tuning,
     ) -> Core {
         let clusters = threads.len();
-        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
         Core {
             id: next_runtime_id(),
             me,
@@ -286,8 +283,7 @@ impl Core {
             waits: Waits::new(),
             waiting: CachePadded::new(AtomicUsize::new(0)),
             doorbell_sleepers: CachePadded::new(AtomicUsize::new(0)),
-            cpus,
-            crowded: threads[me] > cpus,
+            cpus: std::thread::available_parallelism().map_or(1, usize::from),
         }
     }
 

@@ -33,17 +33,9 @@ impl Core {
         let start = Instant::now();
         let spin_until = start + self.tuning.spin;
         let mut next_check = start + self.tuning.liveness_period;
-        let mut busy = if self.crowded {
-            s.spin.polls()
-        } else {
-            self.tuning.busy_polls
-        };
-        // A crowded cluster's thread learns whether its waits end within its busy polls.
-        let ended = |within: bool| {
-            if self.crowded {
-                s.spin.record(within, self.tuning.busy_polls);
-            }
-        };
+        // The thread learns whether its waits end within its busy polls (see `spin`).
+        let mut busy = s.spin.polls();
+        let ended = |within: bool| s.spin.record(within, self.tuning.busy_polls);
         loop {
             if s.is_done(seq) {
                 ended(busy > 0);
