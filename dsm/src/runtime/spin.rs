@@ -8,9 +8,9 @@
 //! that outlasts them from a thread that could compute: Water 512 × 50 on 2×2 over UDP
 //! has ≈ 15,600 lock waits longer than 20 µs a run (75 µs on average), up to 0.3 of its
 //! 1.6 CPU-seconds in busy polls. So each thread's budget adapts as an adaptive mutex's
-//! spin does (glibc's `PTHREAD_MUTEX_ADAPTIVE_NP`): it doubles after a wait that ended
-//! within its busy polls and halves after one that outlasted them, between
-//! [`SpinBudget::MIN`] and the tuning's `busy_polls`. Alone on its CPU a thread with a
+//! spin does (glibc's `PTHREAD_MUTEX_ADAPTIVE_NP`): it doubles after a wait that the
+//! tuning's `busy_polls` would have covered (≈ 20 µs) and halves after a longer one,
+//! between [`SpinBudget::MIN`] and `busy_polls`. Alone on its CPU a thread with a
 //! small budget loses little: a yield with no other runnable thread returns at once
 //! (≈ 0.3 µs), and it polls again.
 //!
@@ -23,9 +23,16 @@
 //! (0.85–0.93, 4), 2×2 0.978 (4), 2×1 over UDP 0.994 (4). EM3D (20,000 nodes per
 //! thread, 100 iterations) on 2×1: 0.889 (0.79–1.25) over shared memory, 1.038
 //! (0.59–1.51) over UDP, 8 each. A fixed budget of 30 polls (crowded clusters only)
-//! gave 0.94 on 2×2 over UDP but 1.00 over shared memory.
+//! gave 0.94 on 2×2 over UDP but 1.00 over shared memory. Those runs judged a wait by
+//! whether it ended within the polls made; judged by its length (as now), against the
+//! same build before: 4×1 over UDP 0.836 (0.49–0.92, 8), over shared memory 0.506
+//! (0.24–0.91, 8; the build before had runs of 2–3 s there), 2×2 0.907 (0.88–0.98, 10),
+//! 2×1 over UDP 1.012 (0.98–1.09, 8). `bench dsm`'s remote read fault with the home
+//! polling read 8.02 µs with it and 8.40 µs with the budget held at 1,000 polls (6
+//! alternating runs each).
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 /// One thread's busy-poll budget (written only by the slot's owner; atomic because the
 /// slot is shared).
@@ -35,6 +42,9 @@ pub(crate) struct SpinBudget(AtomicU32);
 impl SpinBudget {
     /// The fewest busy polls a wait starts with (≈ 0.3 µs).
     pub(crate) const MIN: u32 = 16;
+
+    /// About how long a busy poll takes when nothing arrives.
+    pub(crate) const POLL: Duration = Duration::from_nanos(20);
 
     /// A budget of `max` polls (a thread starts as if alone on its CPU).
     pub(crate) fn new(max: u32) -> Self {
@@ -47,12 +57,16 @@ impl SpinBudget {
         self.0.load(Ordering::Relaxed)
     }
 
-    /// Records how a wait ended: `within` its busy polls (doubles the budget, up to
-    /// `max`) or after them (halves it, down to [`SpinBudget::MIN`]).
+    /// Records a wait of `waited`: one that `max` busy polls would have covered (at
+    /// [`SpinBudget::POLL`] each) doubles the budget, up to `max`; a longer one halves
+    /// it, down to [`SpinBudget::MIN`]. Judged by the wait's length, not by whether it
+    /// ended within the polls it made: a budget that has shrunk below the length of the
+    /// waits it serves would never see a wait end within it and never grow back (a
+    /// thread whose replies come in 7 µs, after a run of long waits).
     #[inline]
-    pub(crate) fn record(&self, within: bool, max: u32) {
+    pub(crate) fn record(&self, waited: Duration, max: u32) {
         let b = self.polls();
-        let next = if within {
+        let next = if waited <= Self::POLL * max {
             b.saturating_mul(2).min(max.max(Self::MIN))
         } else {
             (b / 2).max(Self::MIN)
@@ -67,27 +81,35 @@ mod tests {
 
     #[test]
     fn the_budget_halves_after_long_waits_and_doubles_after_short_ones() {
+        let (short, long) = (Duration::from_micros(7), Duration::from_micros(75));
         let b = SpinBudget::new(1000);
         assert_eq!(b.polls(), 1000, "starts with the tuning's busy polls");
-        b.record(false, 1000);
+        b.record(long, 1000);
         assert_eq!(b.polls(), 500);
         for _ in 0..20 {
-            b.record(false, 1000);
+            b.record(long, 1000);
         }
         assert_eq!(b.polls(), SpinBudget::MIN, "never below the floor");
-        b.record(true, 1000);
+        // A 7 µs wait is longer than 16 polls but within 1000: the budget grows back.
+        b.record(short, 1000);
         assert_eq!(b.polls(), 2 * SpinBudget::MIN);
         for _ in 0..20 {
-            b.record(true, 1000);
+            b.record(short, 1000);
         }
         assert_eq!(b.polls(), 1000, "never above the tuning's busy polls");
+        b.record(SpinBudget::POLL * 1000, 1000);
+        assert_eq!(
+            b.polls(),
+            1000,
+            "a wait exactly as long as the polls counts as short"
+        );
     }
 
     #[test]
     fn a_maximum_below_the_floor_is_the_floor() {
         let b = SpinBudget::new(0);
         assert_eq!(b.polls(), SpinBudget::MIN);
-        b.record(true, 0);
+        b.record(Duration::ZERO, 0);
         assert_eq!(b.polls(), SpinBudget::MIN);
     }
 }

@@ -33,12 +33,12 @@ impl Core {
         let start = Instant::now();
         let spin_until = start + self.tuning.spin;
         let mut next_check = start + self.tuning.liveness_period;
-        // The thread learns whether its waits end within its busy polls (see `spin`).
+        // The thread learns how long its waits last (see `spin`).
         let mut busy = s.spin.polls();
-        let ended = |within: bool| s.spin.record(within, self.tuning.busy_polls);
+        let ended = || s.spin.record(start.elapsed(), self.tuning.busy_polls);
         loop {
             if s.is_done(seq) {
-                ended(busy > 0);
+                ended();
                 return Ok(());
             }
             self.note_poll();
@@ -93,7 +93,7 @@ impl Core {
             if self.doorbell_sleepers.fetch_add(1, Ordering::SeqCst) >= self.cpus {
                 self.doorbell_sleepers.fetch_sub(1, Ordering::SeqCst);
                 if s.prepare_park(seq) {
-                    ended(false);
+                    ended();
                     return Ok(());
                 }
                 std::thread::park_timeout(self.tuning.liveness_period.max(self.tuning.slice));
@@ -104,7 +104,7 @@ impl Core {
             }
             if s.prepare_sleep(seq) {
                 self.doorbell_sleepers.fetch_sub(1, Ordering::SeqCst);
-                ended(false);
+                ended();
                 return Ok(());
             }
             let m = ep.recv_timeout(self.tuning.slice);
