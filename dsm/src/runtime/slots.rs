@@ -9,7 +9,7 @@
 //! runtime's free list when the thread exits; their endpoints are kept for reuse.
 
 use super::core::Core;
-use super::spin::SpinBudget;
+use super::spin::{ADAPTIVE_KINDS, SpinBudget, WaitKind};
 use crossbeam_utils::CachePadded;
 use multigrain_messaging::Endpoint;
 use parking_lot::Mutex;
@@ -41,8 +41,8 @@ pub(crate) struct Slot {
     /// counter for the cluster would be a cache line every thread writes; padded, since
     /// the owner writes it on every cached acquire and the slots lie side by side).
     runtime_acquires: CachePadded<AtomicU64>,
-    /// The owner's busy polls per wait (see [`SpinBudget`]).
-    pub(crate) spin: SpinBudget,
+    /// The owner's busy polls per wait, for faults and for locks (see [`SpinBudget`]).
+    spin: [SpinBudget; ADAPTIVE_KINDS],
 }
 
 impl Slot {
@@ -55,7 +55,7 @@ impl Slot {
             parked: AtomicBool::new(false),
             thread: Mutex::new(None),
             runtime_acquires: CachePadded::new(AtomicU64::new(0)),
-            spin: SpinBudget::new(super::BUSY_POLLS),
+            spin: std::array::from_fn(|_| SpinBudget::new(super::BUSY_POLLS)),
         }
     }
 
@@ -63,6 +63,12 @@ impl Slot {
     pub(crate) fn note_runtime_acquire(&self) {
         let n = self.runtime_acquires.load(Ordering::Relaxed);
         self.runtime_acquires.store(n + 1, Ordering::Relaxed);
+    }
+
+    /// The owner's busy-poll budget for waits of `kind`; `None` for barriers, which
+    /// always busy-poll the full `busy_polls` (see [`WaitKind`]).
+    pub(crate) fn spin(&self, kind: WaitKind) -> Option<&SpinBudget> {
+        self.spin.get(kind as usize)
     }
 
     /// A fresh sequence number for the owner's next wait.

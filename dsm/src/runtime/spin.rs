@@ -29,10 +29,33 @@
 //! (0.24–0.91, 8; the build before had runs of 2–3 s there), 2×2 0.907 (0.88–0.98, 10),
 //! 2×1 over UDP 1.012 (0.98–1.09, 8). `bench dsm`'s remote read fault with the home
 //! polling read 8.02 µs with it and 8.40 µs with the budget held at 1,000 polls (6
-//! alternating runs each).
+//! alternating runs each). Then per kind of wait ([`WaitKind`]), with barriers left at
+//! the full polls (one build, the rule switched per kind, 8–12 rounds, against every
+//! kind fixed): EM3D on 2×2 0.997 (all kinds adaptive: 1.036), on 2×1 over UDP 1.009
+//! (1.057); Water 512 × 50 on 2×2 0.971 (0.956), on 4×1 over UDP 0.792 (0.749).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+
+/// What a thread waits for. Page faults and locks keep a [`SpinBudget`] each, since
+/// their waits differ — a fault's reply is one round trip (≈ 7 µs over shared memory,
+/// 20–40 µs over UDP), a lock's grant waits for its holders elsewhere. Barriers always
+/// busy-poll the full `busy_polls`: their departure follows the last arrival by one
+/// message, which the polls catch when this cluster arrived last, and adapting them too
+/// cost EM3D on 2×2 3.6 % (10 rounds, against 0.3 % with barriers fixed; fortieth
+/// session).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WaitKind {
+    /// A page fault served by another cluster.
+    Fault = 0,
+    /// A lock's acquire or release.
+    Lock = 1,
+    /// A barrier's departure (no budget: always the full busy polls).
+    Barrier = 2,
+}
+
+/// The number of [`WaitKind`]s that keep a budget.
+pub(crate) const ADAPTIVE_KINDS: usize = 2;
 
 /// One thread's busy-poll budget (written only by the slot's owner; atomic because the
 /// slot is shared).

@@ -2,6 +2,7 @@
 //! process.
 
 use super::*;
+use crate::runtime::spin::WaitKind;
 
 impl Core {
     /// Serves a fault of the calling thread (see [`Resolver`]).
@@ -36,7 +37,7 @@ impl Core {
                 return Ok(false);
             }
             let what = if write { "write" } else { "read" };
-            self.wait(ops, ep, slot, seq, &|| {
+            self.wait(ops, ep, slot, seq, WaitKind::Fault, &|| {
                 format!("serving a {what} fault on page {}", page.get())
             })?;
             Ok(true)

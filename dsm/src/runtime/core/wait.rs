@@ -3,6 +3,7 @@
 //! the protocol thread's loop.
 
 use super::*;
+use crate::runtime::spin::WaitKind;
 
 /// Messages a waiting thread handles before its wait is shown to the progress watchdog
 /// even if it has not left its busy polls (see [`Core::wait`]).
@@ -10,13 +11,15 @@ const WATCH_AFTER_MESSAGES: u32 = 64;
 
 impl Core {
     /// Waits until wait `seq` of `slot` completes, handling every message that arrives
-    /// meanwhile (see the module documentation).
+    /// meanwhile (see the module documentation); `kind` names what it waits for, whose
+    /// busy-poll budget it uses and adapts (see `runtime::spin`).
     pub(crate) fn wait(
         &self,
         ops: &RegionOps,
         ep: &Endpoint,
         slot: u32,
         seq: u32,
+        kind: WaitKind,
         context: &dyn Fn() -> String,
     ) -> Result<(), DsmError> {
         let s = self.slots.get(slot);
@@ -34,8 +37,13 @@ impl Core {
         let spin_until = start + self.tuning.spin;
         let mut next_check = start + self.tuning.liveness_period;
         // The thread learns how long its waits last (see `spin`).
-        let mut busy = s.spin.polls();
-        let ended = || s.spin.record(start.elapsed(), self.tuning.busy_polls);
+        let budget = s.spin(kind);
+        let mut busy = budget.map_or(self.tuning.busy_polls, |b| b.polls());
+        let ended = || {
+            if let Some(b) = budget {
+                b.record(start.elapsed(), self.tuning.busy_polls);
+            }
+        };
         loop {
             if s.is_done(seq) {
                 ended();
@@ -150,8 +158,13 @@ impl Core {
             if !matches!(event, Event::Barrier { .. }) {
                 self.serve_arrived(ops, ep)?;
             }
+            let kind = if matches!(event, Event::Barrier { .. }) {
+                WaitKind::Barrier
+            } else {
+                WaitKind::Lock
+            };
             self.handle(ops, ep, event, None)?;
-            self.wait(ops, ep, slot, seq, context)
+            self.wait(ops, ep, slot, seq, kind, context)
         })
     }
 
