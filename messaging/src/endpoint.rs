@@ -851,6 +851,8 @@ impl Endpoint {
                 break;
             }
         }
+        // Waits for a sender that has claimed a slot and not yet written it (below).
+        let mut unpublished = Backoff::default();
         loop {
             if let Some(m) = self.try_recv() {
                 return Some(m);
@@ -887,8 +889,22 @@ impl Endpoint {
                 Some(bell) => {
                     let seq = bell.register();
                     if self.any_claimed() {
+                        // A sender claimed a slot and has not written it yet; its wake-up
+                        // may have come before we registered, so the bell cannot be slept
+                        // on. It usually finishes within nanoseconds on another CPU. One
+                        // preempted on this CPU needs the CPU, which a yield gives only to
+                        // threads of the same priority: a real-time protocol thread that
+                        // yielded in a loop kept a preempted sender off its CPU until the
+                        // kernel's real-time throttling (950 ms of each second) let it run
+                        // — Water 512 × 50 on 4×1 over shared memory, 2 vCPUs, took ≈ 1 s
+                        // longer in about one run in eight (fortieth session). So after the
+                        // back-off's spins and yields, it sleeps 50 µs at a time.
                         bell.unregister();
-                        std::thread::yield_now();
+                        if unpublished.is_completed() {
+                            std::thread::sleep(Duration::from_micros(50));
+                        } else {
+                            unpublished.snooze();
+                        }
                         continue;
                     }
                     bell.sleep(seq, Some(deadline - now));

@@ -346,6 +346,36 @@ impl<T> RawRing<T> {
         }
     }
 
+    /// Claims the next position as [`RawRing::push`] does and returns it, without
+    /// writing it: the state of a producer preempted between its claim and its write
+    /// (tests; the ring must not be full).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn claim_unwritten(&self) -> u64 {
+        let header = self.header();
+        let pos = header.tail.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(
+            self.slot(pos).stamp.load(Ordering::Acquire),
+            pos,
+            "the ring has room"
+        );
+        pos
+    }
+
+    /// Writes `value` at `pos`, claimed by [`RawRing::claim_unwritten`], as the rest of
+    /// [`RawRing::push`] does (tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn write_claimed(&self, pos: u64, value: T) {
+        let slot = self.slot(pos);
+        // SAFETY: `claim_unwritten` made the caller the only writer of the slot at
+        // `pos`, and no consumer reads it before the stamp below publishes it.
+        slot.value
+            .with_mut(|v| unsafe { v.write(MaybeUninit::new(value)) });
+        slot.stamp.store(pos + 1, Ordering::Release);
+        if let Some(bell) = self.doorbell() {
+            bell.ring();
+        }
+    }
+
     /// True if a producer has claimed a position no consumer has taken yet (the value may
     /// still be in flight). Used by the doorbell protocol; `SeqCst` on purpose.
     #[inline]

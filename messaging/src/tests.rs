@@ -371,6 +371,42 @@ fn blocking_receive_sleeps_and_wakes() {
     assert_eq!(bell.waiters(), 0);
 }
 
+/// The calling thread's CPU time.
+fn thread_cpu_time() -> Duration {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap();
+    Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
+}
+
+/// A receiver that finds a slot a sender has claimed and not yet written cannot sleep on
+/// its doorbell (the sender's wake-up may have come before it registered), but must not
+/// keep its CPU either: a real-time protocol thread that only yielded kept a sender
+/// preempted on its CPU from writing the slot until the kernel's real-time throttling
+/// let it run, ≈ 1 s later (Water on 4×1 over shared memory, fortieth session). It
+/// naps instead, and takes the message once it is written.
+#[test]
+fn a_receiver_waiting_for_an_unwritten_slot_gives_its_cpu_away() {
+    let site = site_with(1, |_| {});
+    let (a, _w) = endpoint(&site, 0, 1);
+    let ring = &site.inner().own.express[0];
+    let pos = ring.claim_unwritten();
+    let (cpu0, t0) = (thread_cpu_time(), Instant::now());
+    assert!(
+        a.recv_timeout(Duration::from_millis(50)).is_none(),
+        "nothing written yet"
+    );
+    let (cpu, wall) = (thread_cpu_time() - cpu0, t0.elapsed());
+    assert!(wall >= Duration::from_millis(50));
+    assert!(
+        cpu < wall / 4,
+        "the receiver kept its CPU while it waited: {cpu:?} of {wall:?}"
+    );
+    ring.write_claimed(pos, Word::express(Handler(5), SourceId::default(), 7).0);
+    let Some(Message::Express(m)) = a.recv_timeout(Duration::from_secs(10)) else {
+        panic!("the written message")
+    };
+    assert_eq!((m.handler, m.payload), (Handler(5), 7));
+}
+
 /// Two senders send bursts of 1–4 messages to one receiver that sleeps on its doorbell
 /// whenever its queue is empty (no spinning), and each waits for the receiver's answer
 /// to its burst: a wake-up lost by the armed-doorbell protocol (only the first ring after
