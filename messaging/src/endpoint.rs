@@ -24,7 +24,7 @@ use crate::remote::{Lane, Refused, RemoteKind, RemoteRoute};
 use crate::ring::RawRing;
 use crate::site::{Route, SiteInner, Substrate};
 use crate::stats::{EndpointCounters, KindCounters};
-use crate::sync::{Backoff, Ordering, spin_hint};
+use crate::sync::{Backoff, Ordering, nap, spin_hint};
 use crate::word::{Express, Handler, SourceId, Word, WordKind};
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -898,10 +898,10 @@ impl Endpoint {
                         // kernel's real-time throttling (950 ms of each second) let it run
                         // — Water 512 × 50 on 4×1 over shared memory, 2 vCPUs, took ≈ 1 s
                         // longer in about one run in eight (fortieth session). So after the
-                        // back-off's spins and yields, it sleeps 50 µs at a time.
+                        // back-off's spins and yields, it naps 50 µs at a time.
                         bell.unregister();
                         if unpublished.is_completed() {
-                            std::thread::sleep(Duration::from_micros(50));
+                            nap();
                         } else {
                             unpublished.snooze();
                         }

@@ -141,6 +141,19 @@ pub(crate) fn yield_now() {
     loom::thread::yield_now();
 }
 
+/// Sleeps 50 µs (under loom, yields to the model's scheduler): how a thread waits for
+/// another once a [`Backoff`] has completed, when the other may be preempted on this
+/// CPU at a lower priority — a real-time thread's yields reach only threads of its own
+/// priority, so one that only yielded could keep the other off the CPU until the
+/// kernel's real-time throttling let it run (≈ 1 s; see `Endpoint::recv_timeout`).
+#[inline]
+pub(crate) fn nap() {
+    #[cfg(not(loom))]
+    std::thread::sleep(std::time::Duration::from_micros(50));
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}
+
 /// Exponential back-off for contended retries (after crossbeam-utils' `Backoff`, whose
 /// internals use `std` atomics and so cannot run under loom).
 #[derive(Debug, Default)]
