@@ -42,7 +42,7 @@ pub(crate) struct Slot {
     /// the owner writes it on every cached acquire and the slots lie side by side).
     runtime_acquires: CachePadded<AtomicU64>,
     /// The owner's busy polls per wait, for faults and for locks (see [`SpinBudget`]).
-    spin: [SpinBudget; ADAPTIVE_KINDS],
+    busy_budgets: [SpinBudget; ADAPTIVE_KINDS],
 }
 
 impl Slot {
@@ -55,7 +55,7 @@ impl Slot {
             parked: AtomicBool::new(false),
             thread: Mutex::new(None),
             runtime_acquires: CachePadded::new(AtomicU64::new(0)),
-            spin: std::array::from_fn(|_| SpinBudget::new(super::BUSY_POLLS)),
+            busy_budgets: std::array::from_fn(|_| SpinBudget::new(super::BUSY_POLLS)),
         }
     }
 
@@ -67,8 +67,8 @@ impl Slot {
 
     /// The owner's busy-poll budget for waits of `kind`; `None` for barriers, which
     /// always busy-poll the full `busy_polls` (see [`WaitKind`]).
-    pub(crate) fn spin(&self, kind: WaitKind) -> Option<&SpinBudget> {
-        self.spin.get(kind as usize)
+    pub(crate) fn busy_budget(&self, kind: WaitKind) -> Option<&SpinBudget> {
+        self.busy_budgets.get(kind as usize)
     }
 
     /// A fresh sequence number for the owner's next wait.

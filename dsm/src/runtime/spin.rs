@@ -129,6 +129,15 @@ mod tests {
     }
 
     #[test]
+    fn faults_and_locks_index_a_budget_and_barriers_none() {
+        // `Slot::busy_budget` indexes an array of ADAPTIVE_KINDS budgets by the kind.
+        assert!((WaitKind::Fault as usize) < ADAPTIVE_KINDS);
+        assert!((WaitKind::Lock as usize) < ADAPTIVE_KINDS);
+        assert_ne!(WaitKind::Fault as usize, WaitKind::Lock as usize);
+        assert!((WaitKind::Barrier as usize) >= ADAPTIVE_KINDS);
+    }
+
+    #[test]
     fn a_maximum_below_the_floor_is_the_floor() {
         let b = SpinBudget::new(0);
         assert_eq!(b.polls(), SpinBudget::MIN);

@@ -37,7 +37,7 @@ impl Core {
         let spin_until = start + self.tuning.spin;
         let mut next_check = start + self.tuning.liveness_period;
         // The thread learns how long its waits last (see `spin`).
-        let budget = s.spin(kind);
+        let budget = s.busy_budget(kind);
         let mut busy = budget.map_or(self.tuning.busy_polls, |b| b.polls());
         let ended = || {
             if let Some(b) = budget {
