@@ -9,7 +9,7 @@
 //! segment is usable from several processes.
 
 use crate::doorbell::Doorbell;
-use crate::sync::{AtomicU32, AtomicU64, Backoff, Ordering, UnsafeCell, nap};
+use crate::sync::{AtomicU32, AtomicU64, Backoff, Ordering, UnsafeCell};
 use crate::word::{Handler, SourceId, Word};
 use crossbeam_utils::CachePadded;
 use std::alloc::Layout;
@@ -212,11 +212,7 @@ impl BasicRing {
         {
             // The holder is inside a few stores; if it was preempted on this CPU, nap
             // once the back-off is over so that it can finish (see `sync::nap`).
-            if backoff.is_completed() {
-                nap();
-            } else {
-                backoff.snooze();
-            }
+            backoff.snooze_or_nap();
         }
         LockGuard(word)
     }

@@ -24,7 +24,7 @@ use crate::remote::{Lane, Refused, RemoteKind, RemoteRoute};
 use crate::ring::RawRing;
 use crate::site::{Route, SiteInner, Substrate};
 use crate::stats::{EndpointCounters, KindCounters};
-use crate::sync::{Backoff, Ordering, nap, spin_hint};
+use crate::sync::{Backoff, Ordering, spin_hint};
 use crate::word::{Express, Handler, SourceId, Word, WordKind};
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -536,7 +536,7 @@ impl Endpoint {
                         if deadline.passed() {
                             return Err(e.into());
                         }
-                        backoff.snooze();
+                        backoff.snooze_or_nap();
                     }
                 }
             };
@@ -587,11 +587,7 @@ impl Endpoint {
                     if deadline.passed() {
                         return Err(SendError::Timeout(msg));
                     }
-                    if backoff.is_completed() {
-                        std::thread::sleep(Duration::from_micros(50));
-                    } else {
-                        backoff.snooze();
-                    }
+                    backoff.snooze_or_nap();
                 }
                 other => return other,
             }
@@ -900,11 +896,7 @@ impl Endpoint {
                         // longer in about one run in eight (fortieth session). So after the
                         // back-off's spins and yields, it naps 50 µs at a time.
                         bell.unregister();
-                        if unpublished.is_completed() {
-                            nap();
-                        } else {
-                            unpublished.snooze();
-                        }
+                        unpublished.snooze_or_nap();
                         continue;
                     }
                     bell.sleep(seq, Some(deadline - now));

@@ -191,6 +191,18 @@ impl Backoff {
         }
     }
 
+    /// Waits for another thread to make progress: [`Backoff::snooze`] until the back-off
+    /// is completed, then [`nap`] — never an endless run of yields, which a real-time
+    /// caller's CPU would not give to a lower-priority thread it waits for.
+    #[inline]
+    pub(crate) fn snooze_or_nap(&mut self) {
+        if self.is_completed() {
+            nap();
+        } else {
+            self.snooze();
+        }
+    }
+
     /// True once spinning has stopped paying off and the caller should block instead.
     #[inline]
     pub(crate) fn is_completed(&self) -> bool {
