@@ -282,14 +282,9 @@ impl<T> RawRing<T> {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        // SAFETY: the successful CAS made this producer the only writer of the
-                        // slot until it publishes the new stamp; no consumer reads it before.
-                        slot.value
-                            .with_mut(|v| unsafe { v.write(MaybeUninit::new(value)) });
-                        slot.stamp.store(pos + 1, Ordering::Release);
-                        if let Some(bell) = self.doorbell() {
-                            bell.ring();
-                        }
+                        // SAFETY: the successful CAS claimed `pos` for this producer,
+                        // which publishes it once, here.
+                        unsafe { self.publish(pos, value) };
                         return Ok(());
                     }
                     Err(current) => {
@@ -365,9 +360,24 @@ impl<T> RawRing<T> {
     /// [`RawRing::push`] does (tests).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn write_claimed(&self, pos: u64, value: T) {
+        // SAFETY: `pos` came from `claim_unwritten` (this test helper's contract) and is
+        // published once, here.
+        unsafe { self.publish(pos, value) };
+    }
+
+    /// Writes `value` into the slot at `pos`, publishes it with the slot's stamp and
+    /// rings the doorbell if a receiver sleeps.
+    ///
+    /// # Safety
+    /// The caller must have claimed `pos` (the tail's CAS in [`RawRing::push`]) and not
+    /// published it yet: it is then the slot's only writer, and no consumer reads the
+    /// slot before the stamp says it is written.
+    #[inline(always)]
+    unsafe fn publish(&self, pos: u64, value: T) {
         let slot = self.slot(pos);
-        // SAFETY: `claim_unwritten` made the caller the only writer of the slot at
-        // `pos`, and no consumer reads it before the stamp below publishes it.
+        // SAFETY: the caller claimed `pos` and has not published it (this function's
+        // contract), so no other producer writes this slot and no consumer reads it
+        // before the stamp below.
         slot.value
             .with_mut(|v| unsafe { v.write(MaybeUninit::new(value)) });
         slot.stamp.store(pos + 1, Ordering::Release);

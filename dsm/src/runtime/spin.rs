@@ -14,25 +14,14 @@
 //! small budget loses little: a yield with no other runnable thread returns at once
 //! (≈ 0.3 µs), and it polls again.
 //!
-//! Measured (fortieth session, alternating runs with and without, median of per-pair
-//! ratios (min–max), pairs): Water 512 × 50 on 4×1 over UDP **0.779** (0.68–0.86, 8),
-//! over shared memory **0.726** (0.70–0.79, 8); on 2×2 over UDP (the default job) 0.942
-//! (0.89–1.08, 12) — with the rule for crowded clusters only, 0.949 (0.81–1.07, 20) and
-//! 1.015 (0.91–1.22, 12), over shared memory 0.974 (0.91–1.05, 12); on 2×1 0.998
-//! (shared memory) and 1.011 (UDP), 8 each. Water 4096 × 3: 4×1 over UDP 0.898
-//! (0.85–0.93, 4), 2×2 0.978 (4), 2×1 over UDP 0.994 (4). EM3D (20,000 nodes per
-//! thread, 100 iterations) on 2×1: 0.889 (0.79–1.25) over shared memory, 1.038
-//! (0.59–1.51) over UDP, 8 each. A fixed budget of 30 polls (crowded clusters only)
-//! gave 0.94 on 2×2 over UDP but 1.00 over shared memory. Those runs judged a wait by
-//! whether it ended within the polls made; judged by its length (as now), against the
-//! same build before: 4×1 over UDP 0.836 (0.49–0.92, 8), over shared memory 0.506
-//! (0.24–0.91, 8; the build before had runs of 2–3 s there), 2×2 0.907 (0.88–0.98, 10),
-//! 2×1 over UDP 1.012 (0.98–1.09, 8). `bench dsm`'s remote read fault with the home
-//! polling read 8.02 µs with it and 8.40 µs with the budget held at 1,000 polls (6
-//! alternating runs each). Then per kind of wait ([`WaitKind`]), with barriers left at
-//! the full polls (one build, the rule switched per kind, 8–12 rounds, against every
-//! kind fixed): EM3D on 2×2 0.997 (all kinds adaptive: 1.036), on 2×1 over UDP 1.009
-//! (1.057); Water 512 × 50 on 2×2 0.971 (0.956), on 4×1 over UDP 0.792 (0.749).
+//! Measured (fortieth session; alternating runs against the build before, median of
+//! per-pair ratios (min–max), pairs): Water 512 × 50 on 4×1 over UDP 0.738 (0.62–0.93,
+//! 8), on the default 2×2 job 0.940 (0.83–1.04, 10), on 2×1 over UDP 1.012 (0.98–1.09,
+//! 8; the build before the per-kind budgets); EM3D on 2×2 1.032 (0.84–1.17, 10), on 2×1 over UDP 0.998 (0.87–1.15, 10). The
+//! variants tried on the way — adaptive only where a cluster has more compute threads
+//! than CPUs, a wait judged by whether it ended within the polls made (a shrunk budget
+//! then never grew back), one budget for every kind of wait, a fixed budget of 30 polls
+//! — and their numbers are in `docs/issue-10-log.md`.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

@@ -155,12 +155,10 @@ impl Core {
             let s = self.slots.get(slot);
             let seq = s.next_seq();
             let event = event(SyncToken(token(slot, seq)));
-            if !matches!(event, Event::Barrier { .. }) {
-                self.serve_arrived(ops, ep)?;
-            }
             let kind = if matches!(event, Event::Barrier { .. }) {
                 WaitKind::Barrier
             } else {
+                self.serve_arrived(ops, ep)?;
                 WaitKind::Lock
             };
             self.handle(ops, ep, event, None)?;
