@@ -833,6 +833,22 @@ impl Endpoint {
     /// Waits up to `timeout` for a message: spins for the endpoint's spin time, then sleeps
     /// on the doorbell its queues share, so an idle receiver does not burn a core.
     pub fn recv_timeout(&self, timeout: Duration) -> Option<Message> {
+        self.recv_waiting(timeout, false)
+    }
+
+    /// As [`Endpoint::recv_timeout`], but gives up (`None`) at the first doorbell wake-up
+    /// that finds no message: another endpoint of the same queues took it. A receiver that
+    /// stands in for other threads polling the same queues — a DSM cluster's protocol
+    /// thread — then learns that they poll, instead of sleeping again and being woken by
+    /// every message they take (each wake-up of a real-time thread preempts the thread on
+    /// its CPU). A receiver that waits on the INIs' sockets instead (see below) waits as
+    /// in `recv_timeout`: a datagram that wakes it is work it does itself (the INIs'
+    /// pass), not a message another thread took.
+    pub fn recv_until_woken(&self, timeout: Duration) -> Option<Message> {
+        self.recv_waiting(timeout, true)
+    }
+
+    fn recv_waiting(&self, timeout: Duration, until_woken: bool) -> Option<Message> {
         let start = Instant::now();
         let deadline = start + timeout;
         let spin_until = start + self.spin.min(timeout);
@@ -901,6 +917,9 @@ impl Endpoint {
                     }
                     bell.sleep(seq, Some(deadline - now));
                     bell.unregister();
+                    if until_woken {
+                        return self.try_recv();
+                    }
                 }
                 // Queues on different doorbells: no single futex covers them; poll gently.
                 None => std::thread::sleep((deadline - now).min(Duration::from_micros(50))),

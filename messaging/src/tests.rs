@@ -407,6 +407,72 @@ fn a_receiver_waiting_for_an_unwritten_slot_gives_its_cpu_away() {
     assert_eq!((m.handler, m.payload), (Handler(5), 7));
 }
 
+/// `recv_until_woken` gives up at a doorbell wake-up that finds no message (another
+/// endpoint of the queues took it: here a ring with nothing queued), where
+/// `recv_timeout` sleeps again until its deadline. A DSM cluster's real-time protocol
+/// thread waited in `recv_timeout` while the cluster's compute threads polled and took
+/// every message: each one woke it and it preempted a compute thread, for up to its
+/// 100 ms timeout (a remote read fault over shared memory took 23–28 µs instead of 7–9
+/// in whole runs of faults, forty-first session).
+#[test]
+fn a_receiver_until_woken_gives_up_at_a_wake_up_that_finds_nothing() {
+    let site = site_with(1, |_| {});
+    let (mut a, _w) = endpoint(&site, 0, 1);
+    a.set_spin(Duration::ZERO);
+    let bell = || {
+        let inner = site.inner();
+        inner
+            .own
+            .doorbell(inner.own.queue_doorbell[0])
+            .expect("queue 0's doorbell")
+    };
+    // Rings, once the receiver sleeps on the bell, with nothing queued.
+    let ring_when_asleep = |after: Duration| {
+        let t0 = Instant::now();
+        while bell().waiters() == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the receiver never slept"
+            );
+            std::thread::yield_now();
+        }
+        std::thread::sleep(after);
+        bell().ring();
+    };
+    let (done, first_done) = std::sync::mpsc::channel();
+    let receiver = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let first = (a.recv_until_woken(Duration::from_secs(10)), t0.elapsed());
+        done.send(()).unwrap();
+        let t0 = Instant::now();
+        let second = (a.recv_timeout(Duration::from_millis(300)), t0.elapsed());
+        (a, first, second)
+    });
+    ring_when_asleep(Duration::from_millis(20));
+    first_done
+        .recv_timeout(Duration::from_secs(10))
+        .expect("recv_until_woken slept on after the wake-up");
+    ring_when_asleep(Duration::from_millis(20));
+    let (a, (m, waited), (m2, waited2)) = receiver.join().unwrap();
+    assert!(m.is_none(), "nothing was queued");
+    assert!(
+        waited < Duration::from_secs(5),
+        "recv_until_woken slept on after the wake-up: {waited:?}"
+    );
+    assert!(m2.is_none());
+    assert!(
+        waited2 >= Duration::from_millis(300),
+        "recv_timeout sleeps on to its deadline: {waited2:?}"
+    );
+    // A message queued before the wait is taken as by recv_timeout.
+    let (b, _wb) = endpoint(&site, 0, 1);
+    b.send_express(VirtualName(0), express(3, 9)).unwrap();
+    let Some(Message::Express(m)) = a.recv_until_woken(Duration::from_secs(10)) else {
+        panic!("the queued message")
+    };
+    assert_eq!((m.handler, m.payload), (Handler(3), 9));
+}
+
 /// Two senders send bursts of 1–4 messages to one receiver that sleeps on its doorbell
 /// whenever its queue is empty (no spinning), and each waits for the receiver's answer
 /// to its burst: a wake-up lost by the armed-doorbell protocol (only the first ring after
