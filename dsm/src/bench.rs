@@ -407,7 +407,11 @@ impl Pair {
     /// is woken, as in the Express round trip the fault is compared with. In an
     /// application this is the home whose threads wait for a lock, a page or a barrier;
     /// [`Pair::remote_read_faults`] is the home whose threads all sleep or compute,
-    /// served by its protocol thread, woken by the request.
+    /// served by its protocol thread, woken by the request. The faulting thread and the
+    /// home's thread are pinned to different CPUs, as the ends of the baselines'
+    /// ping-pongs are: on one CPU each reply waited for the faulting thread's busy polls
+    /// and yields (≈ 23 µs a fault, in whole rounds where the scheduler put the home's
+    /// fresh thread beside the caller).
     ///
     /// # Errors
     /// If the job fails.
@@ -418,7 +422,11 @@ impl Pair {
         let (a, b) = (self.a(), self.b.as_ref().expect("live"));
         let this = &*self;
         let (ra, rb) = std::thread::scope(|s| {
-            let hb = s.spawn(|| b.barrier());
+            let hb = s.spawn(|| {
+                let _pin = multigrain_bench::pin_to_cpu(1);
+                b.barrier()
+            });
+            let _pin = multigrain_bench::pin_to_cpu(0);
             std::thread::sleep(Self::SETTLE);
             let out: Vec<u64> = pages
                 .iter()
