@@ -409,9 +409,9 @@ impl Pair {
     /// [`Pair::remote_read_faults`] is the home whose threads all sleep or compute,
     /// served by its protocol thread, woken by the request. The faulting thread and the
     /// home's thread are pinned to different CPUs, as the ends of the baselines'
-    /// ping-pongs are: on one CPU each reply waited for the faulting thread's busy polls
-    /// and yields (≈ 23 µs a fault, in whole rounds where the scheduler put the home's
-    /// fresh thread beside the caller).
+    /// ping-pongs are: confined to one CPU (`taskset -c 0`) each fault took ≈ 23 µs, the
+    /// faulting thread's yields not handing the CPU to the home's thread for ≈ 20 µs
+    /// (Linux's EEVDF scheduler; forty-first session).
     ///
     /// # Errors
     /// If the job fails.

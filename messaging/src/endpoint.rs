@@ -841,9 +841,9 @@ impl Endpoint {
     /// stands in for other threads polling the same queues — a DSM cluster's protocol
     /// thread — then learns that they poll, instead of sleeping again and being woken by
     /// every message they take (each wake-up of a real-time thread preempts the thread on
-    /// its CPU). A receiver that waits on the INIs' sockets instead (see below) waits as
-    /// in `recv_timeout`: a datagram that wakes it is work it does itself (the INIs'
-    /// pass), not a message another thread took.
+    /// its CPU). Where the site has INIs and the receiver waits on their sockets (when no
+    /// other thread holds them), it waits as `recv_timeout` does: a datagram that wakes it
+    /// is work it does itself (the INIs' pass), not a message another thread took.
     pub fn recv_until_woken(&self, timeout: Duration) -> Option<Message> {
         self.recv_waiting(timeout, true)
     }
