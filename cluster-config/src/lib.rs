@@ -62,6 +62,7 @@
 //! | `dsm.idle_flushes` | 64 | 0 ..= 64 flushes an open page may stay unchanged before the next one closes it (hlrc; 0: close at every flush) |
 //! | `dsm.release_batch` | 16 | 1 ..= 1024 contended or pushed locks given back together after one flush (1: each at its release) |
 //! | `dsm.protocol_priority` | `"auto"` | `auto`, `realtime`, `normal` |
+//! | `dsm.thread_policy` | `"batch"` | `batch`, `normal`: the compute and INI threads' scheduling policy (`SCHED_BATCH`: their wake-ups do not preempt) |
 //! | `emulation.send_overhead_us`, `recv_overhead_us`, `latency_us` | 0 | finite, ≥ 0 µs (*o_s*, *o_r*, *L*; see [`EmulationConfig`]) |
 //! | `emulation.gap_us` | 0 | finite, ≥ 0 µs (*g*); 0 when two clusters are linked over shared memory |
 //! | `emulation.per_byte_gap_ns` | 0 | finite, ≥ 0 ns per byte (*G*); 0 when two clusters are linked over shared memory |
@@ -112,7 +113,7 @@ pub use model::{
     MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_REGION_SIZE,
     MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS, MAX_WINDOW, MAX_WRITE_AHEAD,
     MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol, ProtocolPriority, Substrate,
-    USER_SPACE_END, host_addresses, is_loopback, same_host,
+    ThreadPolicy, USER_SPACE_END, host_addresses, is_loopback, same_host,
 };
 pub use overrides::{BadOverride, Override};
 pub use size::{ParseSizeError, format_bytes, parse_byte_size};

@@ -9,6 +9,7 @@ use toml::Spanned;
 
 use crate::model::{
     BarrierUpdates, CpuBind, HomePolicy, IniPolicy, Protocol, ProtocolPriority, Substrate,
+    ThreadPolicy,
 };
 use crate::size::parse_byte_size;
 
@@ -94,6 +95,7 @@ pub(crate) struct RawDsm {
     pub barrier_updates: Field<BarrierUpdates>,
     pub flush_ahead: Field<bool>,
     pub protocol_priority: Field<ProtocolPriority>,
+    pub thread_policy: Field<ThreadPolicy>,
 }
 
 /// `[emulation]`

@@ -654,6 +654,10 @@ impl Resolver<'_, '_> {
                 .protocol_priority
                 .as_ref()
                 .map_or(d.protocol_priority, |p| *p.get_ref()),
+            thread_policy: raw
+                .thread_policy
+                .as_ref()
+                .map_or(d.thread_policy, |p| *p.get_ref()),
         })
     }
 

@@ -5,7 +5,7 @@ use multigrain_cluster_config::{
     BarrierUpdates, ClusterSpec, CpuBind, DsmConfig, EMBEDDED_DEFAULT_TOML, EmulationConfig,
     FaultConfig, HomePolicy, IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig,
     MAX_IDLE_FLUSHES, MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_RELEASE_BATCH, MAX_TRACE_RECORDS,
-    MAX_WRITE_AHEAD, PAGE_SIZE, Protocol, ProtocolPriority, Substrate,
+    MAX_WRITE_AHEAD, PAGE_SIZE, Protocol, ProtocolPriority, Substrate, ThreadPolicy,
 };
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -114,6 +114,7 @@ prop_compose! {
                     [(seed >> 40) as usize % 3],
                 flush_ahead: (seed >> 44) % 2 == 0,
                 protocol_priority,
+                thread_policy: ThreadPolicy::ALL[(seed >> 46) as usize % ThreadPolicy::ALL.len()],
             },
             emulation: EmulationConfig {
                 send_overhead_us: emu[0],

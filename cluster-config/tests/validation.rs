@@ -68,7 +68,7 @@ fn unknown_keys_are_rejected_with_the_allowed_keys() {
         err(&with_local("[dsm]\nregion = 5")),
         "jobs/t.toml:2:1: dsm.region: unknown key; allowed here: protocol, home, region_base, \
          region_size, page_size, prefetch, write_ahead, idle_flushes, release_batch, \
-         barrier_updates, flush_ahead, protocol_priority"
+         barrier_updates, flush_ahead, protocol_priority, thread_policy"
     );
     assert_eq!(
         err(&with_local("emulation = { latency = 1 }")),
@@ -437,6 +437,10 @@ fn keywords_of_dsm() {
     assert_eq!(
         err(&with_local("[dsm]\nprotocol_priority = \"high\"")),
         "jobs/t.toml:2:21: dsm.protocol_priority = \"high\": must be one of: auto, realtime, normal"
+    );
+    assert_eq!(
+        err(&with_local("[dsm]\nthread_policy = \"fifo\"")),
+        "jobs/t.toml:2:17: dsm.thread_policy = \"fifo\": must be one of: batch, normal"
     );
 }
 

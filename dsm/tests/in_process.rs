@@ -837,3 +837,36 @@ fn a_store_whose_mark_is_late_reaches_the_home_when_its_page_closes() {
         dsm.finish().unwrap()
     });
 }
+
+/// The calling thread's scheduling policy as `/proc/thread-self/sched` shows it
+/// (`SCHED_OTHER` 0, `SCHED_BATCH` 3).
+fn own_policy() -> u32 {
+    let sched = std::fs::read_to_string("/proc/thread-self/sched").unwrap();
+    let line = sched
+        .lines()
+        .find(|l| l.starts_with("policy"))
+        .expect("a policy line");
+    line.rsplit(':').next().unwrap().trim().parse().unwrap()
+}
+
+/// `dsm.thread_policy`: the compute threads run `SCHED_BATCH` by default, so that their
+/// wake-ups do not preempt the thread on their CPU, and keep the normal policy with
+/// `normal`.
+#[test]
+fn compute_threads_take_the_configured_scheduling_policy() {
+    use multigrain_cluster_config::ThreadPolicy;
+    for (slot, policy, expected) in [(23, ThreadPolicy::Batch, 3), (24, ThreadPolicy::Normal, 0)] {
+        let mut cfg = config(2, 2, Protocol::Hlrc);
+        cfg.dsm.thread_policy = policy;
+        let seen = on_each(job(slot, &cfg), |dsm| {
+            let seen = dsm.run(|_| own_policy()).unwrap();
+            dsm.finish().unwrap();
+            seen
+        });
+        assert_eq!(
+            seen,
+            vec![vec![expected; 2]; 2],
+            "dsm.thread_policy = {policy}: the policy of each compute thread"
+        );
+    }
+}

@@ -1,5 +1,5 @@
-//! Real-time scheduling of a cluster's DSM protocol thread, and the CPUs a process may
-//! run on ([`cpus_in`]).
+//! Real-time scheduling of a cluster's DSM protocol thread, batch scheduling of its other
+//! threads ([`set_policy`]), and the CPUs a process may run on ([`cpus_in`]).
 //!
 //! A message that reaches a cluster while all of its threads compute waits for the
 //! protocol thread to run. Woken at normal priority, that thread waits for the
@@ -12,6 +12,8 @@
 //! 2026-11-25 with alternating binaries.)
 
 use std::io;
+
+use multigrain_cluster_config::ThreadPolicy;
 
 /// Makes the calling thread a real-time thread (`SCHED_FIFO`, priority 1, the lowest
 /// real-time priority).
@@ -30,6 +32,30 @@ pub fn make_realtime() -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::from_raw_os_error(r))
+    }
+}
+
+/// Gives the calling thread `policy` (`dsm.thread_policy`): `SCHED_BATCH` for
+/// [`ThreadPolicy::Batch`] — its wake-ups no longer preempt the thread running on its
+/// CPU, which keeps its time slice (a waking batch thread runs when that thread blocks or
+/// yields, or at the next tick) — or leaves it as it is for [`ThreadPolicy::Normal`].
+/// A cluster's compute threads and INI threads take it when they start; the protocol
+/// thread, whose wake-ups must preempt ([`make_realtime`]), does not. Any process may
+/// make a thread a batch thread; where the call fails the thread keeps its policy (logged
+/// at debug level).
+pub fn set_policy(policy: ThreadPolicy) {
+    if policy != ThreadPolicy::Batch {
+        return;
+    }
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: as in `make_realtime`: the calling thread's own handle, and a `sched_param`
+    // that outlives the call and is only read.
+    let r = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_BATCH, &param) };
+    if r != 0 {
+        tracing::debug!(
+            "SCHED_BATCH refused ({}): the thread keeps its scheduling policy",
+            io::Error::from_raw_os_error(r)
+        );
     }
 }
 
@@ -65,6 +91,36 @@ mod tests {
                 assert_eq!(policy, libc::SCHED_FIFO);
             }
             Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}"),
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// The calling thread's scheduling policy.
+    fn own_policy() -> i32 {
+        // SAFETY: as in `make_realtime`; `policy` and `param` are valid out-pointers for
+        // the call.
+        unsafe {
+            let mut policy = 0;
+            let mut param = libc::sched_param { sched_priority: 0 };
+            assert_eq!(
+                libc::pthread_getschedparam(libc::pthread_self(), &mut policy, &mut param),
+                0
+            );
+            policy
+        }
+    }
+
+    /// `batch` makes the thread `SCHED_BATCH` (any process may); `normal` leaves it as it
+    /// was.
+    #[test]
+    fn the_batch_policy_is_sched_batch_and_normal_changes_nothing() {
+        std::thread::spawn(|| {
+            let before = own_policy();
+            set_policy(ThreadPolicy::Normal);
+            assert_eq!(own_policy(), before);
+            set_policy(ThreadPolicy::Batch);
+            assert_eq!(own_policy(), libc::SCHED_BATCH);
         })
         .join()
         .unwrap();

@@ -187,6 +187,7 @@ impl Dsm {
                 threads,
                 options,
                 peer_timeout,
+                thread_policy: cfg.dsm.thread_policy,
             }),
             server: None,
             next_offset: 0,

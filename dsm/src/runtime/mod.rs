@@ -177,6 +177,8 @@ struct Inner {
     threads: Vec<usize>,
     options: DsmOptions,
     peer_timeout: Duration,
+    /// The compute threads' scheduling policy (`dsm.thread_policy`).
+    thread_policy: multigrain_cluster_config::ThreadPolicy,
 }
 
 impl std::fmt::Debug for Dsm {
@@ -373,6 +375,7 @@ impl Dsm {
                 // A panic aborts the job at once (from the panicking thread), so that the
                 // other threads, here and elsewhere, stop waiting for this one.
                 let run_one = move || {
+                    multigrain_messaging::sched::set_policy(worker.inner.thread_policy);
                     slots::set_compute_index(Some(local));
                     let _active = worker.inner.core.waits.active();
                     catch_unwind(AssertUnwindSafe(|| body(&worker))).map_err(|payload| {

@@ -40,7 +40,7 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::window::{IniAddr, Micros, WindowConfig};
 use core::{Counters, IniCore, IniSlot};
 use handoff::{Handoff, OutMsg};
-use multigrain_cluster_config::{EmulationConfig, FaultConfig, IniPolicy, JobConfig};
+use multigrain_cluster_config::{EmulationConfig, FaultConfig, IniPolicy, JobConfig, ThreadPolicy};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use parking_lot::Mutex;
@@ -97,6 +97,9 @@ pub struct NetConfig {
     /// `window.peer_timeout` after the later of its last ACK progress and its last
     /// liveness answer. `None` (the default): ACK progress alone decides.
     pub liveness: Option<Arc<crate::liveness::Evidence>>,
+    /// The INI threads' scheduling policy (`dsm.thread_policy`; see
+    /// [`crate::sched::set_policy`]).
+    pub thread_policy: ThreadPolicy,
 }
 
 /// Where and how much each INI traces (see [`trace`]).
@@ -154,6 +157,7 @@ impl NetConfig {
             }),
             any_ip_peers: Vec::new(),
             liveness: None,
+            thread_policy: cfg.dsm.thread_policy,
         }
     }
 }
@@ -721,11 +725,14 @@ impl BoundInis {
         });
         let mut threads = Vec::with_capacity(k);
         for (i, slot) in net.slots.iter().enumerate() {
-            let (n, s, spin) = (net.clone(), slot.clone(), cfg.spin);
+            let (n, s, spin, policy) = (net.clone(), slot.clone(), cfg.spin, cfg.thread_policy);
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("mg-ini-{i}"))
-                    .spawn(move || thread::run(n, s, i, spin))?,
+                    .spawn(move || {
+                        crate::sched::set_policy(policy);
+                        thread::run(n, s, i, spin)
+                    })?,
             );
         }
         for (s, addrs) in remote.iter().enumerate() {
