@@ -195,10 +195,11 @@ choice_enum! {
         /// preempted a compute thread that was computing, or polling for that very
         /// message, at every datagram or reply (issue 10, forty-first session: Water
         /// 512 × 50 on 2×2 and 4×1 over UDP 0.93–0.94 × the time, Water 4096 × 3 on 2×2
-        /// 0.95 ×, the rest within ±3 %). Any process may set it.
+        /// 0.96 ×, EM3D on 2×2 0.95 ×, the rest within ±4 %). Any process may set it.
         #[default]
         Batch = "batch",
-        /// The normal time-sharing policy (`SCHED_OTHER`, `normal`).
+        /// The threads keep the policy they inherit: the time-sharing `SCHED_OTHER`
+        /// unless the process was started with another (`normal`).
         Normal = "normal",
     }
 }

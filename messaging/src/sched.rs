@@ -71,44 +71,26 @@ pub fn cpus_in(set: &nix::sched::CpuSet) -> Vec<usize> {
 mod tests {
     use super::*;
 
+    /// The calling thread's scheduling policy and priority.
+    fn own_policy() -> (i32, i32) {
+        let (mut policy, mut param) = (0, libc::sched_param { sched_priority: 0 });
+        // SAFETY: as in `make_realtime`; `policy` and `param` are valid out-pointers for
+        // the call.
+        let r =
+            unsafe { libc::pthread_getschedparam(libc::pthread_self(), &mut policy, &mut param) };
+        assert_eq!(r, 0);
+        (policy, param.sched_priority)
+    }
+
     /// Either the thread becomes real-time, or the refusal is a permission error.
     #[test]
     fn realtime_or_a_permission_error() {
         std::thread::spawn(|| match make_realtime() {
-            Ok(()) => {
-                // SAFETY: as in `make_realtime`; `policy` and `param` are valid
-                // out-pointers for the call.
-                let policy = unsafe {
-                    let mut policy = 0;
-                    let mut param = libc::sched_param { sched_priority: 0 };
-                    assert_eq!(
-                        libc::pthread_getschedparam(libc::pthread_self(), &mut policy, &mut param),
-                        0
-                    );
-                    assert_eq!(param.sched_priority, 1);
-                    policy
-                };
-                assert_eq!(policy, libc::SCHED_FIFO);
-            }
+            Ok(()) => assert_eq!(own_policy(), (libc::SCHED_FIFO, 1)),
             Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}"),
         })
         .join()
         .unwrap();
-    }
-
-    /// The calling thread's scheduling policy.
-    fn own_policy() -> i32 {
-        // SAFETY: as in `make_realtime`; `policy` and `param` are valid out-pointers for
-        // the call.
-        unsafe {
-            let mut policy = 0;
-            let mut param = libc::sched_param { sched_priority: 0 };
-            assert_eq!(
-                libc::pthread_getschedparam(libc::pthread_self(), &mut policy, &mut param),
-                0
-            );
-            policy
-        }
     }
 
     /// `batch` makes the thread `SCHED_BATCH` (any process may); `normal` leaves it as it
@@ -120,7 +102,7 @@ mod tests {
             set_policy(ThreadPolicy::Normal);
             assert_eq!(own_policy(), before);
             set_policy(ThreadPolicy::Batch);
-            assert_eq!(own_policy(), libc::SCHED_BATCH);
+            assert_eq!(own_policy(), (libc::SCHED_BATCH, 0));
         })
         .join()
         .unwrap();
