@@ -23,16 +23,7 @@ use multigrain_cluster_config::ThreadPolicy;
 /// The OS error: `EPERM` when the process may not (it needs root, `CAP_SYS_NICE`, or
 /// an `RLIMIT_RTPRIO` of at least 1).
 pub fn make_realtime() -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: 1 };
-    // SAFETY: `pthread_self()` names the calling thread, which is alive for the whole
-    // call; `param` is an initialized `sched_param` that outlives the call, and the
-    // function only reads it.
-    let r = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::from_raw_os_error(r))
-    }
+    set_own(libc::SCHED_FIFO, 1)
 }
 
 /// Gives the calling thread `policy` (`dsm.thread_policy`): `SCHED_BATCH` for
@@ -47,15 +38,24 @@ pub fn set_policy(policy: ThreadPolicy) {
     if policy != ThreadPolicy::Batch {
         return;
     }
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: as in `make_realtime`: the calling thread's own handle, and a `sched_param`
-    // that outlives the call and is only read.
-    let r = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_BATCH, &param) };
-    if r != 0 {
-        tracing::debug!(
-            "SCHED_BATCH refused ({}): the thread keeps its scheduling policy",
-            io::Error::from_raw_os_error(r)
-        );
+    if let Err(e) = set_own(libc::SCHED_BATCH, 0) {
+        tracing::debug!("SCHED_BATCH refused ({e}): the thread keeps its scheduling policy");
+    }
+}
+
+/// Sets the calling thread's scheduling `policy` and `priority`.
+fn set_own(policy: libc::c_int, priority: libc::c_int) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: `pthread_self()` names the calling thread, which is alive for the whole
+    // call; `param` is an initialized `sched_param` that outlives the call, and the
+    // function only reads it.
+    let r = unsafe { libc::pthread_setschedparam(libc::pthread_self(), policy, &param) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(r))
     }
 }
 
@@ -74,8 +74,8 @@ mod tests {
     /// The calling thread's scheduling policy and priority.
     fn own_policy() -> (i32, i32) {
         let (mut policy, mut param) = (0, libc::sched_param { sched_priority: 0 });
-        // SAFETY: as in `make_realtime`; `policy` and `param` are valid out-pointers for
-        // the call.
+        // SAFETY: as in `set_own`; `policy` and `param` are valid out-pointers for the
+        // call.
         let r =
             unsafe { libc::pthread_getschedparam(libc::pthread_self(), &mut policy, &mut param) };
         assert_eq!(r, 0);
