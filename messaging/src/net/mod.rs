@@ -38,7 +38,7 @@ use crate::pool::Pool;
 use crate::site::Site;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::window::{IniAddr, Micros, WindowConfig};
-use core::{Counters, IniCore, IniSlot};
+use core::{Counters, IniCore, IniSlot, SocketRead};
 use handoff::{Handoff, OutMsg};
 use multigrain_cluster_config::{EmulationConfig, FaultConfig, IniPolicy, JobConfig, ThreadPolicy};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
@@ -285,7 +285,7 @@ impl Net {
         let mut events = [EpollEvent::empty(); 8];
         loop {
             for (slot, core) in self.slots.iter().zip(cores.iter_mut()) {
-                slot.run_pass(core, self, true);
+                slot.run_pass(core, self, SocketRead::UntilDelivered);
             }
             if let Some(m) = check() {
                 return Ok(Some(m));
@@ -440,7 +440,7 @@ impl Net {
         // that wait on the network; `bench dsm`'s remote read fault through INIs 54–58
         // → 38.5 µs, 2026-12-04).
         slot.handoff.push_quiet(msg)?;
-        if slot.try_pass(self, false).is_none() || !slot.handoff.ring.is_empty() {
+        if slot.try_pass(self, SocketRead::Skip).is_none() || !slot.handoff.ring.is_empty() {
             slot.handoff.wake_if_sleeping();
         }
         Ok(())
@@ -454,7 +454,9 @@ impl Net {
         }
         let mut work = false;
         for slot in self.slots.iter() {
-            work |= slot.try_pass(self, true).unwrap_or(false);
+            work |= slot
+                .try_pass(self, SocketRead::UntilDelivered)
+                .unwrap_or(false);
         }
         work
     }

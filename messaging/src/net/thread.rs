@@ -2,7 +2,7 @@
 //! work, then sleeps in `epoll_wait` on its UDP socket and hand-off eventfd until the next
 //! timer deadline (paper 002 §3.2.2) or until woken.
 
-use super::core::{IniSlot, TIMER_SLACK_US};
+use super::core::{IniSlot, SocketRead, TIMER_SLACK_US};
 use super::{Net, RELEASE_SPIN};
 use crate::poll::{AdaptivePoller, PollBounds};
 use crate::sync::Ordering;
@@ -46,7 +46,12 @@ pub(crate) fn run(net: Arc<Net>, slot: Arc<IniSlot>, index: usize, spin: Duratio
                 return;
             }
             let poll_socket = poller.tick(PollBounds::DEFAULT);
-            let work = slot.run_pass(&mut core, &net, poll_socket);
+            let read = if poll_socket {
+                SocketRead::Drain
+            } else {
+                SocketRead::Skip
+            };
+            let work = slot.run_pass(&mut core, &net, read);
             if poll_socket {
                 poller.record(work);
             }
