@@ -24,6 +24,7 @@ mod offload;
 mod policy;
 mod reseq;
 mod route;
+mod sleep_watch;
 pub mod stats;
 mod thread;
 pub mod trace;
@@ -46,6 +47,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use parking_lot::Mutex;
 use policy::pick;
 use reseq::Resequencer;
+use sleep_watch::SleepWatch;
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
@@ -329,7 +331,8 @@ impl Net {
             if slept {
                 // Leave the INIs to whoever polls meanwhile.
                 cores.clear();
-                let ms = wait.as_micros().div_ceil(1000).clamp(1, 1000) as u16;
+                let watch = SleepWatch::new(epoll, self.slots.iter().map(|s| &s.socket_fd));
+                let ms = watch.cap(wait).as_micros().div_ceil(1000).clamp(1, 1000) as u16;
                 let _ = epoll.wait(&mut events, EpollTimeout::from(ms));
             }
             self.waiters.fetch_sub(1, Ordering::SeqCst);
@@ -348,13 +351,13 @@ impl Net {
         }
     }
 
-    /// An epoll instance watching every INI socket, hand-off eventfd and the local
-    /// eventfd, for [`Net::wait`].
+    /// An epoll instance watching every INI's hand-off eventfd and the local eventfd,
+    /// for [`Net::wait`], which adds the INI sockets for each sleep (module
+    /// `sleep_watch`).
     pub(crate) fn waiter_epoll(&self) -> std::io::Result<Epoll> {
         let e = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         for s in self.slots.iter() {
             e.add(&s.handoff.efd, EpollEvent::new(EpollFlags::EPOLLIN, 1))?;
-            e.add(&s.socket_fd, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
         }
         e.add(&self.local_efd, EpollEvent::new(EpollFlags::EPOLLIN, 2))?;
         Ok(e)

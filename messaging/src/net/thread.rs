@@ -3,6 +3,7 @@
 //! timer deadline (paper 002 §3.2.2) or until woken.
 
 use super::core::{IniSlot, SocketRead, TIMER_SLACK_US};
+use super::sleep_watch::SleepWatch;
 use super::{Net, RELEASE_SPIN};
 use crate::poll::{AdaptivePoller, PollBounds};
 use crate::sync::Ordering;
@@ -19,17 +20,13 @@ const PRECISE_SPIN: Duration = Duration::from_micros(20);
 const IDLE_SLEEP_US: u64 = 100_000;
 
 pub(crate) fn run(net: Arc<Net>, slot: Arc<IniSlot>, index: usize, spin: Duration) {
-    let epoll = {
-        let core = slot.core.lock();
-        let e = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).and_then(|e| {
-            e.add(&core.socket, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
-            e.add(&slot.handoff.efd, EpollEvent::new(EpollFlags::EPOLLIN, 1))?;
-            Ok(e)
-        });
-        match e {
-            Ok(e) => e,
-            Err(e) => return net.fail(net.site.0, format!("INI {index}: epoll setup failed: {e}")),
-        }
+    // The socket joins the set for each sleep only (module `sleep_watch`).
+    let epoll = match Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).and_then(|e| {
+        e.add(&slot.handoff.efd, EpollEvent::new(EpollFlags::EPOLLIN, 1))?;
+        Ok(e)
+    }) {
+        Ok(e) => e,
+        Err(e) => return net.fail(net.site.0, format!("INI {index}: epoll setup failed: {e}")),
     };
     let mut poller = AdaptivePoller::default();
     let mut last_work = Instant::now();
@@ -103,9 +100,12 @@ pub(crate) fn run(net: Arc<Net>, slot: Arc<IniSlot>, index: usize, spin: Duratio
         }
         slot.sleep_until_us
             .store(now + wait_us.max(1), Ordering::Release);
+        let watch = SleepWatch::new(&epoll, [&slot.socket_fd]);
+        let wait_us = watch.cap(Duration::from_micros(wait_us)).as_micros() as u64;
         let ms = wait_us.div_ceil(1000).clamp(1, 100) as u16;
         let mut events = [EpollEvent::empty(); 2];
         let _ = epoll.wait(&mut events, EpollTimeout::from(ms));
+        drop(watch);
         slot.sleep_until_us.store(0, Ordering::Release);
         slot.handoff.woke();
         // Whatever woke us, poll the socket on the next pass.
