@@ -41,16 +41,17 @@ pub(crate) enum SocketRead {
     /// Nothing: a sender's pass right after its hand-off, or an INI thread's pass
     /// between its adaptive socket polls.
     Skip,
-    /// Until the socket is empty (at most [`RECV_BUDGET`] reads): the INI thread's polls.
+    /// Until the socket is empty (at most [`RECV_BUDGET`] reads): the INI thread's polls
+    /// and those of a thread asleep on the network between them (`Net::wait`).
     Drain,
     /// Until a read completes a message for this site, or the socket is empty: a
-    /// thread that polls the network while it waits for a message. It stops there and
-    /// looks in its queues instead of paying the one more read that finds the socket
-    /// empty — a `recvmsg` of ≈ 0.4 µs on this VM, on the path of every reply
-    /// (`bench net`'s Express ping-pong: read → delivered 0.22 µs, delivered → that
-    /// empty read's end 0.42 µs, the pass's rest 0.05 µs). Datagrams left behind wake
-    /// the INI thread's `epoll_wait` (level-triggered) and are read by it or by the
-    /// next poll.
+    /// thread that polls the network in a busy wait for a message (`Net::poll`). It
+    /// stops there and looks in its queues instead of paying the one more read that
+    /// finds the socket empty — a `recvmsg` of ≈ 0.4 µs on this VM, on the path of
+    /// every reply (`bench net`'s Express ping-pong: read → delivered 0.22 µs,
+    /// delivered → that empty read's end 0.42 µs, the pass's rest 0.05 µs). Datagrams
+    /// left behind are read by the next poll or wake the INI thread's `epoll_wait`
+    /// (level-triggered), which drains them.
     UntilDelivered,
 }
 

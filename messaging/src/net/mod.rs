@@ -286,8 +286,11 @@ impl Net {
         }
         let mut events = [EpollEvent::empty(); 8];
         loop {
+            // Draining: this loop sleeps between its passes, so a datagram left in a
+            // socket would cost it a round of system calls (an epoll_wait that returns at
+            // once), not the next poll's read as in a busy wait.
             for (slot, core) in self.slots.iter().zip(cores.iter_mut()) {
-                slot.run_pass(core, self, SocketRead::UntilDelivered);
+                slot.run_pass(core, self, SocketRead::Drain);
             }
             if let Some(m) = check() {
                 return Ok(Some(m));
