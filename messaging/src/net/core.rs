@@ -795,7 +795,7 @@ mod tests {
         poll(&mut fds, PollTimeout::from(ms)).expect("poll") == 1
     }
 
-    /// A thread that polls the network while it waits stops reading the socket at the
+    /// A thread that polls the network in a busy wait stops reading the socket at the
     /// read that delivers a message (it then looks in its queues); the INI thread's
     /// reads take the rest. Nothing is lost or reordered.
     #[test]
