@@ -240,7 +240,8 @@ enum BenchCommand {
     /// Express through INIs over UDP; for hlrc and sc. Every kernel runs once per round
     /// (--samples rounds of --ops/--samples operations each), so each row alternates
     /// with its baselines; a composite baseline is summed round by round, and ratios are
-    /// medians of per-pair ratios.
+    /// medians of per-pair ratios. Ping-pongs and hand-offs are timed after 16 untimed
+    /// ones each round (warm caches, awake INI threads).
     Dsm(BenchDsmArgs),
     Apps(commands::bench_apps::BenchAppsArgs),
     /// Paper 002 chapter 6's contention model against a synthetic application: N client

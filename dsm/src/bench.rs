@@ -731,31 +731,49 @@ impl LockHandoff {
             .sum()
     }
 
-    /// Makes `n` more updates, taking turns (so `n` hand-offs of the lock between the
-    /// clusters), and returns the time from a barrier of both threads to the last
-    /// update.
+    /// Makes `warm + n` more updates, taking turns (so as many hand-offs of the lock
+    /// between the clusters), and returns the time of the last `n`: from the update
+    /// that ends the `warm` untimed ones (with `warm` 0, from a barrier of both
+    /// threads) to the last update. The warm-up is the ping-pong baselines' own
+    /// ([`multigrain_bench::WARM_UP`] untimed round trips a sample): `multigrain bench
+    /// dsm` runs every kernel once per round, and a hand-off started cold — caches,
+    /// TLB and sleeping INI threads left to the kernels in between — took 4.0 µs over
+    /// shared memory where consecutive rounds took 2.5 µs (a probe touching 64 MiB
+    /// between rounds of 200; 2026-12-05).
     ///
     /// # Errors
     /// [`HandoffError::Corrupt`] if a holder finds the words not as the previous holder
     /// left them; [`HandoffError::Stuck`] if a turn never comes; the job's errors.
-    pub fn handoffs(&mut self, n: usize) -> Result<Duration, HandoffError> {
+    pub fn handoffs(&mut self, warm: usize, n: usize) -> Result<Duration, HandoffError> {
         let first = self.updates;
-        let last = first + n as u64;
+        let timed_from = first + warm as u64;
+        let last = timed_from + n as u64;
         let (a, b) = (
             self.a.as_ref().expect("live until finish"),
             self.b.as_ref().expect("live until finish"),
         );
         let (ra, rb) = std::thread::scope(|s| {
             let words = &self.words;
-            let hb = s.spawn(move || b.run(|w| take_turns(w, &words[1], first, last)));
-            let ra = a.run(|w| take_turns(w, &words[0], first, last));
+            let span = Turns {
+                first,
+                timed_from,
+                last,
+            };
+            let hb = s.spawn(move || b.run(|w| take_turns(w, &words[1], span)));
+            let ra = a.run(|w| take_turns(w, &words[0], span));
             (ra, hb.join().expect("cluster 1 thread"))
         });
-        let mut elapsed = Duration::ZERO;
+        let (mut start, mut end) = (None::<Instant>, None::<Instant>);
         let mut peer_stopped = None;
         for r in [ra?, rb?].into_iter().flatten() {
             match r {
-                Ok(t) => elapsed = elapsed.max(t),
+                Ok(t) => {
+                    // The cluster that made update `timed_from` saw it first.
+                    if let Some(s) = t.timed_from {
+                        start = Some(start.map_or(s, |x| x.min(s)));
+                    }
+                    end = Some(end.map_or(t.last_mine, |x| x.max(t.last_mine)));
+                }
                 Err(e @ HandoffError::PeerStopped { .. }) => peer_stopped = Some(e),
                 Err(e) => return Err(e),
             }
@@ -764,7 +782,10 @@ impl LockHandoff {
             return Err(e);
         }
         self.updates = last;
-        Ok(elapsed)
+        Ok(match (start, end) {
+            (Some(s), Some(e)) => e.saturating_duration_since(s),
+            _ => Duration::ZERO,
+        })
     }
 
     /// Finishes both clusters and returns the job's statistics.
@@ -776,15 +797,34 @@ impl LockHandoff {
     }
 }
 
-/// One cluster's side of [`LockHandoff::handoffs`]: updates `first + 1 ..= last` that are
-/// its own (update *u* belongs to cluster *(u − 1) mod 2*). Returns the time from the
-/// barrier to its last update.
+/// The updates of one [`LockHandoff::handoffs`] call: `first + 1 ..= last`, timed from
+/// the moment update `timed_from` is made.
+#[derive(Clone, Copy, Debug)]
+struct Turns {
+    first: u64,
+    timed_from: u64,
+    last: u64,
+}
+
+/// When one cluster saw update [`Turns::timed_from`] (made it, or found it made; `None`
+/// if it never looked in between) and made its own last update.
+struct TurnTimes {
+    timed_from: Option<Instant>,
+    last_mine: Instant,
+}
+
+/// One cluster's side of [`LockHandoff::handoffs`]: the updates of `span` that are its
+/// own (update *u* belongs to cluster *(u − 1) mod 2*).
 fn take_turns(
     w: &crate::Worker<'_>,
     words: &SharedArray<u64>,
-    first: u64,
-    last: u64,
-) -> Result<Duration, HandoffError> {
+    span: Turns,
+) -> Result<TurnTimes, HandoffError> {
+    let Turns {
+        first,
+        timed_from,
+        last,
+    } = span;
     let me = w.cluster();
     let _pin = multigrain_bench::pin_to_cpu(me);
     // My next update after `done` updates.
@@ -800,6 +840,7 @@ fn take_turns(
     let mut done = first;
     let mut since = t0;
     let mut mine_at = t0;
+    let mut timed_at = (done >= timed_from).then_some(t0);
     while next_mine(done) <= last {
         let g = w.lock(LockHandoff::LOCK)?;
         let mut found = [0u64; HANDOFF_WORDS];
@@ -831,6 +872,9 @@ fn take_turns(
         if seen != done {
             done = seen;
             since = Instant::now();
+            if done >= timed_from && timed_at.is_none() {
+                timed_at = Some(since);
+            }
         }
         if next_mine(done) == done + 1 {
             words.write(0, &handoff_words(done + 1));
@@ -838,6 +882,9 @@ fn take_turns(
             done += 1;
             mine_at = Instant::now();
             since = mine_at;
+            if done >= timed_from && timed_at.is_none() {
+                timed_at = Some(mine_at);
+            }
         } else {
             g.unlock()?;
             // Out of turn: let this CPU's other threads (the cluster's protocol thread,
@@ -853,7 +900,10 @@ fn take_turns(
             }
         }
     }
-    Ok(mine_at - t0)
+    Ok(TurnTimes {
+        timed_from: timed_at,
+        last_mine: mine_at,
+    })
 }
 
 /// A twin and a current page that differ in `fraction` (0.0..=1.0) of their words,

@@ -19,14 +19,16 @@ fn base(slot: usize) -> usize {
 fn hand_off(slot: usize, protocol: Protocol, network: bool) {
     let mut h = LockHandoff::new(protocol, base(slot), network).expect("job");
     for round in 1..=3u64 {
-        // Odd counts too: the next call starts with the other cluster's turn.
+        // Odd counts too: the next call starts with the other cluster's turn; with and
+        // without untimed hand-offs first (odd ones too).
         let n = 5 + round as usize;
-        let t = h.handoffs(n).unwrap_or_else(|e| {
+        let warm = round as usize - 1;
+        let t = h.handoffs(warm, n).unwrap_or_else(|e| {
             panic!("{protocol:?} network={network}: {e}");
         });
         assert!(t.as_nanos() > 0);
     }
-    assert_eq!(h.updates(), 6 + 7 + 8);
+    assert_eq!(h.updates(), 6 + (1 + 7) + (2 + 8));
     assert!(
         h.lock_acquires() >= h.updates(),
         "one acquire per update at least"
@@ -65,7 +67,7 @@ fn a_long_hand_off_keeps_carrying_its_diffs() {
     // bound is passed after about 8,200 of them.
     let n = 2 * multigrain_coherence::sync::MAX_MANAGER_DIFFS + 2_000;
     let mut h = LockHandoff::new(Protocol::Hlrc, base(4), false).expect("job");
-    h.handoffs(n).expect("hand-offs");
+    h.handoffs(0, n).expect("hand-offs");
     let stats = h.finish().expect("finish").total.protocol;
     assert_eq!(stats.invalidations, 0, "{stats:#?}");
     assert!(

@@ -42,6 +42,9 @@ fn median_us(samples: &[u64]) -> Result<f64> {
 /// bundle's framing), rounded up.
 const HANDOFF_BULK_BYTES: usize = 256;
 
+/// Untimed hand-offs before each round's timed ones: the ping-pong baselines' warm-up.
+const HANDOFF_WARM_UP: usize = multigrain_bench::WARM_UP as usize;
+
 /// Virtual addresses for the benchmark regions, away from the job default.
 fn base(slot: usize) -> usize {
     0x4800_0000_0000 + slot * (1 << 36)
@@ -252,8 +255,14 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
                 .collect::<Result<Vec<u64>, _>>()?;
             median_us(&v)
         }
-        K::HandoffShm(i) => Ok(us_per_op(subjects[i].handoff_shm.handoffs(b)?)),
-        K::HandoffNet(i) => Ok(us_per_op(subjects[i].handoff_net.handoffs(b)?)),
+        // Warmed up as the ping-pong baselines are (their first WARM_UP round trips are
+        // not timed).
+        K::HandoffShm(i) => Ok(us_per_op(
+            subjects[i].handoff_shm.handoffs(HANDOFF_WARM_UP, b)?,
+        )),
+        K::HandoffNet(i) => Ok(us_per_op(
+            subjects[i].handoff_net.handoffs(HANDOFF_WARM_UP, b)?,
+        )),
         K::WarmCopy => median_us(&kernels::page_copy_warm(&diff_pages[0].1, b)),
         K::Encode(j) => median_us(&kernels::diff_encode(&diff_pages[j].0, &diff_pages[j].1, b)),
         K::Apply(j) => median_us(&kernels::diff_apply(&diff_pages[j].0, &diff_pages[j].1, b)),
