@@ -872,9 +872,6 @@ fn take_turns(
         if seen != done {
             done = seen;
             since = Instant::now();
-            if done >= timed_from && timed_at.is_none() {
-                timed_at = Some(since);
-            }
         }
         if next_mine(done) == done + 1 {
             words.write(0, &handoff_words(done + 1));
@@ -882,9 +879,6 @@ fn take_turns(
             done += 1;
             mine_at = Instant::now();
             since = mine_at;
-            if done >= timed_from && timed_at.is_none() {
-                timed_at = Some(mine_at);
-            }
         } else {
             g.unlock()?;
             // Out of turn: let this CPU's other threads (the cluster's protocol thread,
@@ -898,6 +892,11 @@ fn take_turns(
                     waited,
                 });
             }
+        }
+        // When this cluster first made or saw update `timed_from` (`since`: the latest
+        // update it made or saw); the maker's time is the earlier of the two clusters'.
+        if done >= timed_from {
+            timed_at.get_or_insert(since);
         }
     }
     Ok(TurnTimes {
