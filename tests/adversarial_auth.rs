@@ -5,7 +5,9 @@
 //! secret, and with junk — once from an ordinary UDP socket of **another user**
 //! (`nobody`, through `setpriv`, when the test runs as root; else of the same user), and
 //! once with the source address of the registered peer INI spoofed through a raw IP
-//! socket (root only: the attacker who gets past the address check). The job must
+//! socket (root only: the attacker who gets past the address check; the address an INI
+//! sends from — its send port, `ini.connected_sends` — read from the job's debug log, as
+//! anyone watching the wire could). The job must
 //! finish with energies identical to an undisturbed run of the same job, and the
 //! cluster-0 report's INI table must show the rejections by reason: `src` (unregistered
 //! address), and with spoofing also `epoch` (the earlier run), `mac` (forged) and `bad`
@@ -76,7 +78,10 @@ fn water(name: &str, config: &Path) -> Proc {
         "--config",
     ])
     .arg(config)
-    .env("RUST_LOG", "warn,multigrain_control=debug");
+    .env(
+        "RUST_LOG",
+        "warn,multigrain_control=debug,multigrain_messaging::job=debug",
+    );
     for var in common::launch_vars() {
         cmd.env_remove(var);
     }
@@ -116,9 +121,9 @@ fn rejections(p: &Proc) -> Vec<(String, [u64; 4])> {
         .collect()
 }
 
-/// Runs the job, starts `attack` once this run's epoch is known, and returns the
-/// finished process.
-fn run_job(name: &str, config: &Path, attack: impl FnOnce(u64)) -> Proc {
+/// Runs the job, starts `attack` once this run's epoch and the ports each cluster's INI 0
+/// sends from are known, and returns the finished process.
+fn run_job(name: &str, config: &Path, attack: impl FnOnce(u64, [u16; 2])) -> Proc {
     let mut p = water(name, config);
     let pids = launched_pids(&p, 2);
     p.adopt(&pids);
@@ -129,7 +134,15 @@ fn run_job(name: &str, config: &Path, attack: impl FnOnce(u64)) -> Proc {
         .and_then(|r| r.split(|c: char| !c.is_ascii_hexdigit()).next())
         .unwrap_or_else(|| panic!("no epoch in {line:?}"));
     let epoch = u64::from_str_radix(hex, 16).expect("hex epoch");
-    attack(epoch);
+    // Each cluster logs the other's INIs as registered.
+    let heard_from = |c: u16| {
+        let (line, _) = p.wait_line(&format!("cluster {c} INI 0: receives at"), HANG);
+        line.rsplit(':')
+            .next()
+            .and_then(|port| port.trim().parse::<u16>().ok())
+            .unwrap_or_else(|| panic!("no source port in {line:?}"))
+    };
+    attack(epoch, [heard_from(0), heard_from(1)]);
     let status = p.wait_exit(JOB);
     assert!(status.success(), "{name}: {status}\n{}", p.transcript());
     p
@@ -273,7 +286,7 @@ fn forged_replayed_and_spoofed_datagrams_change_nothing() {
     let dir = TempDir::new("auth");
     let ports = free_ports();
     let cfg = config(&dir, ports);
-    let reference = run_job("undisturbed", &cfg, |_| {});
+    let reference = run_job("undisturbed", &cfg, |_, _| {});
     let want = energies(&reference);
     assert!(want.len() > 100, "{want:?}");
     // SAFETY: geteuid(2) has no preconditions.
@@ -282,7 +295,7 @@ fn forged_replayed_and_spoofed_datagrams_change_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let mut sprayer: Option<std::process::Child> = None;
     let mut spoofer = None;
-    let disturbed = run_job("sprayed", &cfg, |epoch| {
+    let disturbed = run_job("sprayed", &cfg, |epoch, sources| {
         // Another user's process: an ordinary socket, whatever address it gets.
         let exe = std::env::current_exe().expect("this test binary");
         let start = |as_nobody: bool| {
@@ -318,12 +331,13 @@ fn forged_replayed_and_spoofed_datagrams_change_nothing() {
             child = Some(start(false).expect("start the sprayer"));
         }
         sprayer = child;
-        // The spoofing attacker: the registered peer's address as the source.
+        // The spoofing attacker: the address the peer INI's datagrams come from as the
+        // source.
         if let Some(fd) = raw {
             let stop = Arc::clone(&stop);
             spoofer = Some(thread::spawn(move || {
                 spray(ports, epoch, &stop, |to, f| {
-                    send_spoofed(&fd, ports[1 - to], ports[to], f)
+                    send_spoofed(&fd, sources[1 - to], ports[to], f)
                 });
             }));
         } else {

@@ -443,6 +443,14 @@ pub struct IniConfig {
     /// refuses segmentation the INI falls back to one `sendto` per datagram by itself.
     /// Default: `true`.
     pub offload: bool,
+    /// `connected_sends`: each INI sends to each peer INI from a UDP socket connected to
+    /// it, all bound to a second port of the INI's own (its send port, any free port on
+    /// the cluster's address, registered at start-up beside its receive port; peers
+    /// accept its datagrams only from there). An unconnected socket's `sendto` looks up the
+    /// route for every datagram: ≈ 0.35 µs of a 2.3–2.7 µs one-way on loopback here.
+    /// `false`: every datagram leaves from the INI's receive port (`port` + k), for
+    /// networks that filter on the source port. Default: `true`.
+    pub connected_sends: bool,
     /// `trace_dir`: when not empty, every INI records a 64-byte trace record per
     /// inter-cluster message (paper 002 §4.4.2) and each cluster writes
     /// `trace-cluster-<id>.mgtrace` into this directory at the end of the job
@@ -487,6 +495,7 @@ impl Default for IniConfig {
             inline: true,
             coalesce: true,
             offload: true,
+            connected_sends: true,
             trace_dir: String::new(),
             trace_records: 1 << 18,
             poll_interval_min: 8,

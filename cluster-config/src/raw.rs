@@ -73,6 +73,7 @@ pub(crate) struct RawIni {
     pub inline: Field<bool>,
     pub coalesce: Field<bool>,
     pub offload: Field<bool>,
+    pub connected_sends: Field<bool>,
     pub trace_dir: Field<Text>,
     pub trace_records: Field<Int>,
     pub poll_interval_min: Field<Int>,

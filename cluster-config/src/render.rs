@@ -148,11 +148,16 @@ impl JobConfig {
                 poll_fraction(ini.poll_interval_min, ini.poll_interval_max)
             ),
         ));
-        if !ini.inline || !ini.coalesce || !ini.offload || !ini.trace_dir.is_empty() {
+        if !ini.inline
+            || !ini.coalesce
+            || !ini.offload
+            || !ini.connected_sends
+            || !ini.trace_dir.is_empty()
+        {
             lines.push((
                 "",
                 format!(
-                    "{}; {}; {}; {}",
+                    "{}; {}; {}; {}; {}",
                     if ini.inline {
                         "compute threads run free INIs' passes (inline)"
                     } else {
@@ -167,6 +172,11 @@ impl JobConfig {
                         "segmentation offload"
                     } else {
                         "one system call per datagram (offload = false)"
+                    },
+                    if ini.connected_sends {
+                        "a connected sending socket per peer INI"
+                    } else {
+                        "datagrams leave from the receive port (connected_sends = false)"
                     },
                     if ini.trace_dir.is_empty() {
                         "no message trace".to_owned()
@@ -296,7 +306,8 @@ impl JobConfig {
             out,
             "\n[ini]\nper_cluster = {}\npolicy = \"{}\"\nsubstrate = \"{}\"\nwindow = {}\n\
              send_timeout_us = {}\nack_timeout_us = {}\nmtu = {}\nqueue_capacity = {}\n\
-             inline = {}\ncoalesce = {}\noffload = {}\ntrace_dir = {}\ntrace_records = {}\n\
+             inline = {}\ncoalesce = {}\noffload = {}\nconnected_sends = {}\ntrace_dir = {}\n\
+             trace_records = {}\n\
              poll_interval_min = {}\npoll_interval_max = {}",
             ini.per_cluster,
             ini.policy,
@@ -309,6 +320,7 @@ impl JobConfig {
             ini.inline,
             ini.coalesce,
             ini.offload,
+            ini.connected_sends,
             toml_str(&ini.trace_dir),
             ini.trace_records,
             ini.poll_interval_min,

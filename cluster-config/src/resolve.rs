@@ -106,6 +106,7 @@ pub(crate) fn resolve(raw: RawFile, src: &Source<'_>) -> Result<JobConfig, Confi
             inline: ini.inline,
             coalesce: ini.coalesce,
             offload: ini.offload,
+            connected_sends: ini.connected_sends,
             trace_dir: ini.trace_dir,
             trace_records: ini.trace_records,
             poll_interval_min: ini.poll_interval_min.value,
@@ -140,6 +141,7 @@ struct Ini {
     inline: bool,
     coalesce: bool,
     offload: bool,
+    connected_sends: bool,
     trace_dir: String,
     trace_records: usize,
     poll_interval_min: Val<u32>,
@@ -417,6 +419,7 @@ impl Resolver<'_, '_> {
             inline: None,
             coalesce: None,
             offload: None,
+            connected_sends: None,
             trace_dir: None,
             trace_records: None,
             poll_interval_min: None,
@@ -481,6 +484,10 @@ impl Resolver<'_, '_> {
             inline: raw.inline.as_ref().map_or(d.inline, |b| *b.get_ref()),
             coalesce: raw.coalesce.as_ref().map_or(d.coalesce, |b| *b.get_ref()),
             offload: raw.offload.as_ref().map_or(d.offload, |b| *b.get_ref()),
+            connected_sends: raw
+                .connected_sends
+                .as_ref()
+                .map_or(d.connected_sends, |b| *b.get_ref()),
             trace_dir: raw
                 .trace_dir
                 .as_ref()

@@ -93,6 +93,7 @@ prop_compose! {
                 inline,
                 coalesce: (seed >> 20) & 1 == 1,
                 offload: (seed >> 21) & 1 == 1,
+                connected_sends: (seed >> 22) & 1 == 1,
                 trace_dir,
                 trace_records,
                 poll_interval_min: poll_min,

@@ -53,7 +53,8 @@ fn unknown_keys_are_rejected_with_the_allowed_keys() {
         err(&with_local("[ini]\nwindw = 3")),
         "jobs/t.toml:2:1: ini.windw: unknown key; allowed here: per_cluster, policy, substrate, \
          window, send_timeout_us, ack_timeout_us, mtu, queue_capacity, inline, coalesce, \
-         offload, trace_dir, trace_records, poll_interval_min, poll_interval_max (did you mean `window`?)"
+         offload, connected_sends, trace_dir, trace_records, poll_interval_min, poll_interval_max \
+         (did you mean `window`?)"
     );
     assert_eq!(
         err("[[clusters]]\nhost = 'a'\n"),

@@ -19,7 +19,7 @@
 use crate::control::{Control, ControlError, Failure, Identity, Registration};
 use crate::liveness::{Liveness, LivenessConfig, LivenessSocket, LivenessStats, Peer};
 use crate::names::SiteId;
-use crate::net::{BoundInis, IniGroup, IniReport, NetConfig, NetError};
+use crate::net::{BoundInis, IniEndpoint, IniGroup, IniReport, NetConfig, NetError};
 use crate::site::{Site, SiteConfig, SiteError, Substrate};
 use multigrain_cluster_config::{JobConfig, Substrate as Policy};
 use serde::{Deserialize, Serialize};
@@ -36,7 +36,7 @@ const PHASE_DRAINED: u32 = 0x103;
 /// What a cluster publishes about its network endpoints at start-up.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct NetAddress {
-    inis: Vec<SocketAddr>,
+    inis: Vec<IniEndpoint>,
     segment: Option<String>,
     /// The cluster's liveness socket ([`crate::liveness`]).
     #[serde(default)]
@@ -138,6 +138,7 @@ impl Job {
                     &spec.host,
                     spec.port,
                     cfg.inis_of(me),
+                    cfg.ini.connected_sends,
                 )?)
             } else {
                 None
@@ -152,7 +153,7 @@ impl Job {
         let (site, bound, liveness_socket) =
             early.inspect_err(|e| Control::cannot_start(&identity, &cfg.job, &e.to_string()))?;
         let address = NetAddress {
-            inis: bound.as_ref().map_or_else(Vec::new, |b| b.addrs().to_vec()),
+            inis: bound.as_ref().map_or_else(Vec::new, BoundInis::endpoints),
             segment: site.segment_name().map(str::to_owned),
             liveness: liveness_socket.as_ref().map(LivenessSocket::addr),
         };
@@ -162,7 +163,7 @@ impl Job {
             Control::join(&identity, &cfg.job, Registration::local(me, payload))?;
         let control = Arc::new(control);
         let mut links = vec![Link::Local; n];
-        let mut remote: Vec<Option<Vec<SocketAddr>>> = vec![None; n];
+        let mut remote: Vec<Option<Vec<IniEndpoint>>> = vec![None; n];
         let mut any_ip_peers = Vec::new();
         let mut liveness_peers: Vec<Option<Peer>> = vec![None; n];
         for (p, reg) in registrations.iter().enumerate().filter(|(p, _)| *p != me) {
@@ -217,15 +218,27 @@ impl Job {
                     // INIs bound to every address (cluster 0 of a job placed by a
                     // launcher) are reached where the coordinator was reached.
                     let coordinator = identity.coordinator.ip();
+                    let mut at_coordinator = |a: &mut SocketAddr| {
+                        if a.ip().is_unspecified() {
+                            a.set_ip(coordinator);
+                            any_ip_peers.push(*a);
+                        }
+                    };
                     let inis = theirs
                         .inis
                         .into_iter()
-                        .map(|mut a| {
-                            if a.ip().is_unspecified() {
-                                a.set_ip(coordinator);
-                                any_ip_peers.push(a);
+                        .enumerate()
+                        .map(|(k, mut e)| {
+                            at_coordinator(&mut e.addr);
+                            if let Some(f) = e.sends_from.as_mut() {
+                                at_coordinator(f);
                             }
-                            a
+                            tracing::debug!(
+                                "cluster {p} INI {k}: receives at {}, heard from {}",
+                                e.addr,
+                                e.sends_from.unwrap_or(e.addr)
+                            );
+                            e
                         })
                         .collect();
                     remote[p] = Some(inis);

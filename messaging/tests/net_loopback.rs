@@ -363,10 +363,11 @@ fn emulated_latency_delays_each_way() {
 /// reached at one of its addresses but answers from whichever the kernel picks: here
 /// site 1 is bound to 0.0.0.0 and known to site 0 as 127.0.0.2, and its datagrams come
 /// from 127.0.0.1. Heard only at exactly its registered address, it is dropped as an
-/// unknown source; listed in `any_ip_peers`, it is heard on its port.
+/// unknown source; listed in `any_ip_peers`, it is heard on its port — its send port
+/// with connected sending sockets (`ini.connected_sends`), else its receive port.
 #[test]
 fn peers_bound_to_every_address_are_heard_on_their_port() {
-    for relaxed in [false, true] {
+    for (relaxed, connected) in [(false, true), (true, true), (false, false), (true, false)] {
         let mut job = JobConfig::local(2, 1);
         job.job.peer_timeout_ms = 20_000;
         let mut cfg = NetConfig::from_job(&job);
@@ -383,18 +384,23 @@ fn peers_bound_to_every_address_are_heard_on_their_port() {
                 .unwrap()
             })
             .collect();
-        let b0 = net::BoundInis::bind(SiteId(0), "127.0.0.1", 0, 1).unwrap();
-        let b1 = net::BoundInis::bind(SiteId(1), "0.0.0.0", 0, 1).unwrap();
-        let a0 = b0.addrs()[0];
-        let mut a1 = b1.addrs()[0];
-        assert!(a1.ip().is_unspecified());
-        a1.set_ip(std::net::Ipv4Addr::new(127, 0, 0, 2).into());
+        let b0 = net::BoundInis::bind(SiteId(0), "127.0.0.1", 0, 1, connected).unwrap();
+        let b1 = net::BoundInis::bind(SiteId(1), "0.0.0.0", 0, 1, connected).unwrap();
+        let e0 = b0.endpoints()[0];
+        let mut e1 = b1.endpoints()[0];
+        assert_eq!(e1.sends_from.is_some(), connected);
+        let to_127_0_0_2 = |a: &mut std::net::SocketAddr| {
+            assert!(a.ip().is_unspecified());
+            a.set_ip(std::net::Ipv4Addr::new(127, 0, 0, 2).into());
+        };
+        to_127_0_0_2(&mut e1.addr);
+        e1.sends_from.as_mut().map(to_127_0_0_2);
         let mut cfg0 = cfg.clone();
         if relaxed {
-            cfg0.any_ip_peers = vec![a1];
+            cfg0.any_ip_peers = std::iter::once(e1.addr).chain(e1.sends_from).collect();
         }
-        let g0 = b0.start(&sites[0], &cfg0, &[None, Some(vec![a1])]).unwrap();
-        let g1 = b1.start(&sites[1], &cfg, &[Some(vec![a0]), None]).unwrap();
+        let g0 = b0.start(&sites[0], &cfg0, &[None, Some(vec![e1])]).unwrap();
+        let g1 = b1.start(&sites[1], &cfg, &[Some(vec![e0]), None]).unwrap();
         let cs = [
             Cluster {
                 site: sites[0].clone(),
@@ -405,14 +411,14 @@ fn peers_bound_to_every_address_are_heard_on_their_port() {
                 inis: g1,
             },
         ];
-        let e0 = endpoint(&cs[0], 0, 1, 2);
-        let e1 = endpoint(&cs[1], 1, 0, 2);
-        e0.send_express(VirtualName(1), Express::new(Handler(1), 5).unwrap())
+        let p0 = endpoint(&cs[0], 0, 1, 2);
+        let p1 = endpoint(&cs[1], 1, 0, 2);
+        p0.send_express(VirtualName(1), Express::new(Handler(1), 5).unwrap())
             .unwrap();
-        assert!(matches!(recv(&e1, "0 → 1"), Message::Express(_)));
-        e1.send_express(VirtualName(0), Express::new(Handler(1), 6).unwrap())
+        assert!(matches!(recv(&p1, "0 → 1"), Message::Express(_)));
+        p1.send_express(VirtualName(0), Express::new(Handler(1), 6).unwrap())
             .unwrap();
-        let back = e0.recv_timeout(Duration::from_millis(if relaxed { 20_000 } else { 500 }));
+        let back = p0.recv_timeout(Duration::from_millis(if relaxed { 20_000 } else { 500 }));
         let unknown = cs[0].inis.reports()[0].window.unknown_source;
         if relaxed {
             assert!(matches!(back, Some(Message::Express(_))), "1 → 0 heard");

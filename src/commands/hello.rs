@@ -58,7 +58,13 @@ fn hello(opts: &Options, cfg: &JobConfig, id: &Identity) -> Result<()> {
         .and_then(|()| {
             if id.clusters > 1 {
                 let ids = multigrain_messaging::SiteId(me as u16);
-                BoundInis::bind(ids, &spec.host, spec.port, cfg.inis_of(me))?;
+                BoundInis::bind(
+                    ids,
+                    &spec.host,
+                    spec.port,
+                    cfg.inis_of(me),
+                    cfg.ini.connected_sends,
+                )?;
             }
             Ok(())
         });

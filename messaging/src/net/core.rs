@@ -15,8 +15,9 @@ use super::Net;
 use super::faults::{FaultShim, Verdict};
 use super::frame::{Frame, FrameKind, HEADER};
 use super::handoff::{Handoff, NO_SLOT, OutMsg};
-use super::offload::{self, Offload};
+use super::offload::Offload;
 use super::reseq::{Arrival, Delivery, Ready};
+use super::senders::Senders;
 use super::stats::IniReport;
 use super::tracer::IniTracer;
 use crate::layout::MappedSite;
@@ -146,9 +147,10 @@ pub(crate) struct IniCore {
     /// INIs of this cluster (K).
     pub(crate) local_inis: u8,
     pub(crate) ini: Ini,
+    /// The socket this INI receives on.
     pub(crate) socket: UdpSocket,
-    /// Address of each connection's peer, by connection index.
-    pub(crate) peer_addrs: Vec<SocketAddr>,
+    /// Where datagrams to each connection's peer leave from (module `senders`).
+    pub(crate) senders: Senders,
     /// The connection whose peer INI registered each address: a datagram is accepted
     /// only from its claimed sender's registered address (issue 13).
     pub(crate) sources: HashMap<SocketAddr, ConnHandle>,
@@ -416,9 +418,9 @@ impl IniCore {
             work = true;
             let traced = t.messages_started > 0 && self.trace.is_some();
             let windowed_ns = if traced { net.now_ns() } else { 0 };
-            let addr = self.peer_addrs[t.conn.index()];
+            let to = t.conn.index();
             if batch {
-                self.offload.push(&self.socket, addr, &self.buf[..t.len]);
+                self.offload.push(&self.senders, to, &self.buf[..t.len]);
                 if traced {
                     on_wire.push((t.conn, t.messages_started, windowed_ns));
                 }
@@ -427,10 +429,10 @@ impl IniCore {
             if self.faults.is_active() {
                 let Verdict::Send(ds) = self.faults.apply(&self.buf[..t.len]);
                 for d in ds {
-                    offload::send(&self.socket, addr, &d);
+                    self.senders.send(to, &d);
                 }
             } else {
-                offload::send(&self.socket, addr, &self.buf[..t.len]);
+                self.senders.send(to, &self.buf[..t.len]);
             }
             if let Some(injected) = injected.filter(|_| t.data) {
                 self.next_inject = gap_start(injected, self.next_inject, self.gap_backlog)
@@ -442,7 +444,7 @@ impl IniCore {
             }
         }
         if batch {
-            self.offload.flush(&self.socket);
+            self.offload.flush(&self.senders);
             if let Some(tr) = self.trace.as_mut() {
                 let sent_ns = net.now_ns();
                 for (conn, started, windowed_ns) in on_wire {
@@ -571,8 +573,10 @@ impl IniCore {
 
     /// A held-back (reordered) datagram, sent before the INI stops.
     pub(crate) fn flush_faults(&mut self) {
-        if let (Some(d), Some(&a)) = (self.faults.flush(), self.peer_addrs.first()) {
-            offload::send(&self.socket, a, &d);
+        if let Some(d) = self.faults.flush()
+            && self.senders.len() > 0
+        {
+            self.senders.send(0, &d);
         }
     }
 

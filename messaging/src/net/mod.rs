@@ -13,7 +13,8 @@
 //!
 //! Also here: paper 000's adaptive network polling (in the queue layer's `poll` module), fault injection
 //! ([`faults`]), UDP segmentation and receive offload (the `offload` module: one system
-//! call for a run of datagrams, `ini.offload`), the LogGP emulation of paper 001 §3.2 (o, g, L, G from the job's
+//! call for a run of datagrams, `ini.offload`), one connected sending socket per peer INI
+//! (the `senders` module, `ini.connected_sends`), the LogGP emulation of paper 001 §3.2 (o, g, L, G from the job's
 //! `[emulation]` section) and per-INI statistics ([`IniReport`]).
 
 mod core;
@@ -24,6 +25,7 @@ mod offload;
 mod policy;
 mod reseq;
 mod route;
+mod senders;
 mod sleep_watch;
 pub mod stats;
 mod thread;
@@ -86,11 +88,17 @@ pub struct NetConfig {
     /// and a read takes what the kernel coalesced. Off under an emulated gap, per-byte
     /// gap or latency and while the fault shim is active, whatever this says.
     pub offload: bool,
+    /// Each INI sends from one connected socket per peer INI, bound to a send port of its
+    /// own (`ini.connected_sends`, module `senders`); `false`: from its receive socket,
+    /// with `sendto`. Applied where the INIs are bound ([`BoundInis::bind`]'s
+    /// `connected_sends`; [`connect_loopback`] passes this).
+    pub connected_sends: bool,
     /// Per-message traces (`ini.trace_dir`, `ini.trace_records`); `None`: off.
     pub trace: Option<TraceConfig>,
-    /// Peer INI addresses (as passed to [`BoundInis::start`]) whose INIs are bound to
-    /// every address of their host: their datagrams are accepted from any IP address
-    /// with that port, since the kernel picks the source address per route (cluster 0 of
+    /// Peer INI source addresses ([`IniEndpoint::sends_from`], else the receive address,
+    /// as passed to [`BoundInis::start`]) whose INIs are bound to every address of their
+    /// host: their datagrams are accepted from any IP address with that port, since the
+    /// kernel picks the source address per route (cluster 0 of
     /// a job placed by a launcher). Every other peer is heard only from exactly its
     /// registered address. Empty by default.
     pub any_ip_peers: Vec<SocketAddr>,
@@ -153,6 +161,7 @@ impl NetConfig {
             poll: PollBounds::new(cfg.ini.poll_interval_min, cfg.ini.poll_interval_max),
             inline: cfg.ini.inline,
             offload: cfg.ini.offload,
+            connected_sends: cfg.ini.connected_sends,
             trace: (!cfg.ini.trace_dir.is_empty()).then(|| TraceConfig {
                 dir: cfg.ini.trace_dir.clone().into(),
                 records: cfg.ini.trace_records,
@@ -482,6 +491,30 @@ pub struct BoundInis {
     site: SiteId,
     sockets: Vec<UdpSocket>,
     addrs: Vec<SocketAddr>,
+    /// Each INI's send port (module `senders`); empty: INIs send from their receive
+    /// sockets.
+    send_ports: Vec<senders::SendPort>,
+}
+
+/// One INI as its cluster registers it in the start-up exchange: where it receives, and
+/// where its datagrams come from. A peer accepts an INI's datagrams only from the latter
+/// (issue 13).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct IniEndpoint {
+    /// The INI's receive socket; its IP unspecified where the INI is bound to every
+    /// address of its host.
+    pub addr: SocketAddr,
+    /// The send port its connected sending sockets share (`ini.connected_sends`); `None`:
+    /// it sends from `addr`.
+    pub sends_from: Option<SocketAddr>,
+}
+
+impl IniEndpoint {
+    /// The address this INI's datagrams come from: its send port, or without one its
+    /// receive address.
+    fn source(&self) -> SocketAddr {
+        self.sends_from.unwrap_or(self.addr)
+    }
 }
 
 /// Socket buffer size an INI asks for, bytes, in each direction: a full window of
@@ -514,7 +547,9 @@ fn grow_socket_buffers(s: &UdpSocket) {
 
 impl BoundInis {
     /// Binds `count` UDP sockets for cluster `site` on `host` (its address in the topology),
-    /// ports `base_port + k` (`base_port` 0: any free port each).
+    /// ports `base_port + k` (`base_port` 0: any free port each); with `connected_sends`
+    /// ([`NetConfig::connected_sends`]), also a send port for each INI on the same
+    /// address (any free port).
     ///
     /// # Errors
     /// [`NetError::Resolve`] or [`NetError::Bind`] naming the cluster, INI and address.
@@ -523,6 +558,7 @@ impl BoundInis {
         host: &str,
         base_port: u16,
         count: usize,
+        connected_sends: bool,
     ) -> Result<BoundInis, NetError> {
         let ip = (host, 0)
             .to_socket_addrs()
@@ -541,6 +577,7 @@ impl BoundInis {
             .ip();
         let mut sockets = Vec::with_capacity(count);
         let mut addrs = Vec::with_capacity(count);
+        let mut send_ports = Vec::new();
         for k in 0..count {
             let port = if base_port == 0 {
                 0
@@ -558,43 +595,69 @@ impl BoundInis {
             grow_socket_buffers(&s);
             addrs.push(s.local_addr()?);
             sockets.push(s);
+            if connected_sends {
+                let any = SocketAddr::new(ip, 0);
+                send_ports.push(
+                    senders::SendPort::bind(ip).map_err(|source| NetError::Bind {
+                        site: site.0,
+                        ini: k,
+                        addr: format!("{any} (its send port)"),
+                        source,
+                    })?,
+                );
+            }
         }
         Ok(BoundInis {
             site,
             sockets,
             addrs,
+            send_ports,
         })
     }
 
-    /// The bound addresses, INI 0 first (what the other clusters need).
+    /// The bound receive addresses, INI 0 first.
     pub fn addrs(&self) -> &[SocketAddr] {
         &self.addrs
     }
 
+    /// Each INI's receive address and send port, INI 0 first (what the other clusters
+    /// need: pass them to their [`BoundInis::start`]).
+    pub fn endpoints(&self) -> Vec<IniEndpoint> {
+        self.addrs
+            .iter()
+            .enumerate()
+            .map(|(k, &addr)| IniEndpoint {
+                addr,
+                sends_from: self.send_ports.get(k).map(senders::SendPort::addr),
+            })
+            .collect()
+    }
+
     /// Starts the INI threads and gives `site` a network route to every site `s` with
-    /// `remote[s] = Some(its INI addresses)`. Each INI gets a connection to every remote
-    /// INI; clusters may have different INI counts (see `IniCore::conn_for` for which
-    /// remote INI a message goes to).
+    /// `remote[s] = Some(its INIs)` ([`BoundInis::endpoints`] of its cluster). Each INI
+    /// gets a connection to every remote INI; clusters may have different INI counts
+    /// (see `IniCore::conn_for` for which remote INI a message goes to).
     ///
     /// # Errors
-    /// [`NetError::Config`] for an INI count outside 1..=255 or bad window parameters.
+    /// [`NetError::Config`] for an INI count outside 1..=255, bad window parameters or
+    /// an address registered for two peer INIs; [`NetError::Io`] where a sending socket
+    /// cannot be connected to its peer (no route to it).
     pub fn start(
         self,
         site: &Site,
         cfg: &NetConfig,
-        remote: &[Option<Vec<SocketAddr>>],
+        remote: &[Option<Vec<IniEndpoint>>],
     ) -> Result<IniGroup, NetError> {
         let k = self.sockets.len();
-        for (s, addrs) in std::iter::once((usize::from(self.site.0), &self.addrs)).chain(
+        for (s, n) in std::iter::once((usize::from(self.site.0), self.addrs.len())).chain(
             remote
                 .iter()
                 .enumerate()
-                .filter_map(|(s, a)| Some((s, a.as_ref()?))),
+                .filter_map(|(s, a)| Some((s, a.as_ref()?.len()))),
         ) {
-            if addrs.is_empty() || addrs.len() > usize::from(u8::MAX) {
+            if n == 0 || n > usize::from(u8::MAX) {
                 return Err(NetError::Config(format!(
-                    "cluster {s} has {} INIs; 1..=255 allowed",
-                    addrs.len()
+                    "cluster {s} has {n} INIs; 1..=255 allowed"
                 )));
             }
         }
@@ -612,6 +675,7 @@ impl BoundInis {
         // datagram, however the configuration was built.
         let mut window = cfg.window.clone();
         window.coalesce &= cfg.emulation.gap_us == 0.0 && cfg.emulation.per_byte_gap_ns == 0.0;
+        let mut send_ports = self.send_ports.into_iter();
         for (i, socket) in self.sockets.into_iter().enumerate() {
             let mut ini =
                 crate::window::Ini::new(IniAddr::new(self.site.0, i as u8), window.clone())
@@ -622,12 +686,13 @@ impl BoundInis {
             let mut conns = vec![Vec::new(); remote.len()];
             for (s, addrs) in remote.iter().enumerate() {
                 let Some(addrs) = addrs else { continue };
-                for (j, a) in addrs.iter().enumerate() {
+                for (j, e) in addrs.iter().enumerate() {
                     let c = ini
                         .add_peer(IniAddr::new(s as u16, j as u8))
                         .map_err(|e| NetError::Config(e.to_string()))?;
-                    peer_addrs.push(*a);
-                    if let Some(other) = sources.insert(*a, c) {
+                    peer_addrs.push(e.addr);
+                    let a = e.source();
+                    if let Some(other) = sources.insert(a, c) {
                         return Err(NetError::Config(format!(
                             "INI address {a} is registered for two peer INIs (connections {} \
                              and {})",
@@ -635,7 +700,7 @@ impl BoundInis {
                             c.index()
                         )));
                     }
-                    if cfg.any_ip_peers.contains(a) {
+                    if cfg.any_ip_peers.contains(&a) {
                         port_sources.insert(a.port(), c);
                     }
                     conns[s].push(c);
@@ -652,12 +717,16 @@ impl BoundInis {
                 && e.latency_us == 0.0
                 && !faults.is_active();
             let offload = offload::Offload::new(&socket, offload);
+            let senders = match send_ports.next() {
+                Some(port) => port.connect(peer_addrs)?,
+                None => senders::Senders::shared(socket.try_clone()?, peer_addrs),
+            };
             let core = IniCore {
                 index: i as u8,
                 local_inis: k as u8,
                 ini,
                 socket,
-                peer_addrs,
+                senders,
                 sources,
                 port_sources,
                 conns,
@@ -779,15 +848,15 @@ pub fn connect_loopback(
     let cfg = &cfg;
     let bound: Vec<BoundInis> = sites
         .iter()
-        .map(|s| BoundInis::bind(s.id(), "127.0.0.1", 0, inis))
+        .map(|s| BoundInis::bind(s.id(), "127.0.0.1", 0, inis, cfg.connected_sends))
         .collect::<Result<_, _>>()?;
-    let addrs: Vec<Vec<SocketAddr>> = bound.iter().map(|b| b.addrs().to_vec()).collect();
+    let addrs: Vec<Vec<IniEndpoint>> = bound.iter().map(BoundInis::endpoints).collect();
     bound
         .into_iter()
         .zip(sites)
         .enumerate()
         .map(|(i, (b, site))| {
-            let remote: Vec<Option<Vec<SocketAddr>>> = (0..sites.len())
+            let remote: Vec<Option<Vec<IniEndpoint>>> = (0..sites.len())
                 .map(|j| (j != i).then(|| addrs[j].clone()))
                 .collect();
             b.start(site, cfg, &remote)

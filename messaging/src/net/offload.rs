@@ -21,10 +21,10 @@
 //! not under an emulated gap or latency (paper 001 §3.2: per-datagram timing) and not
 //! while the fault shim drops, duplicates or reorders datagrams (`ini.offload`).
 
+use super::senders::Senders;
 use nix::errno::Errno;
 use nix::sys::socket::{
-    ControlMessage, ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, sendmsg, setsockopt,
-    sockopt,
+    ControlMessage, ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, setsockopt, sockopt,
 };
 use std::io::{ErrorKind, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
@@ -57,7 +57,8 @@ pub(crate) struct Offload {
     /// Whether the socket was asked to coalesce receives (GRO) and accepted.
     gro: bool,
     batch: Vec<u8>,
-    dest: Option<SocketAddr>,
+    /// The connection (peer INI) the batch goes to.
+    dest: Option<usize>,
     /// Size of every datagram of the batch but the last.
     segment: usize,
     count: usize,
@@ -98,10 +99,10 @@ impl Offload {
         self.gso
     }
 
-    /// Adds datagram `d` for `to` to the batch, sending the batch first if `d` cannot
-    /// join it (another peer, longer than the batch's datagrams, after a shorter one,
-    /// or the batch is full).
-    pub(crate) fn push(&mut self, socket: &UdpSocket, to: SocketAddr, d: &[u8]) {
+    /// Adds datagram `d` for connection `to` to the batch, sending the batch first if
+    /// `d` cannot join it (another peer, longer than the batch's datagrams, after a
+    /// shorter one, or the batch is full).
+    pub(crate) fn push(&mut self, senders: &Senders, to: usize, d: &[u8]) {
         if self.count > 0
             && (self.dest != Some(to)
                 || d.len() > self.segment
@@ -109,7 +110,7 @@ impl Offload {
                 || self.count == MAX_SEGMENTS
                 || self.batch.len() + d.len() > MAX_BATCH_BYTES)
         {
-            self.flush(socket);
+            self.flush(senders);
         }
         if self.count == 0 {
             self.dest = Some(to);
@@ -123,13 +124,13 @@ impl Offload {
     /// Sends the batch: one datagram as it is, several as one segmented send (each
     /// datagram alone without segmentation, or if the kernel refuses it, which then
     /// stays off).
-    pub(crate) fn flush(&mut self, socket: &UdpSocket) {
+    pub(crate) fn flush(&mut self, senders: &Senders) {
         if let Some(to) = self.dest.take() {
             if self.count == 1 {
-                send(socket, to, &self.batch);
-            } else if !(self.gso && self.send_segmented(socket, to)) {
+                senders.send(to, &self.batch);
+            } else if !(self.gso && self.send_segmented(senders, to)) {
                 for d in self.batch.chunks(self.segment) {
-                    send(socket, to, d);
+                    senders.send(to, d);
                 }
             }
         }
@@ -140,21 +141,14 @@ impl Offload {
 
     /// One `sendmsg` with `UDP_SEGMENT`; `false` (and GSO off for good) if the kernel
     /// or the route refuses segmentation.
-    fn send_segmented(&mut self, socket: &UdpSocket, to: SocketAddr) -> bool {
+    fn send_segmented(&mut self, senders: &Senders, to: usize) -> bool {
         let Ok(segment) = u16::try_from(self.segment) else {
             return false;
         };
-        let addr = SockaddrStorage::from(to);
         let iov = [IoSlice::new(&self.batch)];
         let cmsg = [ControlMessage::UdpGsoSegments(&segment)];
         loop {
-            match sendmsg(
-                socket.as_raw_fd(),
-                &iov,
-                &cmsg,
-                MsgFlags::empty(),
-                Some(&addr),
-            ) {
+            match senders.sendmsg(to, &iov, &cmsg) {
                 Ok(_) => {
                     self.batches += 1;
                     self.batched += self.count as u64;
@@ -235,20 +229,6 @@ fn std_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
         .or_else(|| a.as_sockaddr_in6().map(|&v6| SocketAddr::V6(v6.into())))
 }
 
-/// Sends one datagram, waiting out a full socket buffer.
-pub(crate) fn send(socket: &UdpSocket, addr: SocketAddr, d: &[u8]) {
-    loop {
-        match socket.send_to(d, addr) {
-            Ok(_) => return,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::yield_now(),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            // Unreachable peers and the like: the datagram is lost; the window resends and
-            // eventually reports the peer unresponsive.
-            Err(_) => return,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,7 +244,7 @@ mod tests {
 
     /// Reads until `want` datagrams from `from` arrived (cut apart at their stride) or
     /// 5 s pass.
-    fn read_all(o: &mut Offload, s: &UdpSocket, from: &UdpSocket, want: usize) -> Vec<Vec<u8>> {
+    fn read_all(o: &mut Offload, s: &UdpSocket, from: SocketAddr, want: usize) -> Vec<Vec<u8>> {
         let mut buf = vec![0u8; 65_536];
         let mut got = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -276,13 +256,26 @@ mod tests {
             );
             match o.recv(s, &mut buf) {
                 Some(r) => {
-                    assert_eq!(r.from, from.local_addr().unwrap());
+                    assert_eq!(r.from, from);
                     got.extend(buf[..r.len].chunks(r.stride).map(<[u8]>::to_vec));
                 }
                 None => std::thread::sleep(Duration::from_micros(100)),
             }
         }
         got
+    }
+
+    /// Senders from `a` to `peers`: connected sockets on a send port of their own, or
+    /// `a` itself; with the address their datagrams come from.
+    fn senders(a: &UdpSocket, peers: Vec<SocketAddr>, connected: bool) -> (Senders, SocketAddr) {
+        if connected {
+            let port = super::super::senders::SendPort::bind(a.local_addr().unwrap().ip()).unwrap();
+            let from = port.addr();
+            (port.connect(peers).unwrap(), from)
+        } else {
+            let from = a.local_addr().unwrap();
+            (Senders::shared(a.try_clone().unwrap(), peers), from)
+        }
     }
 
     fn datagrams(n: usize, len: usize, last: usize) -> Vec<Vec<u8>> {
@@ -295,20 +288,22 @@ mod tests {
     }
 
     /// A batch of equal datagrams and a shorter last one arrives as the same datagrams,
-    /// in order, whether or not the kernel segments and coalesces them.
+    /// in order, whether or not the kernel segments and coalesces them, from connected
+    /// sockets or the shared one.
     #[test]
     fn a_batch_arrives_as_its_datagrams_in_order() {
-        for enabled in [true, false] {
+        for (enabled, connected) in [(true, true), (true, false), (false, true), (false, false)] {
             let (a, b) = pair();
             let mut tx = Offload::new(&a, enabled);
             let mut rx = Offload::new(&b, enabled);
+            let (out, from) = senders(&a, vec![b.local_addr().unwrap()], connected);
             let want = datagrams(20, 1_472, 300);
             for d in &want {
-                tx.push(&a, b.local_addr().unwrap(), d);
+                tx.push(&out, 0, d);
             }
-            tx.flush(&a);
-            let got = read_all(&mut rx, &b, &a, want.len());
-            assert_eq!(got, want, "offload {enabled}");
+            tx.flush(&out);
+            let got = read_all(&mut rx, &b, from, want.len());
+            assert_eq!(got, want, "offload {enabled}, connected {connected}");
             if enabled && tx.batching() {
                 assert_eq!((tx.batches, tx.batched), (1, 20));
             } else {
@@ -321,35 +316,46 @@ mod tests {
     /// each start a new send; nothing is lost or reordered.
     #[test]
     fn a_batch_ends_where_a_datagram_cannot_join_it() {
+        for connected in [true, false] {
+            a_batch_ends_where_a_datagram_cannot_join_it_from(connected);
+        }
+    }
+
+    fn a_batch_ends_where_a_datagram_cannot_join_it_from(connected: bool) {
         let (a, b) = pair();
         let c = UdpSocket::bind("127.0.0.1:0").unwrap();
         c.set_nonblocking(true).unwrap();
         let mut tx = Offload::new(&a, true);
         let mut rb = Offload::new(&b, true);
         let mut rc = Offload::new(&c, true);
-        let (to_b, to_c) = (b.local_addr().unwrap(), c.local_addr().unwrap());
+        let (out, from) = senders(
+            &a,
+            vec![b.local_addr().unwrap(), c.local_addr().unwrap()],
+            connected,
+        );
+        let (to_b, to_c) = (0, 1);
         let mut want_b = Vec::new();
         let mut want_c = Vec::new();
         // 70 of 1,000 bytes (a full batch of 64, then 6), one of 100, one of 1,000
         // after it, two for c, then one of 2,000 for b.
         for d in datagrams(70, 1_000, 1_000) {
-            tx.push(&a, to_b, &d);
+            tx.push(&out, to_b, &d);
             want_b.push(d);
         }
         for d in [vec![1u8; 100], vec![2u8; 1_000]] {
-            tx.push(&a, to_b, &d);
+            tx.push(&out, to_b, &d);
             want_b.push(d);
         }
         for d in datagrams(2, 500, 500) {
-            tx.push(&a, to_c, &d);
+            tx.push(&out, to_c, &d);
             want_c.push(d);
         }
         let long = vec![3u8; 2_000];
-        tx.push(&a, to_b, &long);
+        tx.push(&out, to_b, &long);
         want_b.push(long);
-        tx.flush(&a);
-        assert_eq!(read_all(&mut rb, &b, &a, want_b.len()), want_b);
-        assert_eq!(read_all(&mut rc, &c, &a, want_c.len()), want_c);
+        tx.flush(&out);
+        assert_eq!(read_all(&mut rb, &b, from, want_b.len()), want_b);
+        assert_eq!(read_all(&mut rc, &c, from, want_c.len()), want_c);
         if tx.batching() {
             // 64; 6 + the 100-byte one; the 1,000 after it alone; c's two; the long one.
             assert_eq!((tx.batches, tx.batched), (3, 64 + 7 + 2));
