@@ -9,6 +9,12 @@ use crate::runtime::spin::WaitKind;
 /// even if it has not left its busy polls (see [`Core::wait`]).
 const WATCH_AFTER_MESSAGES: u32 = 64;
 
+/// A yield that returns within this long found no other thread wanting the CPU (≈ 0.3 µs
+/// here; one that ran another thread returns after that thread's turn, tens of µs or
+/// more). See [`Core::wait`]: a thread alone on its CPU busy-polls again after serving a
+/// message.
+const ALONE_YIELD: Duration = Duration::from_micros(2);
+
 impl Core {
     /// Waits until wait `seq` of `slot` completes, handling every message that arrives
     /// meanwhile (see the module documentation); `kind` names what it waits for, whose
@@ -38,7 +44,9 @@ impl Core {
         let mut next_check = start + self.tuning.liveness_period;
         // The thread learns how long its waits last (see `spin`).
         let budget = s.busy_budget(kind);
-        let mut busy = budget.map_or(self.tuning.busy_polls, |b| b.polls());
+        let full = budget.map_or(self.tuning.busy_polls, |b| b.polls());
+        let mut busy = full;
+        let mut alone = false;
         let ended = || {
             if let Some(b) = budget {
                 b.record(start.elapsed(), self.tuning.busy_polls);
@@ -52,6 +60,20 @@ impl Core {
             self.note_poll();
             if let Some(m) = ep.try_recv() {
                 self.dispatch(ops, ep, m)?;
+                // Requests come in streams (a sweep of faults, a lock's queue): a thread
+                // that found itself alone on its CPU at its last yield busy-polls again
+                // after serving one, instead of putting a yield's system call before the
+                // next. Where clusters share a CPU its yields run other threads, are
+                // slow, and it yields on: busy polls re-armed after every message
+                // regardless cost Water 512 × 50 on 4×1 3-8 %. Measured (forty-third
+                // session, alternating builds): `bench dsm`'s remote read fault over
+                // shared memory with the home polling 6.36-6.53 → 6.06-6.28 µs (6 pairs,
+                // the row alone); applications within their spread (Water 4×1 udp 0.984,
+                // 4×1 shm 1.010 and 0.996, 2×2 udp 0.986; EM3D 2×1 shm 0.995; 10-16
+                // pairs each).
+                if alone {
+                    busy = full;
+                }
                 handled += 1;
                 if handled == WATCH_AFTER_MESSAGES && watched.is_none() {
                     watched = Some(self.waits.enter(context()));
@@ -86,6 +108,7 @@ impl Core {
                 // then seen within one yield instead of 8 to 32 of them.
                 ep.poll_network_next();
                 std::thread::yield_now();
+                alone = now.elapsed() < ALONE_YIELD;
                 continue;
             }
             if now >= next_check {
