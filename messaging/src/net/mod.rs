@@ -525,20 +525,22 @@ impl IniEndpoint {
 /// The kernel caps the request at `net.core.rmem_max` / `wmem_max`.
 pub const SOCKET_BUFFER_BYTES: usize = 4 << 20;
 
-/// Asks for [`SOCKET_BUFFER_BYTES`] of receive and send buffer; a refusal only costs
+/// Asks for [`SOCKET_BUFFER_BYTES`] of send buffer and, with `receive`, of receive
+/// buffer (a sending socket that is never read keeps the default); a refusal only costs
 /// drops (the window recovers them), so it is logged, not an error.
-fn grow_socket_buffers(s: &UdpSocket) {
+fn grow_socket_buffers(s: &UdpSocket, receive: bool) {
     use nix::sys::socket::{setsockopt, sockopt};
-    for (what, r) in [
+    let rcv = receive.then(|| {
         (
             "SO_RCVBUF",
             setsockopt(s, sockopt::RcvBuf, &SOCKET_BUFFER_BYTES),
-        ),
-        (
-            "SO_SNDBUF",
-            setsockopt(s, sockopt::SndBuf, &SOCKET_BUFFER_BYTES),
-        ),
-    ] {
+        )
+    });
+    let snd = Some((
+        "SO_SNDBUF",
+        setsockopt(s, sockopt::SndBuf, &SOCKET_BUFFER_BYTES),
+    ));
+    for (what, r) in rcv.into_iter().chain(snd) {
         if let Err(e) = r {
             tracing::debug!("INI socket: {what} {SOCKET_BUFFER_BYTES} bytes refused: {e}");
         }
@@ -592,7 +594,7 @@ impl BoundInis {
                 source,
             })?;
             s.set_nonblocking(true)?;
-            grow_socket_buffers(&s);
+            grow_socket_buffers(&s, true);
             addrs.push(s.local_addr()?);
             sockets.push(s);
             if connected_sends {

@@ -76,7 +76,7 @@ impl SendPort {
                     format!("cannot connect a sending socket to peer INI {peer}: {e}"),
                 )
             })?;
-            super::grow_socket_buffers(&s);
+            super::grow_socket_buffers(&s, false);
             sockets.push(s);
         }
         Ok(Senders {
