@@ -217,11 +217,12 @@ impl Job {
                     }
                     // INIs bound to every address (cluster 0 of a job placed by a
                     // launcher) are reached where the coordinator was reached.
+                    // Those heard from any address are listed by the address their
+                    // datagrams come from.
                     let coordinator = identity.coordinator.ip();
-                    let mut at_coordinator = |a: &mut SocketAddr| {
+                    let at_coordinator = |a: &mut SocketAddr| {
                         if a.ip().is_unspecified() {
                             a.set_ip(coordinator);
-                            any_ip_peers.push(*a);
                         }
                     };
                     let inis = theirs
@@ -229,9 +230,13 @@ impl Job {
                         .into_iter()
                         .enumerate()
                         .map(|(k, mut e)| {
+                            let any_ip = e.source().ip().is_unspecified();
                             at_coordinator(&mut e.addr);
                             if let Some(f) = e.sends_from.as_mut() {
                                 at_coordinator(f);
+                            }
+                            if any_ip {
+                                any_ip_peers.push(e.source());
                             }
                             tracing::debug!(
                                 "cluster {p} INI {k}: receives at {}, heard from {}",

@@ -512,7 +512,7 @@ pub struct IniEndpoint {
 impl IniEndpoint {
     /// The address this INI's datagrams come from: its send port, or without one its
     /// receive address.
-    fn source(&self) -> SocketAddr {
+    pub(crate) fn source(&self) -> SocketAddr {
         self.sends_from.unwrap_or(self.addr)
     }
 }
@@ -530,21 +530,21 @@ pub const SOCKET_BUFFER_BYTES: usize = 4 << 20;
 /// drops (the window recovers them), so it is logged, not an error.
 fn grow_socket_buffers(s: &UdpSocket, receive: bool) {
     use nix::sys::socket::{setsockopt, sockopt};
-    let rcv = receive.then(|| {
-        (
-            "SO_RCVBUF",
-            setsockopt(s, sockopt::RcvBuf, &SOCKET_BUFFER_BYTES),
-        )
-    });
-    let snd = Some((
-        "SO_SNDBUF",
-        setsockopt(s, sockopt::SndBuf, &SOCKET_BUFFER_BYTES),
-    ));
-    for (what, r) in rcv.into_iter().chain(snd) {
+    let ask = |what: &str, r: nix::Result<()>| {
         if let Err(e) = r {
             tracing::debug!("INI socket: {what} {SOCKET_BUFFER_BYTES} bytes refused: {e}");
         }
+    };
+    if receive {
+        ask(
+            "SO_RCVBUF",
+            setsockopt(s, sockopt::RcvBuf, &SOCKET_BUFFER_BYTES),
+        );
     }
+    ask(
+        "SO_SNDBUF",
+        setsockopt(s, sockopt::SndBuf, &SOCKET_BUFFER_BYTES),
+    );
 }
 
 impl BoundInis {
