@@ -142,9 +142,13 @@ impl MacKey {
         &self.0
     }
 
-    /// The [`MAC_LEN`]-byte MAC of `bytes`.
+    /// The [`MAC_LEN`]-byte MAC of `bytes`: the same value as
+    /// [`mac_parts`](Self::mac_parts) of `[bytes]`, through BLAKE3's one-shot keyed hash,
+    /// which skips the incremental hasher's set-up and finalization: 66 against 98 ns for
+    /// an Express message's 64 bytes of header (one BLAKE3 block; measured on the Zen 5
+    /// VM, forty-fourth session) — paid once by the sender and once by the receiver.
     pub fn mac(&self, bytes: &[u8]) -> [u8; MAC_LEN] {
-        self.mac_parts(&[bytes])
+        truncate(blake3::keyed_hash(&self.0, bytes))
     }
 
     /// The [`MAC_LEN`]-byte MAC of the concatenation of `parts` (BLAKE3 in keyed mode,
@@ -154,22 +158,32 @@ impl MacKey {
         for p in parts {
             h.update(p);
         }
-        let mut out = [0u8; MAC_LEN];
-        out.copy_from_slice(&h.finalize().as_bytes()[..MAC_LEN]);
-        out
+        truncate(h.finalize())
     }
 
     /// Whether `tag` is the MAC of `bytes`, compared in constant time.
     pub fn verify(&self, bytes: &[u8], tag: &[u8]) -> bool {
-        self.verify_parts(&[bytes], tag)
+        tags_equal(&self.mac(bytes), tag)
     }
 
     /// Whether `tag` is the MAC of the concatenation of `parts`, compared in constant
     /// time.
     pub fn verify_parts(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
-        let want = self.mac_parts(parts);
-        tag.len() == MAC_LEN && want.iter().zip(tag).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+        tags_equal(&self.mac_parts(parts), tag)
     }
+}
+
+/// The first [`MAC_LEN`] bytes of a BLAKE3 output.
+fn truncate(hash: blake3::Hash) -> [u8; MAC_LEN] {
+    let mut out = [0u8; MAC_LEN];
+    out.copy_from_slice(&hash.as_bytes()[..MAC_LEN]);
+    out
+}
+
+/// Whether `tag` equals `want`, compared in constant time (every byte is read whatever
+/// the first difference).
+fn tags_equal(want: &[u8; MAC_LEN], tag: &[u8]) -> bool {
+    tag.len() == MAC_LEN && want.iter().zip(tag).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
 impl std::fmt::Debug for MacKey {
@@ -889,6 +903,27 @@ mod tests {
             let mut buf = vec![0u8; OVERHEAD + payload.len()];
             super::encode(&h, &payload, &MacKey::new(other), &mut buf).unwrap();
             prop_assert_eq!(super::decode(&buf, &key(), h.epoch), Err(DecodeError::BadMac));
+        }
+
+        /// The one-shot MAC (what datagrams use) and the MAC of parts (what the control
+        /// channel uses) agree wherever the bytes are split, across BLAKE3's 64-byte
+        /// block and 1 KiB chunk boundaries.
+        #[test]
+        fn one_shot_mac_equals_mac_of_parts(
+            bytes in proptest::collection::vec(any::<u8>(), 0..2100),
+            cut in any::<prop::sample::Index>(),
+            k in any::<[u8; 32]>(),
+        ) {
+            let key = MacKey::new(k);
+            let (a, b) = bytes.split_at(cut.index(bytes.len() + 1));
+            let tag = key.mac(&bytes);
+            prop_assert_eq!(tag, key.mac_parts(&[a, b]));
+            prop_assert!(key.verify(&bytes, &tag));
+            prop_assert!(key.verify_parts(&[a, b], &tag));
+            prop_assert!(!key.verify(&bytes, &tag[..MAC_LEN - 1]));
+            let mut bad = tag;
+            bad[cut.index(MAC_LEN)] ^= 1;
+            prop_assert!(!key.verify(&bytes, &bad));
         }
     }
 }
