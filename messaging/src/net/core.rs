@@ -427,9 +427,9 @@ impl IniCore {
                 continue;
             }
             if self.faults.is_active() {
-                let Verdict::Send(ds) = self.faults.apply(&self.buf[..t.len]);
-                for d in ds {
-                    self.senders.send(to, &d);
+                let Verdict::Send(ds) = self.faults.apply(to, &self.buf[..t.len]);
+                for (conn, d) in ds {
+                    self.senders.send(conn, &d);
                 }
             } else {
                 self.senders.send(to, &self.buf[..t.len]);
@@ -573,10 +573,8 @@ impl IniCore {
 
     /// A held-back (reordered) datagram, sent before the INI stops.
     pub(crate) fn flush_faults(&mut self) {
-        if let Some(d) = self.faults.flush()
-            && self.senders.len() > 0
-        {
-            self.senders.send(0, &d);
+        if let Some((conn, d)) = self.faults.flush() {
+            self.senders.send(conn, &d);
         }
     }
 

@@ -22,8 +22,10 @@ pub struct InjectedFaults {
 /// What to put on the wire for one datagram.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// Send these datagrams now, in order (0, 1, 2 or 3 of them).
-    Send(Vec<Vec<u8>>),
+    /// Send these datagrams now, in order (0, 1, 2 or 3 of them), each on the
+    /// connection it names: a datagram held back for reordering goes to the peer it was
+    /// written for, whichever connection's datagram releases it.
+    Send(Vec<(usize, Vec<u8>)>),
 }
 
 /// The shim: one per INI.
@@ -31,7 +33,8 @@ pub enum Verdict {
 pub struct FaultShim {
     cfg: FaultConfig,
     state: u64,
-    held: Option<Vec<u8>>,
+    /// A datagram held back for reordering and the connection it is for.
+    held: Option<(usize, Vec<u8>)>,
     /// Counters.
     pub counts: InjectedFaults,
 }
@@ -66,8 +69,9 @@ impl FaultShim {
         p > 0.0 && ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
     }
 
-    /// Decides the fate of `datagram`.
-    pub fn apply(&mut self, datagram: &[u8]) -> Verdict {
+    /// Decides the fate of `datagram`, written for connection `conn` (an index into the
+    /// INI's senders).
+    pub fn apply(&mut self, conn: usize, datagram: &[u8]) -> Verdict {
         let mut out = Vec::with_capacity(3);
         if self.chance(self.cfg.drop) {
             self.counts.dropped += 1;
@@ -79,14 +83,14 @@ impl FaultShim {
                 self.counts.corrupted += 1;
             }
             if self.chance(self.cfg.duplicate) {
-                out.push(d.clone());
+                out.push((conn, d.clone()));
                 self.counts.duplicated += 1;
             }
             if self.held.is_none() && self.chance(self.cfg.reorder) {
-                self.held = Some(d);
+                self.held = Some((conn, d));
                 self.counts.reordered += 1;
             } else {
-                out.push(d);
+                out.push((conn, d));
             }
         }
         if out.is_empty() {
@@ -98,8 +102,9 @@ impl FaultShim {
         Verdict::Send(out)
     }
 
-    /// A datagram held back for reordering, to be sent when the INI goes idle.
-    pub fn flush(&mut self) -> Option<Vec<u8>> {
+    /// A datagram held back for reordering and its connection, to be sent when the INI
+    /// stops (else it is sent after the next datagram the INI sends).
+    pub fn flush(&mut self) -> Option<(usize, Vec<u8>)> {
         self.held.take()
     }
 }
@@ -121,7 +126,7 @@ mod tests {
             let mut s = FaultShim::new(&cfg, 3);
             let mut sent = 0;
             for i in 0..100_000u32 {
-                let Verdict::Send(v) = s.apply(&i.to_le_bytes());
+                let Verdict::Send(v) = s.apply(0, &i.to_le_bytes());
                 sent += v.len();
             }
             (s.counts, sent)
@@ -139,6 +144,44 @@ mod tests {
     fn off_passes_everything_through_unchanged() {
         let mut s = FaultShim::new(&FaultConfig::default(), 0);
         assert!(!s.is_active());
-        assert_eq!(s.apply(b"abc"), Verdict::Send(vec![b"abc".to_vec()]));
+        assert_eq!(
+            s.apply(2, b"abc"),
+            Verdict::Send(vec![(2, b"abc".to_vec())])
+        );
+    }
+
+    /// A datagram held back for reordering still goes to the peer it was written for
+    /// when another connection's datagram releases it (an INI with several peers), and
+    /// at the INI's stop.
+    #[test]
+    fn a_reordered_datagram_keeps_its_connection() {
+        let cfg = FaultConfig {
+            reorder: 0.5,
+            seed: 11,
+            ..FaultConfig::default()
+        };
+        let mut s = FaultShim::new(&cfg, 1);
+        let mut sent = Vec::new();
+        for i in 0..1_000u32 {
+            let conn = (i % 3) as usize;
+            let mut d = i.to_le_bytes().to_vec();
+            d.push(conn as u8);
+            let Verdict::Send(v) = s.apply(conn, &d);
+            sent.extend(v);
+        }
+        sent.extend(s.flush());
+        assert!(s.counts.reordered > 100, "{:?}", s.counts);
+        assert_eq!(sent.len(), 1_000, "nothing lost or doubled");
+        let mut late = 0;
+        for (k, (conn, d)) in sent.iter().enumerate() {
+            assert_eq!(
+                usize::from(d[4]),
+                *conn,
+                "datagram {d:?} sent on connection {conn}"
+            );
+            let i = u32::from_le_bytes(d[..4].try_into().unwrap());
+            late += usize::from(i as usize != k);
+        }
+        assert!(late > 100, "the order changed ({late} out of place)");
     }
 }

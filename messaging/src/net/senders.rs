@@ -129,11 +129,6 @@ impl Senders {
         }
     }
 
-    /// Peer INIs (connections).
-    pub(crate) fn len(&self) -> usize {
-        self.peers.len()
-    }
-
     /// `sendmsg` of `iov` (with `cmsgs`) to connection `conn`'s peer, once.
     ///
     /// # Panics
@@ -223,7 +218,7 @@ mod tests {
         let senders = port
             .connect(vec![p0.local_addr().unwrap(), p1.local_addr().unwrap()])
             .unwrap();
-        assert_eq!(senders.len(), 2);
+        assert_eq!(senders.peers.len(), 2);
         senders.send(1, b"to p1");
         senders.send(0, b"to p0");
         assert_eq!(read(&p0), (b"to p0".to_vec(), from));
