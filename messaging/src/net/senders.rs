@@ -132,7 +132,7 @@ impl Senders {
     /// `sendmsg` of `iov` (with `cmsgs`) to connection `conn`'s peer, once.
     ///
     /// # Panics
-    /// If `conn` is not below [`Senders::len`].
+    /// If `conn` is not the index of one of the peers this was made with.
     pub(crate) fn sendmsg(
         &self,
         conn: usize,
@@ -162,7 +162,7 @@ impl Senders {
     /// reports the peer unresponsive).
     ///
     /// # Panics
-    /// If `conn` is not below [`Senders::len`].
+    /// If `conn` is not the index of one of the peers this was made with.
     pub(crate) fn send(&self, conn: usize, d: &[u8]) {
         loop {
             let r = match &self.ways {
