@@ -121,6 +121,11 @@ pub struct MessageStats {
     pub full: u64,
     /// Allocations that found the buffer pool empty.
     pub pool_exhausted: u64,
+    /// Network polls made by this site's receiving threads (paper 000 §3.4): receive polls
+    /// that also passed over the sockets of the inline INIs (`ini.inline`; with INI
+    /// threads only, such a poll reads nothing). An INI thread's own passes are not
+    /// counted.
+    pub network_polls: u64,
     /// Slots of this site's buffer pool handed out at least once: the most it has had in
     /// flight at once ([`Pool::used_slots`](crate::Pool::used_slots)).
     pub pool_used_slots: u64,
@@ -141,6 +146,7 @@ pub(crate) struct EndpointCounters {
     pub(crate) shm: Counter,
     pub(crate) network: Counter,
     pub(crate) full: Counter,
+    pub(crate) network_polls: Counter,
 }
 
 #[derive(Debug, Default)]
@@ -202,6 +208,7 @@ impl SiteCounters {
             s.substrate.shm += e.shm.get();
             s.substrate.network += e.network.get();
             s.full += e.full.get();
+            s.network_polls += e.network_polls.get();
         }
         s
     }

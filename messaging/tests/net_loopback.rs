@@ -569,3 +569,53 @@ fn segmentation_offload_sends_and_reads_runs_of_datagrams() {
         assert!(!ini.line().contains("offload:"));
     }
 }
+
+#[test]
+fn a_spinning_receiver_reads_the_network_at_every_pass() {
+    // Receive polls read the sockets once in 2^30 here (paper 000 §3.4's interval at
+    // its bound; minutes of polls), except in a blocking receive's spin.
+    let every = 1 << 30;
+    let cs = clusters(2, 1, IniPolicy::Static, FaultConfig::default(), |c| {
+        c.poll = poll::PollBounds::new(every, every)
+    });
+    let mut b = endpoint(&cs[1], 1, 0, 2);
+    let polls = || cs[1].site.stats().network_polls;
+    // The first receive poll reads the network, the next 2^30 - 1 do not.
+    assert!(b.try_recv().is_none());
+    assert_eq!(polls(), 1);
+    for _ in 0..10_000 {
+        assert!(b.try_recv().is_none());
+    }
+    assert_eq!(polls(), 1, "try_recv keeps the interval");
+    // Spinning with nothing to receive: a socket read at every pass.
+    b.set_spin(Duration::from_millis(20));
+    assert!(b.recv_timeout(Duration::from_millis(20)).is_none());
+    let spun = polls() - 1;
+    assert!(
+        spun >= 64,
+        "a receiver spinning 20 ms read the network {spun} times"
+    );
+    // Without a spin it sleeps after one round of polls, which keep the interval.
+    b.set_spin(Duration::ZERO);
+    let before = polls();
+    assert!(b.recv_timeout(Duration::from_millis(5)).is_none());
+    assert!(
+        polls() - before <= 1,
+        "a receive without a spin read the network {} times",
+        polls() - before
+    );
+    // And a datagram that arrives while it spins is received.
+    let a = endpoint(&cs[0], 0, 1, 2);
+    b.set_spin(TIMEOUT);
+    a.send_express(VirtualName(1), Express::new(Handler(3), 5).unwrap())
+        .unwrap();
+    let got = b.recv_timeout(TIMEOUT);
+    assert!(
+        matches!(got, Some(Message::Express(e)) if e.payload == 5),
+        "{got:?}"
+    );
+    drain_all(&cs, Duration::from_secs(10));
+    for c in cs {
+        c.inis.shutdown(Duration::from_secs(10)).unwrap();
+    }
+}
