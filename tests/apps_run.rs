@@ -163,6 +163,16 @@ fn water_agrees(name: &str, topology: &[&str], clusters: usize) -> f64 {
         }
         let stats = &dsm["stats"]["total"];
         assert!(stats["remote_fetches"].as_u64().unwrap() > 0, "{stats}");
+        // The threads' network polls (paper 000 §3.4) of the inline INIs, in the JSON
+        // and printed.
+        assert!(
+            stats["layer"]["network_polls"].as_u64().unwrap() > 0,
+            "{stats}"
+        );
+        assert!(
+            out.contains("receive polls reading the network"),
+            "{name}: no network polls row in\n{out}"
+        );
         assert!(stats["diffs_sent"].as_u64().unwrap() > 0, "{stats}");
         // The bytes of the grants, printed under their own heading as in the JSON.
         let grant_bytes = stats["bulk_bytes_sent"]["LockGrant"].as_u64().unwrap();

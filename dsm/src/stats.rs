@@ -46,6 +46,12 @@ pub struct LayerStats {
     /// at once (of [`crate::transport::POOL_SLOTS`]). Absent from older reports (read as 0).
     #[serde(default)]
     pub pool_used_slots: u64,
+    /// Receive polls of the cluster's threads that also read the sockets of its inline
+    /// INIs (paper 000 §3.4's network polls: one poll in `ini.poll_interval_min` to
+    /// `ini.poll_interval_max` of a busy loop, every pass of a blocking receive's spin).
+    /// 0 without INIs. Absent from older reports (read as 0).
+    #[serde(default)]
+    pub network_polls: u64,
 }
 
 impl From<multigrain_messaging::MessageStats> for LayerStats {
@@ -64,6 +70,7 @@ impl From<multigrain_messaging::MessageStats> for LayerStats {
             queue_full: s.full,
             pool_exhausted: s.pool_exhausted,
             pool_used_slots: s.pool_used_slots,
+            network_polls: s.network_polls,
         }
     }
 }
@@ -83,6 +90,7 @@ impl AddAssign<&LayerStats> for LayerStats {
         self.queue_full += o.queue_full;
         self.pool_exhausted += o.pool_exhausted;
         self.pool_used_slots += o.pool_used_slots;
+        self.network_polls += o.network_polls;
     }
 }
 

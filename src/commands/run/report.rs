@@ -615,6 +615,11 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "buffer pool slots used", &|c| {
         c.layer.pool_used_slots
     });
+    if !inis.is_empty() {
+        row(&mut s, "receive polls reading the network", &|c| {
+            c.layer.network_polls
+        });
+    }
     if inis.is_empty() {
         let _ = writeln!(
             s,
