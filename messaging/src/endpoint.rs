@@ -838,10 +838,11 @@ impl Endpoint {
     /// pass in 8 to 32 as [`Endpoint::try_recv`] does (paper 000 §3.4): the spinning
     /// thread does nothing else, so the system call costs no other work, and a reply from
     /// another machine is seen within one socket read instead of half an interval
-    /// (`multigrain bench net`'s Express ping-pong through INIs, 3 rounds each, forty-fifth
-    /// session: one-way 3.59–3.77 → 3.32–3.46 µs, 1.58–1.61 → 1.42–1.48 × busy-polled
-    /// UDP). With a zero spin ([`Endpoint::set_spin`]) its one round of polls before it
-    /// sleeps keeps the interval.
+    /// (`multigrain bench net`'s Express ping-pong through INIs, 8 alternating pairs of
+    /// runs, forty-fifth session: 1.552 → 1.414 × busy-polled UDP, medians; one-way
+    /// 3.62–3.68 → 3.20–3.33 µs). With a zero spin ([`Endpoint::set_spin`]) its one round
+    /// of polls before it sleeps keeps the interval, and so does
+    /// [`Endpoint::recv_until_woken`].
     pub fn recv_timeout(&self, timeout: Duration) -> Option<Message> {
         self.recv_waiting(timeout, false)
     }
