@@ -160,7 +160,8 @@ fn attack_frames(to: u16, epoch: u64, seed: u64) -> Vec<Vec<u8>> {
         dst: IniAddr::new(to, 0),
     };
     let mut out = Vec::new();
-    for (ep, key) in [(earlier_epoch, &earlier_key), (epoch, &guessed_key)] {
+    for (ep, secret) in [(earlier_epoch, &earlier_key), (epoch, &guessed_key)] {
+        let key = &wire::DatagramKey::new(secret, ep);
         for seq in 0..24u32 {
             let payload: Vec<u8> = (0..64 + seq as usize * 50)
                 .map(|i| (i as u64 ^ seed) as u8)
@@ -186,7 +187,7 @@ fn attack_frames(to: u16, epoch: u64, seed: u64) -> Vec<Vec<u8>> {
             }
         }
     }
-    for len in [0usize, 1, 7, 20, 47, 200] {
+    for len in [0usize, 1, 7, 20, 47, 55, 200] {
         out.push((0..len).map(|i| (i as u64 * 31 + seed) as u8).collect());
     }
     out

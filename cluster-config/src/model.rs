@@ -676,7 +676,7 @@ pub struct EmulationConfig {
     /// `per_byte_gap_ns`: *G*, ns of gap per byte of an injected DATA
     /// datagram's fragment (network path only): the next injection starts no
     /// sooner than *g* + *n*·*G* after a datagram carrying *n* bytes of message
-    /// frames began to leave (the sliding window's 48-byte header and MAC are
+    /// frames began to leave (the sliding window's 56-byte header and tag are
     /// not counted).
     pub per_byte_gap_ns: f64,
 }

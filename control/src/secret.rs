@@ -1,8 +1,9 @@
 //! The job's secret and the run's epoch (issue 13: authenticated traffic).
 //!
 //! Every job runs under a fresh random 32-byte [`Secret`]: control-plane frames
-//! ([`crate::wire`]) and INI datagrams carry a BLAKE3 keyed MAC under it, so that
-//! nobody without it can forge or alter traffic. It reaches the cluster processes in one
+//! ([`crate::wire`]) carry a BLAKE3 keyed MAC under it and INI datagrams are sealed
+//! (AES-256-GCM) under a key derived from it and the run's epoch, so that nobody
+//! without it can forge or alter traffic. It reaches the cluster processes in one
 //! of two ways:
 //!
 //! * **pre-shared**: `multigrain launch` / `multigrain run` write it into a `0600` key

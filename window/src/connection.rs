@@ -35,7 +35,9 @@ use std::collections::VecDeque;
 #[derive(Debug, Clone)]
 pub(crate) struct Params {
     pub(crate) epoch: u64,
-    pub(crate) key: wire::MacKey,
+    /// Seals this INI's datagrams (derived from [`WindowConfig::mac_key`] and the epoch;
+    /// its counter is this INI's: one `Params` per [`crate::Ini`]).
+    pub(crate) key: wire::DatagramKey,
     pub(crate) window: u32,
     pub(crate) max_payload: usize,
     pub(crate) send_timeout: Micros,
@@ -56,7 +58,7 @@ impl Params {
     pub(crate) fn new(c: &WindowConfig) -> Params {
         Params {
             epoch: c.epoch,
-            key: c.mac_key.clone(),
+            key: wire::DatagramKey::new(&c.mac_key, c.epoch),
             window: c.window,
             max_payload: c.max_payload(),
             send_timeout: c.send_timeout,

@@ -196,6 +196,8 @@ pub struct Ini {
     events: VecDeque<Event>,
     stats: IniStats,
     now: Micros,
+    /// Where a received datagram is decrypted (capacity kept between datagrams).
+    scratch: Vec<u8>,
 }
 
 impl fmt::Debug for Ini {
@@ -225,6 +227,7 @@ impl Ini {
             events: VecDeque::new(),
             stats: IniStats::default(),
             now: Micros::ZERO,
+            scratch: Vec::new(),
         })
     }
 
@@ -399,7 +402,23 @@ impl Ini {
         let now = self.advance(now);
         self.stats.datagrams_received += 1;
         self.stats.datagram_bytes_received += datagram.len() as u64;
-        let frame = match wire::decode(datagram, &self.params.key, self.params.epoch) {
+        // The decrypted payload lives in the INI's scratch buffer, taken out for the call
+        // (and put back whatever the outcome) so that the frame can borrow it.
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = self.receive_decoded(now, datagram, from, &mut scratch);
+        self.scratch = scratch;
+        result
+    }
+
+    /// [`Ini::receive`] past the statistics, with the scratch buffer for decryption.
+    fn receive_decoded(
+        &mut self,
+        now: Micros,
+        datagram: &[u8],
+        from: Option<ConnHandle>,
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), Rejected> {
+        let frame = match wire::decode(datagram, &self.params.key, self.params.epoch, scratch) {
             Ok(f) => f,
             Err(e) => {
                 match e {

@@ -12,7 +12,7 @@
 //! | fixed SEND and ACK timeouts, NAK on out-of-order arrival (§3.2.1) | [`WindowConfig`] |
 //! | software timer lists, one per timer kind (§3.2.2) | [`timers`] |
 //! | selective ACK on standalone ACKs (ours: keeps a SEND timeout behind one lost frame from resending the window) | [`wire`], [`Ini`] |
-//! | checksum over each datagram (ours: a keyed MAC and a per-run epoch instead, so forged and replayed datagrams are dropped), fragmentation above the MTU (§3.1, §4.4.1) | [`wire`] |
+//! | checksum over each datagram (ours: AES-256-GCM under a per-run key and a per-run epoch instead, so forged and replayed datagrams are dropped and payloads are encrypted), fragmentation above the MTU (§3.1, §4.4.1) | [`wire`] |
 //! | several new frames in one BATCH datagram (ours: most of a datagram's cost is per datagram; each frame still acknowledged and retransmitted alone) | [`WindowConfig::coalesce`], [`wire`] |
 //! | statistics (§4.4.2) | [`stats`] |
 //!
@@ -132,9 +132,10 @@ pub struct WindowConfig {
     /// registration, so that datagrams of an earlier run (or another job sharing the
     /// ports) are rejected and counted. Default 0 (tests and simulations).
     pub epoch: u64,
-    /// The job's secret: every datagram carries a MAC under it ([`wire`]); datagrams
-    /// without a valid one are rejected and counted. Default all zeros (tests and
-    /// simulations only). Never serialized.
+    /// The job's secret: every datagram is sealed under a key derived from it and the
+    /// epoch (AES-256-GCM, [`wire::DatagramKey`]); datagrams that fail the tag are
+    /// rejected and counted. Default all zeros (tests and simulations only). Never
+    /// serialized.
     #[serde(skip)]
     pub mac_key: wire::MacKey,
     /// Largest datagram, in bytes, header and checksum included (the UDP payload size).

@@ -47,7 +47,7 @@ pub struct ConnStats {
     pub batches_sent: u64,
     /// DATA frames sent inside BATCH datagrams (also counted in `data_frames_sent`).
     pub frames_in_batches_sent: u64,
-    /// DATA frames received for this connection (after the address, epoch and MAC checks).
+    /// DATA frames received for this connection (after the address, epoch and tag checks).
     pub data_frames_received: u64,
     /// DATA frames accepted into the receive window (each sequence number once).
     pub frames_accepted: u64,
@@ -55,7 +55,7 @@ pub struct ConnStats {
     pub acks_received: u64,
     /// NAK frames received.
     pub naks_received: u64,
-    /// BATCH datagrams received (after the address, epoch and MAC checks).
+    /// BATCH datagrams received (after the address, epoch and tag checks).
     pub batches_received: u64,
     /// DATA frames received inside BATCH datagrams (also counted in
     /// `data_frames_received`).
@@ -136,9 +136,9 @@ pub struct IniStats {
     pub datagrams_received: u64,
     /// Bytes of those datagrams.
     pub datagram_bytes_received: u64,
-    /// Datagrams dropped because their MAC does not authenticate them under the job's
-    /// secret: corrupted in transit or forged (the MAC replaces the CRC32C checksum of
-    /// thesis §3.1 and catches corruption at least as reliably).
+    /// Datagrams dropped because their tag does not authenticate them under the run's
+    /// key: corrupted in transit or forged (the AES-GCM tag replaces the CRC32C checksum
+    /// of thesis §3.1 and catches corruption at least as reliably).
     pub bad_mac: u64,
     /// Malformed datagrams: any other decode error (length, magic, version, kind,
     /// fragment fields).

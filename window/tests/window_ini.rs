@@ -48,7 +48,8 @@ fn from_b(kind: FrameKind, seq: u32, ack: u32, frag: (u16, u16), payload: &[u8])
         frag_count: frag.1,
     };
     let mut buf = vec![0; wire::OVERHEAD + payload.len()];
-    wire::encode(&h, payload, &wire::MacKey::new(KEY), &mut buf).unwrap();
+    let key = wire::DatagramKey::new(&wire::MacKey::new(KEY), EPOCH);
+    wire::encode(&h, payload, &key, &mut buf).unwrap();
     buf
 }
 
@@ -60,7 +61,9 @@ fn data(seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {
 fn next(ini: &mut Ini, now: u64) -> Option<(Header, Vec<u8>)> {
     let mut buf = vec![0; ini.config().mtu];
     let t = ini.poll_transmit(Micros(now), &mut buf)?;
-    let f = wire::decode(&buf[..t.len], &wire::MacKey::new(KEY), EPOCH)
+    let key = wire::DatagramKey::new(&wire::MacKey::new(KEY), EPOCH);
+    let mut scratch = Vec::new();
+    let f = wire::decode(&buf[..t.len], &key, EPOCH, &mut scratch)
         .expect("the INI sends valid datagrams");
     assert_eq!(f.header.conn.src, ini.local());
     assert_eq!(f.header.conn.dst, t.peer);
@@ -311,7 +314,8 @@ fn frame(kind: FrameKind, epoch: u64, conn: ConnId, payload: &[u8], key: [u8; 32
         frag_count: u16::from(!payload.is_empty()),
     };
     let mut buf = vec![0; 64];
-    let n = wire::encode(&h, payload, &wire::MacKey::new(key), &mut buf).unwrap();
+    let sealer = wire::DatagramKey::new(&wire::MacKey::new(key), epoch);
+    let n = wire::encode(&h, payload, &sealer, &mut buf).unwrap();
     buf.truncate(n);
     buf
 }
@@ -645,7 +649,8 @@ proptest! {
                 Op::Transmit => {
                     while let Some(t) = a.poll_transmit(Micros(now), &mut buf) {
                         prop_assert!(t.len <= cfg.mtu);
-                        prop_assert!(wire::decode(&buf[..t.len], &wire::MacKey::new(KEY), EPOCH).is_ok());
+                        let key = wire::DatagramKey::new(&wire::MacKey::new(KEY), EPOCH);
+                        prop_assert!(wire::decode(&buf[..t.len], &key, EPOCH, &mut Vec::new()).is_ok());
                     }
                 }
                 Op::Advance(dt) => {
@@ -725,7 +730,9 @@ fn coalesce_packs_queued_messages_into_one_batch() {
     let t = a.poll_transmit(Micros(0), &mut buf).unwrap();
     assert!(t.data);
     assert_eq!(t.messages_started, 3);
-    let f = wire::decode(&buf[..t.len], &wire::MacKey::new(KEY), EPOCH).unwrap();
+    let key = wire::DatagramKey::new(&wire::MacKey::new(KEY), EPOCH);
+    let mut scratch = Vec::new();
+    let f = wire::decode(&buf[..t.len], &key, EPOCH, &mut scratch).unwrap();
     assert_eq!(
         (f.header.kind, f.header.seq, f.header.frag_count),
         (FrameKind::Batch, 0, 3)
@@ -771,9 +778,13 @@ fn coalesce_stops_at_the_window_and_never_batches_a_full_frame() {
     let kinds: Vec<_> = std::iter::from_fn(|| next(&mut a, 0))
         .map(|(h, p)| (h.kind, h.frag_index, h.frag_count, p.len()))
         .collect();
+    let full = coalescing().mtu - wire::OVERHEAD;
     assert_eq!(
         kinds,
-        vec![(FrameKind::Data, 0, 2, 208), (FrameKind::Data, 1, 2, 92)]
+        vec![
+            (FrameKind::Data, 0, 2, full),
+            (FrameKind::Data, 1, 2, 300 - full)
+        ]
     );
 }
 

@@ -31,7 +31,7 @@
 //! registration, its address travels in the same registration payload as the INI
 //! addresses, and a full mesh of tiny datagrams (40 bytes, [`wire`]) gives every cluster
 //! evidence about every other, whatever the substrate between them. Datagrams are
-//! authenticated like the INIs' (the job's secret as a keyed BLAKE3 MAC, the run's epoch)
+//! authenticated with the job's secret (a keyed BLAKE3 MAC) and the run's epoch
 //! and accepted only from the registered address of the cluster they claim; an answer
 //! counts only if it echoes a probe number sent in the last 64 periods, so a replayed
 //! answer proves nothing newer than the original. Every refusal is counted

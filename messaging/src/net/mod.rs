@@ -7,7 +7,8 @@
 //! cluster reached over the network. A compute thread's send to a remote site picks an INI
 //! by the job's scheduling policy (`static`, `round-robin`, `least-loaded`) and drops the
 //! message into that INI's lock-free hand-off queue; the INI frames it (module [`frame`]),
-//! the window fragments, authenticates (a keyed MAC and the run's epoch), sequences and
+//! the window fragments, seals (AES-256-GCM under a key of the job's secret and the run's
+//! epoch: encrypted and authenticated), sequences and
 //! retransmits it, and the receiving INI reassembles it, restores the sending endpoint's
 //! order (per-lane sequence numbers) and deposits it in the destination receive queue — Tag-On data into a slot of the receiving site's pool.
 //!

@@ -78,7 +78,7 @@ impl IniReport {
     /// A one-line summary (for `--stats` tables). `datagrams` counts the datagrams sent
     /// (ACKs included; fewer than `msgs` when messages share one, `ini.coalesce`). The
     /// last four columns are the
-    /// rejected datagrams by reason: `mac` bad MAC (corrupted or forged), `epoch` another
+    /// rejected datagrams by reason: `mac` failed authentication (corrupted or forged), `epoch` another
     /// run's epoch (replays), `src` from an address that is not a registered peer INI's,
     /// `bad` malformed (plus frames that passed the window but did not decode). On the
     /// INI that carries the liveness counters, the same four reasons follow for the
