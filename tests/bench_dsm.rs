@@ -87,16 +87,16 @@ fn bench_dsm_prints_and_writes_every_row_with_its_baseline() {
         assert_eq!(asleep["target"], polling["target"], "{asleep} / {polling}");
         assert!(polling["met"].is_boolean(), "{polling}");
     }
-    // The shared-memory bare fault (the DSM region's backing) is an informational floor
-    // beside the target's: the polling fault is compared with both, the target stays
-    // with the anonymous fault.
+    // The bare fault as the DSM region installs pages (shared memory, minor faults) is
+    // an informational floor beside the target's: the polling fault is compared with
+    // both, the target stays with the anonymous fault.
     row(
         "Baselines",
-        "the same on shared memory (the DSM region's backing)",
+        "the same as the DSM region installs pages (shm, minor faults)",
     );
     let on_backing = row(
         "hlrc",
-        "the same, against the floor with the shared-memory bare fault",
+        "the same, against the floor with the DSM region's bare fault",
     );
     assert!(on_backing["ratio"].as_f64().unwrap() > 0.0, "{on_backing}");
     assert!(on_backing["met"].is_null(), "{on_backing}");

@@ -59,6 +59,7 @@
 //! | `dsm.write_ahead` | 4 | 0 ..= 64 read-only pages after a written one that a write fault continuing a sweep also opens (hlrc; 0: off) |
 //! | `dsm.barrier_updates` | `"auto"` | `auto` (= `on`), `on`, `off`: hlrc homes send their changed shared pages' diffs to the copies at barriers, and at releases those the lock cannot carry (update instead of invalidate) |
 //! | `dsm.flush_ahead` | `true` | `true`, `false`: a thread that asks another cluster for a lock first flushes the cluster's open pages while the request is on its way (hlrc) |
+//! | `dsm.populate` | `true` | `true`, `false`: each cluster allocates a shared array's pages in memory when the array is allocated, so that every fault maps memory already in place (a minor fault, Linux >= 6.4); `false`: memory only for the pages a cluster touches |
 //! | `dsm.idle_flushes` | 64 | 0 ..= 64 flushes an open page may stay unchanged before the next one closes it (hlrc; 0: close at every flush) |
 //! | `dsm.release_batch` | 16 | 1 ..= 1024 contended or pushed locks given back together after one flush (1: each at its release) |
 //! | `dsm.protocol_priority` | `"auto"` | `auto`, `realtime`, `normal` |

@@ -571,6 +571,13 @@ pub struct DsmConfig {
     /// is on its way, so the critical section that follows flushes only its own
     /// writes. Default: `true`. See `multigrain_coherence::Config::flush_ahead`.
     pub flush_ahead: bool,
+    /// `populate`: each cluster allocates the pages of every shared array in its
+    /// region's memory when the array is allocated (`Dsm::alloc`), so that a page's
+    /// first fault there, like any later one, maps memory already in place (a minor
+    /// fault, where the kernel offers them: Linux >= 6.4); `false` allocates each page
+    /// at its first fault, committing memory only for the pages a cluster touches.
+    /// Default: `true`.
+    pub populate: bool,
     /// `protocol_priority`: the scheduling priority of the protocol thread.
     /// Default: `auto`.
     pub protocol_priority: ProtocolPriority,
@@ -618,6 +625,7 @@ impl Default for DsmConfig {
             release_batch: DEFAULT_RELEASE_BATCH,
             barrier_updates: BarrierUpdates::Auto,
             flush_ahead: true,
+            populate: true,
             protocol_priority: ProtocolPriority::Auto,
             thread_policy: ThreadPolicy::Batch,
         }

@@ -95,6 +95,7 @@ pub(crate) struct RawDsm {
     pub release_batch: Field<Int>,
     pub barrier_updates: Field<BarrierUpdates>,
     pub flush_ahead: Field<bool>,
+    pub populate: Field<bool>,
     pub protocol_priority: Field<ProtocolPriority>,
     pub thread_policy: Field<ThreadPolicy>,
 }

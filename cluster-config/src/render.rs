@@ -330,7 +330,7 @@ impl JobConfig {
         let _ = writeln!(
             out,
             "\n[dsm]\nprotocol = \"{}\"\nhome = \"{}\"\nregion_base = {:#x}\nregion_size = {}\n\
-             page_size = {}\nprefetch = {}\nwrite_ahead = {}\nidle_flushes = {}\nrelease_batch = {}\nbarrier_updates = \"{}\"\nflush_ahead = {}\nprotocol_priority = \"{}\"\nthread_policy = \"{}\"",
+             page_size = {}\nprefetch = {}\nwrite_ahead = {}\nidle_flushes = {}\nrelease_batch = {}\nbarrier_updates = \"{}\"\nflush_ahead = {}\npopulate = {}\nprotocol_priority = \"{}\"\nthread_policy = \"{}\"",
             dsm.protocol,
             dsm.home,
             dsm.region_base,
@@ -342,6 +342,7 @@ impl JobConfig {
             dsm.release_batch,
             dsm.barrier_updates,
             dsm.flush_ahead,
+            dsm.populate,
             dsm.protocol_priority,
             dsm.thread_policy
         );

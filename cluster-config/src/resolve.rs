@@ -657,6 +657,7 @@ impl Resolver<'_, '_> {
                 .flush_ahead
                 .as_ref()
                 .map_or(d.flush_ahead, |b| *b.get_ref()),
+            populate: raw.populate.as_ref().map_or(d.populate, |b| *b.get_ref()),
             protocol_priority: raw
                 .protocol_priority
                 .as_ref()

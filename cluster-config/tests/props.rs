@@ -114,6 +114,7 @@ prop_compose! {
                 barrier_updates: [BarrierUpdates::Auto, BarrierUpdates::On, BarrierUpdates::Off]
                     [(seed >> 40) as usize % 3],
                 flush_ahead: (seed >> 44) % 2 == 0,
+                populate: (seed >> 45) % 2 == 0,
                 protocol_priority,
                 thread_policy: ThreadPolicy::ALL[(seed >> 46) as usize % ThreadPolicy::ALL.len()],
             },

@@ -202,8 +202,15 @@ pub struct ClusterStats {
     pub remote_fault_ns: u64,
     /// Pages fetched from their home (hlrc `GetPage`, sc read/write requests).
     pub remote_fetches: u64,
-    /// Pages installed (`UFFDIO_COPY` / zero-fill).
+    /// Pages installed (`UFFDIO_COPY` / zero-fill, or `UFFDIO_CONTINUE` of a page the
+    /// region's memfd holds).
     pub pages_installed: u64,
+    /// Present pages mapped again after the kernel dropped their mapping (reclaim wrote
+    /// them to swap; a region with minor faults reports their next access as a fault:
+    /// [`RegionOps::remap`](crate::uffd::RegionOps::remap)). 0 on a machine without
+    /// memory pressure.
+    #[serde(default)]
+    pub pages_remapped: u64,
     /// Twins made.
     pub twins: u64,
     /// Open pages that a flush skipped without reading them, because no application
@@ -328,6 +335,7 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         self.remote_fault_ns += o.remote_fault_ns;
         self.remote_fetches += o.remote_fetches;
         self.pages_installed += o.pages_installed;
+        self.pages_remapped += o.pages_remapped;
         self.twins += o.twins;
         self.flush_pages_unmarked += o.flush_pages_unmarked;
         self.diffs_sent += o.diffs_sent;
@@ -437,6 +445,7 @@ pub(crate) struct Counters {
     pub(crate) fault_ns: AtomicU64,
     pub(crate) remote_fault_ns: AtomicU64,
     pub(crate) pages_installed: AtomicU64,
+    pub(crate) pages_remapped: AtomicU64,
     pub(crate) flush_unmarked: AtomicU64,
     pub(crate) invalidations: AtomicU64,
     pub(crate) invalidate_calls: AtomicU64,
@@ -474,6 +483,7 @@ impl Default for Counters {
             fault_ns: AtomicU64::new(0),
             remote_fault_ns: AtomicU64::new(0),
             pages_installed: AtomicU64::new(0),
+            pages_remapped: AtomicU64::new(0),
             flush_unmarked: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
             invalidate_calls: AtomicU64::new(0),
@@ -571,6 +581,7 @@ impl Counters {
             remote_fetches: protocol.remote_fetches,
             realtime_protocol_threads: 0,
             pages_installed: g(&self.pages_installed),
+            pages_remapped: g(&self.pages_remapped),
             twins: protocol.twins,
             flush_pages_unmarked: g(&self.flush_unmarked),
             diffs_sent: protocol.diffs_sent,

@@ -870,3 +870,55 @@ fn compute_threads_take_the_configured_scheduling_policy() {
         );
     }
 }
+
+/// A page whose mapping the kernel drops behind the runtime's back (reclaim writing a
+/// shared-memory page to swap; here `MADV_DONTNEED` on the region, the same zap) faults on
+/// its next access although the protocol holds it. On a kernel with minor faults the
+/// runtime maps it again with its contents and protection (without it, the access would
+/// fault forever); elsewhere the kernel maps it back by itself.
+#[test]
+fn a_present_page_whose_mapping_the_kernel_dropped_is_mapped_again() {
+    let k = uffd::probe(true).unwrap();
+    let minor = k.available.contains(uffd::Features::MINOR_SHMEM)
+        && k.available.contains(uffd::Features::WP_UNPOPULATED);
+    if !minor {
+        eprintln!("NOTE: no minor faults on shared memory here: the kernel remaps by itself");
+    }
+    let cfg = config(1, 1, Protocol::Hlrc);
+    let mut dsm = job(25, &cfg).pop().unwrap();
+    let written = dsm.alloc::<u64>(512).unwrap();
+    let read_only = dsm.alloc::<u64>(512).unwrap();
+    let zap = |addr: usize| {
+        // SAFETY: `addr` is the first page of an array of the region, mapped while the
+        // arrays live; MADV_DONTNEED on this shared mapping only unmaps the page (its
+        // contents stay in the region's memfd), as reclaim does.
+        let r = unsafe { libc::madvise(addr as *mut libc::c_void, 4096, libc::MADV_DONTNEED) };
+        assert_eq!(r, 0, "madvise: {}", std::io::Error::last_os_error());
+    };
+    // Not a scoped thread: a stuck one must not keep the test from failing.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = dsm.run(|_| {
+            written.set(3, 33); // a private home page, writable
+            assert_eq!(read_only.get(3), 0); // installed read-only
+            zap(written.addr());
+            zap(read_only.addr());
+            let seen = (written.get(3), read_only.get(3));
+            written.set(4, 44); // still writable
+            read_only.set(4, 55); // a write-protect fault, as before the zap
+            (seen, written.get(4), read_only.get(4))
+        });
+        let _ = tx.send(r.map(|r| (r, dsm.finish())));
+    });
+    let (seen, stats) = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("cluster 0 stuck: the zapped pages' faults were not resolved in 30 s")
+        .unwrap();
+    assert_eq!(seen, vec![((33, 0), 44, 55)]);
+    let stats = stats.unwrap();
+    assert_eq!(
+        stats.total.pages_remapped,
+        if minor { 2 } else { 0 },
+        "{stats:?}"
+    );
+}

@@ -224,18 +224,26 @@ impl FaultResolver for Recorder {
     }
 }
 
-fn wp_detection_and_invalidate_refault(slot: usize, delivery: Delivery, backing: Backing) {
+fn wp_detection_and_invalidate_refault(
+    slot: usize,
+    delivery: Delivery,
+    backing: Backing,
+    minor: bool,
+) {
     use Access::*;
     use FaultKind::*;
     let rec = Arc::new(Recorder::default());
     let r = Region::new(
         RegionConfig::new(base(slot), 8 * PAGE_SIZE)
             .with_delivery(delivery)
-            .with_backing(backing),
+            .with_backing(backing)
+            .with_minor_faults(minor),
         rec.clone(),
     )
     .unwrap();
     assert_eq!(r.backing(), backing);
+    let expected = minor && backing == Backing::SharedMemory && minor_faults_offered();
+    assert_eq!(r.minor_faults(), expected, "{:?}", r.kernel());
     let p0 = pattern(PageIndex(0));
 
     assert_eq!(read(&r, 0, 5), p0[5]); // missing read -> read-only install
@@ -280,10 +288,137 @@ fn wp_detection_and_invalidate_refault(slot: usize, delivery: Delivery, backing:
 fn write_protect_detection_and_invalidate_refault_in_every_mode() {
     for (i, (name, delivery)) in MODES.into_iter().enumerate() {
         println!("mode {name}");
-        wp_detection_and_invalidate_refault(10 + i, delivery, Backing::Anonymous);
+        wp_detection_and_invalidate_refault(10 + i, delivery, Backing::Anonymous, false);
         println!("mode {name}, shared memory");
-        wp_detection_and_invalidate_refault(40 + i, delivery, Backing::SharedMemory);
+        wp_detection_and_invalidate_refault(40 + i, delivery, Backing::SharedMemory, false);
+        // Minor faults: the invalidated page stays in the memfd, its refault is a minor
+        // fault (reported as missing) and the install maps it with UFFDIO_CONTINUE.
+        println!("mode {name}, shared memory, minor faults");
+        wp_detection_and_invalidate_refault(60 + i, delivery, Backing::SharedMemory, true);
+        // Asking for minor faults on anonymous memory changes nothing.
+        wp_detection_and_invalidate_refault(70 + i, delivery, Backing::Anonymous, true);
     }
+}
+
+/// Whether this kernel offers what minor faults need (shmem minor faults and Linux >= 6.4
+/// for `UFFDIO_CONTINUE_MODE_WP`); says so loudly when it does not.
+fn minor_faults_offered() -> bool {
+    let k = probe(true).expect("userfaultfd available");
+    let offered = k.available.contains(Features::MINOR_SHMEM)
+        && k.available.contains(Features::WP_UNPOPULATED);
+    if !offered {
+        eprintln!(
+            "NOTE: this kernel's userfaultfd offers no minor faults on shared memory with \
+             UFFDIO_CONTINUE_MODE_WP ({}); regions fall back to UFFDIO_COPY and the \
+             minor-fault checks test that fallback only",
+            k.available
+        );
+    }
+    offered
+}
+
+/// A region with minor faults: populated pages and invalidated pages stay in the memfd,
+/// yet every access to a page not installed still faults (also after words were
+/// written to it through the view), installs put the given contents there, and `remap`
+/// maps a page whose mapping was dropped with its contents and the protection asked for.
+#[test]
+fn minor_faults_keep_pages_in_the_memfd_and_trap_every_access() {
+    /// Installs like `Recorder`; pages in `present` are remapped read-only instead (the
+    /// runtime's answer to a page whose mapping the kernel dropped).
+    #[derive(Default)]
+    struct Remapper {
+        rec: Recorder,
+        present: Mutex<Vec<usize>>,
+    }
+    impl FaultResolver for Remapper {
+        fn resolve(&self, region: &RegionOps, fault: Fault) {
+            if fault.kind == FaultKind::Missing && self.present.lock().contains(&fault.page.0) {
+                self.rec
+                    .log
+                    .lock()
+                    .push((fault.page.0, fault.kind, fault.access));
+                let _ = region.remap(fault.page, Protection::ReadOnly).unwrap();
+            } else {
+                self.rec.resolve(region, fault);
+            }
+        }
+    }
+    let offered = minor_faults_offered();
+    let res = Arc::new(Remapper::default());
+    let r = Region::new(
+        RegionConfig::new(base(80), 8 * PAGE_SIZE)
+            .with_backing(Backing::SharedMemory)
+            .with_minor_faults(true),
+        res.clone(),
+    )
+    .unwrap();
+    assert_eq!(r.minor_faults(), offered);
+    if !offered {
+        assert_eq!(
+            r.populate(PageRange::new(PageIndex(0), 4)),
+            Err(OpError::NoMinorFaults)
+        );
+        return;
+    }
+    let (p0, p1) = (PageIndex(0), PageIndex(1));
+    r.populate(PageRange::new(p0, 4)).unwrap();
+    // Words written through the view to a populated page that is not installed: the
+    // application's access still faults, and the install's contents replace them.
+    r.view_write_words(p0, 0, &[0xEE; 16]).unwrap();
+    assert_eq!(read(&r, 0, 3), pattern(p0)[3]);
+    assert_eq!(read(&r, 0, 9), pattern(p0)[9]);
+    // A zero-fill install of a page holding other bytes in the memfd gives zeros.
+    r.view_write_words(PageIndex(2), 0, &[0xEE; 8]).unwrap();
+    assert_eq!(
+        r.install_zero(PageIndex(2), Protection::ReadOnly),
+        Ok(Install::Installed)
+    );
+    assert_eq!(read(&r, 2, 0), 0);
+    // Invalidated, written through the view, read again: a fault and fresh contents.
+    write(&r, 0, 3, 0x77); // write-protect fault, unprotect
+    r.invalidate(PageRange::one(p0)).unwrap();
+    assert_eq!(read(&r, 0, 3), pattern(p0)[3]);
+    // A page whose mapping is dropped behind the protocol's back (reclaim; here the same
+    // zap): its next access faults, `remap` maps the memfd's page with its contents.
+    write(&r, 1, 5, 0x11); // missing write: installed writable
+    r.invalidate(PageRange::one(p1)).unwrap();
+    res.present.lock().push(1);
+    assert_eq!(read(&r, 1, 5), 0x11, "the remapped page keeps its contents");
+    assert_eq!(read(&r, 1, 6), pattern(p1)[6]);
+    write(&r, 1, 6, 0x22); // remapped read-only: a write-protect fault
+    assert_eq!(
+        r.remap(p1, Protection::ReadOnly),
+        Ok(Install::AlreadyPresent)
+    );
+    let log = res.rec.log.lock().clone();
+    use Access::*;
+    use FaultKind::*;
+    assert_eq!(
+        log,
+        vec![
+            (0, Missing, Read),
+            (0, WriteProtect, Write),
+            (0, Missing, Read),
+            (1, Missing, Write),
+            (1, Missing, Read),
+            (1, WriteProtect, Write),
+        ]
+    );
+    // Without minor faults: no populate, no remap.
+    let plain = Region::new(
+        RegionConfig::new(base(81), PAGE_SIZE).with_backing(Backing::SharedMemory),
+        Arc::new(|_: &RegionOps, _: Fault| {}),
+    )
+    .unwrap();
+    assert!(!plain.minor_faults());
+    assert_eq!(
+        plain.populate(PageRange::one(PageIndex(0))),
+        Err(OpError::NoMinorFaults)
+    );
+    assert_eq!(
+        plain.remap(PageIndex(0), Protection::Writable),
+        Err(OpError::NoMinorFaults)
+    );
 }
 
 #[test]

@@ -15,7 +15,6 @@ use multigrain_cluster_config::{IniPolicy, Protocol};
 use multigrain_dsm::bench::{
     self as kernels, BareFault, BareWriteFault, LockHandoff, PageCopy, Pair,
 };
-use multigrain_dsm::uffd::Backing;
 use std::time::Duration;
 
 /// How much work each row does.
@@ -113,7 +112,8 @@ enum K {
     UdpBusy,
     UdpBlocking,
     BareFault,
-    /// The bare fault on shared memory, the DSM region's backing (informational).
+    /// The bare fault as the DSM region installs pages (shared memory, minor faults;
+    /// informational).
     BareFaultShm,
     BareWriteFault,
     PageCopy,
@@ -198,8 +198,8 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
 
     // Baseline sources.
     let mut bare = BareFault::new(base(0)).context("mapping the bare-fault region")?;
-    let mut bare_shm = BareFault::with_backing(base(10), Backing::SharedMemory)
-        .context("mapping the shared-memory bare-fault region")?;
+    let mut bare_shm =
+        BareFault::like_dsm(base(10)).context("mapping the DSM-like bare-fault region")?;
     let mut bare_write =
         BareWriteFault::new(base(9)).context("mapping the bare write-protect-fault region")?;
     let mut copy = PageCopy::new();
@@ -315,7 +315,7 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
     let bare_fault_shm = col(K::BareFaultShm);
     t.push(
         g,
-        "  the same on shared memory (the DSM region's backing)",
+        "  the same as the DSM region installs pages (shm, minor faults)",
         "µs",
         bare_fault_shm,
     );
@@ -432,10 +432,10 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         );
         t.compare(
             g,
-            "  the same, against the floor with the shared-memory bare fault",
+            "  the same, against the floor with the DSM region's bare fault",
             "µs",
             remote_shm_polling,
-            ("shm fault+copy+RTT", &shm_backing_floor),
+            ("DSM fault+copy+RTT", &shm_backing_floor),
             None,
         );
         t.compare(

@@ -168,7 +168,9 @@ impl Dsm {
         };
         let len = usize::try_from(cfg.dsm.region_size)
             .map_err(|_| config_err("dsm.region_size does not fit".into()))?;
-        let region_cfg = RegionConfig::new(base, len).with_backing(Backing::SharedMemory);
+        let region_cfg = RegionConfig::new(base, len)
+            .with_backing(Backing::SharedMemory)
+            .with_minor_faults(true);
         let region = Region::new(
             region_cfg,
             Arc::new(Resolver {
@@ -188,6 +190,7 @@ impl Dsm {
                 options,
                 peer_timeout,
                 thread_policy: cfg.dsm.thread_policy,
+                populate: cfg.dsm.populate,
             }),
             server: None,
             next_offset: 0,

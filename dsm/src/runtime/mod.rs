@@ -19,7 +19,7 @@ use crate::array::SharedArray;
 use crate::error::DsmError;
 use crate::stats::{ClusterStats, JobStats, bump};
 use crate::transport::{PROTOCOL_QUEUE, Transport, WAKE_QUEUES};
-use crate::uffd::{Backing, PAGE_SIZE, Region, RegionConfig};
+use crate::uffd::{Backing, PAGE_SIZE, PageIndex, PageRange, Region, RegionConfig};
 use crate::wire::RuntimeOp;
 use bytemuck::Pod;
 use multigrain_cluster_config::{
@@ -179,6 +179,9 @@ struct Inner {
     peer_timeout: Duration,
     /// The compute threads' scheduling policy (`dsm.thread_policy`).
     thread_policy: multigrain_cluster_config::ThreadPolicy,
+    /// Whether [`Dsm::alloc`] puts an array's pages in the region's memory at once
+    /// (`dsm.populate`; only with minor faults).
+    populate: bool,
 }
 
 impl std::fmt::Debug for Dsm {
@@ -264,9 +267,16 @@ impl Dsm {
     /// so a store through a raw pointer to [`Dsm::region_base`] would not reach the
     /// other clusters.
     ///
+    /// With `dsm.populate` (the default) and minor faults (Linux ≥ 6.4, see
+    /// [`RegionOps::minor_faults`](crate::uffd::RegionOps::minor_faults)), the array's
+    /// pages are put in this cluster's memory now, zero-filled
+    /// ([`RegionOps::populate`](crate::uffd::RegionOps::populate)): each page's first
+    /// fault then maps memory already in place instead of allocating it.
+    ///
     /// # Errors
     /// [`DsmError::OutOfSpace`] when the region is full, [`DsmError::Config`] for an
-    /// element size that is not a positive multiple of 8.
+    /// element size that is not a positive multiple of 8, or when the memory to populate
+    /// the array is not there.
     pub fn alloc<T: Pod>(&mut self, len: usize) -> Result<SharedArray<T>, DsmError> {
         let me = self.cluster();
         let size = std::mem::size_of::<T>();
@@ -295,6 +305,23 @@ impl Dsm {
                 available: region.saturating_sub(offset),
                 region,
             })?;
+        if self.inner.populate && self.inner.region.minor_faults() {
+            let first = PageIndex(offset / PAGE_SIZE);
+            let pages = end.div_ceil(PAGE_SIZE) - first.0;
+            self.inner
+                .region
+                .populate(PageRange::new(first, pages))
+                .map_err(|e| DsmError::Config {
+                    cluster: me,
+                    reason: format!(
+                        "allocating the memory of a shared array of {} KiB failed ({e}): \
+                         dsm.populate = true puts every array's pages in memory when it is \
+                         allocated; free memory, or set dsm.populate = false to allocate \
+                         each page at its first access",
+                        pages * PAGE_SIZE / 1024
+                    ),
+                })?;
+        }
         self.next_offset = end;
         Ok(SharedArray::new(
             Arc::clone(&self.inner.region),

@@ -128,7 +128,11 @@ fn drain(
                 continue;
             };
             let kind = match kind {
-                userfaultfd::FaultKind::Missing => FaultKind::Missing,
+                // A minor fault (a page the memfd holds, not mapped) is served as a
+                // missing page is: the resolver installs it.
+                userfaultfd::FaultKind::Missing | userfaultfd::FaultKind::Minor => {
+                    FaultKind::Missing
+                }
                 userfaultfd::FaultKind::WriteProtected => FaultKind::WriteProtect,
             };
             let access = match rw {

@@ -389,10 +389,12 @@ pub(crate) fn probe_with(attempt: Attempt) -> Result<KernelSupport, OpenError> {
 }
 
 /// Creates a userfaultfd with `required` features enabled, after checking that the
-/// kernel offers them.
+/// kernel offers them, and those of `optional` that it offers
+/// ([`KernelSupport::enabled`] says which).
 pub(crate) fn open(
     attempt: Attempt,
     required: Features,
+    optional: Features,
 ) -> Result<(userfaultfd::Uffd, KernelSupport), OpenError> {
     let probed = probe_with(attempt)?;
     let missing = required.difference(probed.available);
@@ -402,8 +404,9 @@ pub(crate) fn open(
             available: probed.available,
         });
     }
+    let requested = required.union(Features(optional.0 & probed.available.0));
     let (fd, source) = create(attempt)?;
-    let api = sys::api_handshake(fd.as_fd(), required.bits()).map_err(OpenError::Handshake)?;
+    let api = sys::api_handshake(fd.as_fd(), requested.bits()).map_err(OpenError::Handshake)?;
     // SAFETY: `into_raw_fd` hands over sole ownership of the descriptor; `Uffd` closes
     // it on drop.
     let uffd = unsafe { userfaultfd::Uffd::from_raw_fd(fd.into_raw_fd()) };
@@ -411,7 +414,7 @@ pub(crate) fn open(
         uffd,
         KernelSupport {
             available: Features(api.features),
-            enabled: required,
+            enabled: requested,
             ioctls: api.ioctls,
             source,
         },

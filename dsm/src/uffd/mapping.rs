@@ -35,12 +35,17 @@ pub enum Backing {
     /// time at an address the kernel picks: the *runtime view*, never registered, always
     /// readable and writable, showing the same pages. Invalidation punches a hole in the
     /// file (`MADV_REMOVE`): `MADV_DONTNEED` would only unmap the page, which stays in the
-    /// page cache and would be mapped again without a fault.
+    /// page cache and would be mapped again without a fault — unless the region is also
+    /// registered for minor faults ([`RegionConfig::minor_faults`]), which then report
+    /// that access, and invalidation is `MADV_DONTNEED`.
     ///
     /// Rule for view users: never read or write a page through the view while it is
-    /// missing. A shmem hole touched through the view is allocated (zero-filled) in the
-    /// page cache, and the application's next access then maps it without a userfaultfd
-    /// fault. That breaks the coherence protocol's view of the page, not memory safety.
+    /// missing. Without minor faults, a shmem hole touched through the view is allocated
+    /// (zero-filled) in the page cache, and the application's next access then maps it
+    /// without a userfaultfd fault. That breaks the coherence protocol's view of the page,
+    /// not memory safety.
+    ///
+    /// [`RegionConfig::minor_faults`]: super::RegionConfig::minor_faults
     SharedMemory,
 }
 
@@ -249,14 +254,46 @@ impl Mapping {
     }
 
     /// Drops the contents of `addr .. addr + len`, which must lie inside the mapping
-    /// (checked): `MADV_DONTNEED` for anonymous memory, `MADV_REMOVE` (punch a hole in the
-    /// memfd) for shared memory. The next access faults as a missing page.
-    pub(crate) fn discard(&self, addr: usize, len: usize) -> Result<(), Errno> {
+    /// (checked): `MADV_DONTNEED` for anonymous memory; for shared memory `MADV_REMOVE`
+    /// (punch a hole in the memfd: the next access faults as a missing page) or, with
+    /// `keep_cache` (a region registered for minor faults), `MADV_DONTNEED`, which only
+    /// unmaps the pages: the memfd keeps them and the next access faults as a minor fault.
+    pub(crate) fn discard(&self, addr: usize, len: usize, keep_cache: bool) -> Result<(), Errno> {
         let advice = match self.backing() {
             Backing::Anonymous => MmapAdvise::MADV_DONTNEED,
+            Backing::SharedMemory if keep_cache => MmapAdvise::MADV_DONTNEED,
             Backing::SharedMemory => MmapAdvise::MADV_REMOVE,
         };
         self.advise(addr, len, advice)
+    }
+
+    /// Allocates the memfd's pages behind `addr .. addr + len` (inside the mapping,
+    /// checked) and maps them in the runtime view, zero-filled, with one
+    /// `madvise(MADV_POPULATE_WRITE)` on the view (Linux 5.14); pages the memfd already
+    /// holds keep their contents. The region's own mapping is left alone. (`fallocate`
+    /// alone is not enough: it leaves the pages unzeroed and unmapped in the view, so
+    /// the first write through the view still takes a page fault.) `EINVAL` for an
+    /// anonymous region.
+    pub(crate) fn populate(&self, addr: usize, len: usize) -> Result<(), Errno> {
+        let Some(view) = self.view_base() else {
+            return Err(Errno::EINVAL);
+        };
+        let inside = addr >= self.layout.base()
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= self.layout.end());
+        if !inside {
+            return Err(Errno::EINVAL);
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let start = view + (addr - self.layout.base());
+        let ptr = NonNull::new(start as *mut c_void).ok_or(Errno::EINVAL)?;
+        // SAFETY: the range lies inside the view mapping this value owns (checked above).
+        // `MADV_POPULATE_WRITE` faults the pages in as a write would, without changing
+        // any byte: pages the memfd holds keep their contents, new ones are zero.
+        unsafe { madvise(ptr, len, MmapAdvise::MADV_POPULATE_WRITE) }
     }
 
     fn advise(&self, addr: usize, len: usize, advice: MmapAdvise) -> Result<(), Errno> {

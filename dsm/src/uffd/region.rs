@@ -17,7 +17,7 @@ use std::ffi::c_void;
 use std::fmt;
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use userfaultfd::{IoctlFlags, RegisterMode};
 
@@ -79,6 +79,12 @@ pub struct RegionConfig {
     pub user_mode_only: bool,
     /// What memory backs the region (default [`Backing::Anonymous`]).
     pub backing: Backing,
+    /// With [`Backing::SharedMemory`]: serve pages the memfd already holds as *minor*
+    /// faults (default `false`; see [`RegionOps::minor_faults`] for what changes and for
+    /// the stricter install precondition). Used only where the kernel offers
+    /// `UFFD_FEATURE_MINOR_SHMEM` and `UFFDIO_CONTINUE_MODE_WP` (Linux ≥ 6.4); elsewhere
+    /// the region works as without it.
+    pub minor_faults: bool,
 }
 
 impl Default for RegionConfig {
@@ -89,6 +95,7 @@ impl Default for RegionConfig {
             delivery: Delivery::Signal,
             user_mode_only: true,
             backing: Backing::Anonymous,
+            minor_faults: false,
         }
     }
 }
@@ -112,6 +119,15 @@ impl RegionConfig {
     pub fn with_backing(self, backing: Backing) -> Self {
         RegionConfig { backing, ..self }
     }
+
+    /// The same configuration with minor faults asked for or not (see
+    /// [`RegionConfig::minor_faults`]).
+    pub fn with_minor_faults(self, minor_faults: bool) -> Self {
+        RegionConfig {
+            minor_faults,
+            ..self
+        }
+    }
 }
 
 /// Creating a region failed.
@@ -126,11 +142,11 @@ pub enum RegionError {
     /// The address range could not be reserved.
     #[error(transparent)]
     Map(#[from] MapError),
-    /// `UFFDIO_REGISTER` for missing and write-protect faults failed.
+    /// `UFFDIO_REGISTER` for missing and write-protect (and minor) faults failed.
     #[error(
-        "registering {start:#x}..{end:#x} with userfaultfd for MISSING|WP faults failed: {errno} \
-         (write-protection of anonymous memory needs Linux >= 5.7 with \
-         CONFIG_HAVE_ARCH_USERFAULTFD_WP)"
+        "registering {start:#x}..{end:#x} with userfaultfd for MISSING|WP faults (and MINOR \
+         with minor faults on) failed: {errno} (write-protection of anonymous memory needs \
+         Linux >= 5.7 with CONFIG_HAVE_ARCH_USERFAULTFD_WP)"
     )]
     Register {
         /// First address.
@@ -143,7 +159,7 @@ pub enum RegionError {
     /// The registered range lacks ioctls the operations need.
     #[error(
         "the registered range lacks userfaultfd ioctls {missing:?} (needs COPY, ZEROPAGE, \
-         WAKE, WRITE_PROTECT)"
+         WAKE, WRITE_PROTECT, and CONTINUE with minor faults on)"
     )]
     MissingIoctls {
         /// The missing ioctls.
@@ -200,6 +216,10 @@ pub enum Op {
     Read,
     /// [`RegionOps::view_read`] or [`RegionOps::view_write_words`].
     View,
+    /// [`RegionOps::populate`].
+    Populate,
+    /// [`RegionOps::remap`], or an install of a page the memfd holds.
+    Continue,
 }
 
 impl fmt::Display for Op {
@@ -213,6 +233,8 @@ impl fmt::Display for Op {
             Op::Wake => "UFFDIO_WAKE",
             Op::Read => "process_vm_readv",
             Op::View => "runtime-view access",
+            Op::Populate => "madvise(MADV_POPULATE_WRITE) of the runtime view",
+            Op::Continue => "UFFDIO_CONTINUE",
         })
     }
 }
@@ -240,6 +262,12 @@ pub enum OpError {
     /// A runtime-view operation on a region without a view ([`Backing::Anonymous`]).
     #[error("the region has no runtime view (create it with Backing::SharedMemory)")]
     NoView,
+    /// [`RegionOps::populate`] or [`RegionOps::remap`] on a region without minor faults.
+    #[error(
+        "the region serves no minor faults (create it with Backing::SharedMemory and \
+         minor_faults on a kernel that offers them, Linux >= 6.4)"
+    )]
+    NoMinorFaults,
     /// [`RegionOps::view_write_words`]: the words do not fit the page, or the byte count
     /// is not a multiple of 8.
     #[error("{bytes} bytes at word {first_word} do not fit {page} as whole 8-byte words")]
@@ -275,6 +303,10 @@ pub struct RegionOps {
     uffd: userfaultfd::Uffd,
     kernel: KernelSupport,
     marks: Arc<WriteMarks>,
+    /// Minor faults are on: one bit per page, set once the memfd holds the page (it
+    /// was installed or populated; invalidation keeps it). Empty when off.
+    cached: Box<[AtomicU64]>,
+    minor: bool,
 }
 
 impl fmt::Debug for RegionOps {
@@ -364,11 +396,16 @@ impl RegionOps {
     }
 
     /// Installs `page` with the contents of `data` (`UFFDIO_COPY`; read-only in the same
-    /// call with `UFFDIO_COPY_MODE_WP`) and wakes threads waiting for it.
+    /// call with `UFFDIO_COPY_MODE_WP`) and wakes threads waiting for it. With minor
+    /// faults on and the page already in the memfd, the contents are written through the
+    /// runtime view and the page is mapped with `UFFDIO_CONTINUE` instead (see
+    /// [`minor_faults`](Self::minor_faults)).
     ///
     /// Precondition: the page is missing (never installed, or invalidated). If it is
-    /// present the call changes nothing and returns [`Install::AlreadyPresent`]
-    /// (`EEXIST`: another thread won the race). `data` may have any alignment.
+    /// present the call returns [`Install::AlreadyPresent`] (`EEXIST`: another thread won
+    /// the race) and, without minor faults, changes nothing; with minor faults the
+    /// precondition is the caller's to keep (the contents would already be written).
+    /// `data` may have any alignment.
     pub fn install(
         &self,
         page: PageIndex,
@@ -376,7 +413,10 @@ impl RegionOps {
         protection: Protection,
     ) -> Result<Install, OpError> {
         let dst = self.page_addr(page)?;
-        self.retry_eagain(Op::Install, page, || match protection {
+        if self.is_cached(page) {
+            return self.install_cached(page, Some(data), protection);
+        }
+        let out = self.retry_eagain(Op::Install, page, || match protection {
             Protection::ReadOnly => sys::copy(self.uffd.as_fd(), dst, data, true).map(drop),
             // SAFETY: `data` is a readable PAGE_SIZE buffer; `dst` is a page of the
             // range registered with this descriptor (checked above) and the kernel
@@ -388,7 +428,9 @@ impl RegionOps {
             }
             .map(drop)
             .map_err(errno_of),
-        })
+        })?;
+        self.mark_cached(PageRange::one(page));
+        Ok(out)
     }
 
     /// Installs a zero-filled `page` and wakes threads waiting for it.
@@ -396,14 +438,19 @@ impl RegionOps {
     /// [`Protection::Writable`] maps the kernel's shared zero page (`UFFDIO_ZEROPAGE`,
     /// no allocation); the first write then takes an ordinary kernel copy-on-write fault
     /// (not a userfaultfd fault). [`Protection::ReadOnly`] copies a zero page with
-    /// `UFFDIO_COPY_MODE_WP` so that the first write is a write-protect fault.
+    /// `UFFDIO_COPY_MODE_WP` so that the first write is a write-protect fault. With
+    /// minor faults on and the page in the memfd, zeros are written through the view and
+    /// the page mapped with `UFFDIO_CONTINUE`.
     /// Precondition and outcome as for [`install`](Self::install).
     pub fn install_zero(
         &self,
         page: PageIndex,
         protection: Protection,
     ) -> Result<Install, OpError> {
-        match protection {
+        if self.is_cached(page) {
+            return self.install_cached(page, None, protection);
+        }
+        let out = match protection {
             Protection::ReadOnly => self.install(page, &ZERO_PAGE, Protection::ReadOnly),
             Protection::Writable => {
                 let dst = self.page_addr(page)?;
@@ -415,7 +462,115 @@ impl RegionOps {
                         .map_err(errno_of)
                 })
             }
+        }?;
+        self.mark_cached(PageRange::one(page));
+        Ok(out)
+    }
+
+    /// Whether the region serves minor faults ([`RegionConfig::minor_faults`], granted
+    /// by the kernel): it is registered for missing, write-protect *and* minor faults
+    /// (`UFFDIO_REGISTER_MODE_MINOR`, `UFFD_FEATURE_MINOR_SHMEM`), and then
+    ///
+    /// * [`invalidate`](Self::invalidate) unmaps pages with `MADV_DONTNEED` and the memfd
+    ///   keeps them (0.12 against 0.63 µs a page for `MADV_REMOVE`, issue-10 log, 44th
+    ///   session); the next access is a minor fault, reported like a missing one;
+    /// * [`install`](Self::install) and [`install_zero`](Self::install_zero) of a page the
+    ///   memfd holds write the contents through the runtime view and map the page with
+    ///   `UFFDIO_CONTINUE` (`_MODE_WP` for [`Protection::ReadOnly`]): no page allocation
+    ///   or page-cache insertion on the fault's path; pages not yet in the memfd are
+    ///   installed with `UFFDIO_COPY` as without minor faults;
+    /// * [`populate`](Self::populate) puts pages in the memfd ahead of their first fault;
+    /// * a page the kernel unmapped by itself (reclaim writing it to swap) faults as a
+    ///   minor fault although the caller considers it present: [`remap`](Self::remap)
+    ///   maps it again.
+    ///
+    /// An install's precondition (the page missing) must then hold: an install of a
+    /// present page would overwrite its contents before `UFFDIO_CONTINUE` refuses it.
+    pub fn minor_faults(&self) -> bool {
+        self.minor
+    }
+
+    fn is_cached(&self, page: PageIndex) -> bool {
+        self.cached
+            .get(page.0 / 64)
+            .is_some_and(|w| w.load(Ordering::Acquire) & (1 << (page.0 % 64)) != 0)
+    }
+
+    fn mark_cached(&self, range: PageRange) {
+        if !self.minor {
+            return;
         }
+        for p in range.pages() {
+            if let Some(w) = self.cached.get(p.0 / 64) {
+                w.fetch_or(1 << (p.0 % 64), Ordering::Release);
+            }
+        }
+    }
+
+    /// Writes `data` (zeros for `None`) into the memfd's copy of the missing `page`
+    /// through the runtime view, then maps it (`UFFDIO_CONTINUE`).
+    fn install_cached(
+        &self,
+        page: PageIndex,
+        data: Option<&[u8; PAGE_SIZE]>,
+        protection: Protection,
+    ) -> Result<Install, OpError> {
+        let words = self.view_page(page)?;
+        match data {
+            Some(data) => {
+                for (w, chunk) in words.iter().zip(data.chunks_exact(8)) {
+                    let v = u64::from_ne_bytes(chunk.try_into().expect("chunks of 8 bytes"));
+                    w.store(v, Ordering::Relaxed);
+                }
+            }
+            None => words.iter().for_each(|w| w.store(0, Ordering::Relaxed)),
+        }
+        self.remap(page, protection)
+    }
+
+    /// Maps `page`, which the memfd holds, with `UFFDIO_CONTINUE` (write-protected for
+    /// [`Protection::ReadOnly`]) and wakes threads waiting for it: for a page that the
+    /// caller considers present and whose mapping the kernel dropped (a minor fault on
+    /// it). [`Install::AlreadyPresent`] when it is mapped.
+    ///
+    /// # Errors
+    /// [`OpError::NoMinorFaults`] without minor faults; [`OpError::Kernel`] (`EFAULT`)
+    /// when the memfd does not hold the page.
+    pub fn remap(&self, page: PageIndex, protection: Protection) -> Result<Install, OpError> {
+        if !self.minor {
+            return Err(OpError::NoMinorFaults);
+        }
+        let dst = self.page_addr(page)?;
+        self.retry_eagain(Op::Continue, page, || {
+            sys::continue_range(
+                self.uffd.as_fd(),
+                dst,
+                PAGE_SIZE,
+                protection == Protection::ReadOnly,
+            )
+        })
+    }
+
+    /// Allocates the pages of `range` in the memfd, zero-filled, and maps them in the
+    /// runtime view (one `madvise(MADV_POPULATE_WRITE)` on the view), so that their first
+    /// faults are minor faults too: the install writes through the view without a page
+    /// fault there and maps the page with `UFFDIO_CONTINUE`, no page allocation on the
+    /// fault's path. Pages the memfd already holds keep their contents. The region's
+    /// mapping is left alone: each page still faults on its first access. The memory is
+    /// committed now (4 KiB a page) instead of at each page's first install.
+    ///
+    /// # Errors
+    /// [`OpError::NoMinorFaults`] without minor faults; [`OpError::Kernel`] (`ENOMEM`)
+    /// when the memory is not there.
+    pub fn populate(&self, range: PageRange) -> Result<(), OpError> {
+        if !self.minor {
+            return Err(OpError::NoMinorFaults);
+        }
+        self.range_op(Op::Populate, range, |addr, len| {
+            self.mapping.populate(addr, len)
+        })?;
+        self.mark_cached(range);
+        Ok(())
     }
 
     fn range_op(
@@ -457,15 +612,17 @@ impl RegionOps {
         })
     }
 
-    /// Drops the contents of `range` with one `madvise(MADV_DONTNEED)`: every page becomes
-    /// missing (and loses any write protection); the next access faults as
-    /// [`FaultKind::Missing`](super::FaultKind).
+    /// Drops the contents of `range` with one `madvise(MADV_DONTNEED)` (`MADV_REMOVE` on
+    /// shared memory without minor faults): every page becomes missing (and loses any
+    /// write protection); the next access faults as
+    /// [`FaultKind::Missing`](super::FaultKind) (a minor fault, reported the same way,
+    /// with [`minor_faults`](Self::minor_faults)).
     ///
     /// Precondition (for the protocol, not for memory safety): no thread of this process
     /// is relying on the contents, e.g. making a twin of one of these pages.
     pub fn invalidate(&self, range: PageRange) -> Result<(), OpError> {
         self.range_op(Op::Invalidate, range, |addr, len| {
-            self.mapping.discard(addr, len)
+            self.mapping.discard(addr, len, self.minor)
         })
     }
 
@@ -563,11 +720,11 @@ impl RegionOps {
     /// relaxed atomic 8-byte loads. Never faults, whatever the page's state, so it is
     /// usable anywhere (resolvers included); 0.3 µs measured.
     ///
-    /// Precondition (for the protocol, not for memory safety): the page is installed. A
-    /// missing page read through the view is allocated zero-filled in the memfd, and the
-    /// application's next access then finds it without a fault (see
-    /// [`Backing::SharedMemory`]). Words written concurrently by other threads are read as
-    /// either their old or their new value.
+    /// Precondition (for the protocol, not for memory safety): the page is installed.
+    /// Without minor faults a missing page read through the view is allocated zero-filled
+    /// in the memfd, and the application's next access then finds it without a fault (see
+    /// [`Backing::SharedMemory`]); with them the access still faults. Words written
+    /// concurrently by other threads are read as either their old or their new value.
     pub fn view_read(&self, page: PageIndex, out: &mut [u8; PAGE_SIZE]) -> Result<(), OpError> {
         let words = self.view_page(page)?;
         for (w, chunk) in words.iter().zip(out.chunks_exact_mut(8)) {
@@ -694,24 +851,48 @@ impl Region {
         if config.backing == Backing::SharedMemory {
             required = required.union(Features::WP_HUGETLBFS_SHMEM);
         }
+        // `UFFD_FEATURE_WP_UNPOPULATED` is not enabled: it only stands for Linux >= 6.4,
+        // the release that added `UFFDIO_CONTINUE_MODE_WP`, which has no feature bit.
+        let minor_wanted = config.minor_faults && config.backing == Backing::SharedMemory;
+        let optional = if minor_wanted {
+            Features::MINOR_SHMEM
+        } else {
+            Features::empty()
+        };
         if config.delivery == Delivery::Signal {
             signal::install_sigbus_handler()?;
         }
-        let (uffd, kernel) = kernel::open(Attempt::standard(config.user_mode_only), required)?;
+        let (uffd, kernel) =
+            kernel::open(Attempt::standard(config.user_mode_only), required, optional)?;
+        let minor = minor_wanted
+            && kernel.enabled.contains(Features::MINOR_SHMEM)
+            && kernel.available.contains(Features::WP_UNPOPULATED);
+        if minor_wanted && !minor {
+            tracing::info!(
+                "the kernel's userfaultfd lacks minor faults on shared memory with \
+                 UFFDIO_CONTINUE_MODE_WP (Linux >= 6.4; it offers {}): pages are installed \
+                 with UFFDIO_COPY",
+                kernel.available
+            );
+        }
         let mapping = Mapping::reserve(layout, config.backing)?;
+        let mode = if minor {
+            RegisterMode::MISSING | RegisterMode::WRITE_PROTECT | RegisterMode::MINOR
+        } else {
+            RegisterMode::MISSING | RegisterMode::WRITE_PROTECT
+        };
         let ioctls = uffd
-            .register_with_mode(
-                layout.base() as *mut c_void,
-                layout.len(),
-                RegisterMode::MISSING | RegisterMode::WRITE_PROTECT,
-            )
+            .register_with_mode(layout.base() as *mut c_void, layout.len(), mode)
             .map_err(|e| RegionError::Register {
                 start: layout.base(),
                 end: layout.end(),
                 errno: errno_of(e),
             })?;
-        let needed =
+        let mut needed =
             IoctlFlags::COPY | IoctlFlags::ZEROPAGE | IoctlFlags::WAKE | IoctlFlags::WRITE_PROTECT;
+        if minor {
+            needed |= IoctlFlags::from_bits_retain(sys::UFFDIO_CONTINUE_IOCTL);
+        }
         if !ioctls.contains(needed) {
             return Err(RegionError::MissingIoctls {
                 missing: needed.difference(ioctls),
@@ -723,6 +904,14 @@ impl Region {
                 uffd,
                 kernel,
                 marks: Arc::new(WriteMarks::new(layout)),
+                cached: if minor {
+                    (0..layout.pages().div_ceil(64))
+                        .map(|_| AtomicU64::new(0))
+                        .collect()
+                } else {
+                    Box::default()
+                },
+                minor,
             },
             resolver,
         });

@@ -11,6 +11,8 @@
 //!   checks a required set), and feature bits newer than the crate's bindings
 //!   (`UFFD_FEATURE_WP_UNPOPULATED`, `..._POISON`, `..._WP_ASYNC`, `..._MOVE`);
 //! - `UFFDIO_COPY` with `UFFDIO_COPY_MODE_WP` (install read-only in one call);
+//! - `UFFDIO_CONTINUE` with `UFFDIO_CONTINUE_MODE_WP` (map a page already in the page
+//!   cache read-only in one call; the crate's `continue` takes no mode);
 //! - reading the calling process's own memory with `process_vm_readv(2)`, which fails
 //!   with `EFAULT` instead of faulting when a page is missing.
 //!
@@ -34,6 +36,9 @@ const UFFDIO_COPY_MODE_DONTWAKE: u64 = 1 << 0;
 /// `UFFDIO_COPY_MODE_WP` (Linux 5.7): map the copied page write-protected.
 const UFFDIO_COPY_MODE_WP: u64 = 1 << 1;
 
+/// `UFFDIO_CONTINUE_MODE_WP` (Linux 6.4): map the page write-protected.
+const UFFDIO_CONTINUE_MODE_WP: u64 = 1 << 1;
+
 /// `struct uffdio_api`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -54,9 +59,23 @@ struct UffdioCopy {
     copy: i64,
 }
 
+/// `struct uffdio_continue` (its `struct uffdio_range` inlined).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct UffdioContinue {
+    start: u64,
+    len: u64,
+    mode: u64,
+    mapped: i64,
+}
+
 const UFFDIO: u8 = 0xAA;
 const UFFDIO_API_NR: u8 = 0x3F;
 const UFFDIO_COPY_NR: u8 = 0x03;
+const UFFDIO_CONTINUE_NR: u8 = 0x07;
+/// `UFFDIO_CONTINUE`'s bit in a registered range's ioctl mask (the crate's `IoctlFlags`
+/// has no name for it).
+pub(crate) const UFFDIO_CONTINUE_IOCTL: u64 = 1 << UFFDIO_CONTINUE_NR;
 
 nix::ioctl_readwrite!(
     /// `UFFDIO_API`.
@@ -80,6 +99,17 @@ nix::ioctl_readwrite!(
     UFFDIO,
     UFFDIO_COPY_NR,
     UffdioCopy
+);
+nix::ioctl_readwrite!(
+    /// `UFFDIO_CONTINUE`.
+    ///
+    /// # Safety
+    ///
+    /// `fd` must be a userfaultfd and `data` must point to a writable `UffdioContinue`.
+    ioctl_continue,
+    UFFDIO,
+    UFFDIO_CONTINUE_NR,
+    UffdioContinue
 );
 nix::ioctl_write_int_bad!(
     /// `USERFAULTFD_IOC_NEW` on `/dev/userfaultfd`: returns a new userfaultfd; the
@@ -173,6 +203,36 @@ pub(crate) fn copy(
         Ok(_) => Ok(usize::try_from(arg.copy).unwrap_or(0)),
         Err(e) => Err(e),
     }
+}
+
+/// `UFFDIO_CONTINUE` of `len` bytes at `start`: maps the pages the file (a memfd) already
+/// holds in its page cache into a range registered for minor faults, optionally
+/// write-protected; wakes threads waiting on the range.
+///
+/// The kernel checks that the range is registered with `fd` in minor mode (else
+/// `ENOENT`/`EINVAL`), that the page cache holds each page (else `EFAULT`) and that no page
+/// is mapped yet (else `EEXIST`). It writes no memory: the pages' contents are what the
+/// file holds.
+pub(crate) fn continue_range(
+    fd: BorrowedFd<'_>,
+    start: usize,
+    len: usize,
+    write_protect: bool,
+) -> Result<(), Errno> {
+    let mut arg = UffdioContinue {
+        start: start as u64,
+        len: len as u64,
+        mode: if write_protect {
+            UFFDIO_CONTINUE_MODE_WP
+        } else {
+            0
+        },
+        mapped: 0,
+    };
+    // SAFETY: `fd` is a userfaultfd; `arg` is a live `struct uffdio_continue`. The ioctl
+    // only maps pages of the file that are already in its page cache into the registered
+    // range; no memory of this process changes contents.
+    unsafe { ioctl_continue(fd.as_raw_fd(), &mut arg) }.map(drop)
 }
 
 /// Copies `out.len()` bytes of this process's memory at `addr` into `out` with

@@ -87,7 +87,7 @@ impl WriteTracker {
     /// error names the missing ones), the range is taken, or a setup call failed.
     pub fn new(base: usize, len: usize) -> Result<WriteTracker, TrackerError> {
         let layout = RegionLayout::new(base, len)?;
-        let (uffd, _) = kernel::open(Attempt::standard(true), Self::FEATURES)?;
+        let (uffd, _) = kernel::open(Attempt::standard(true), Self::FEATURES, Features::empty())?;
         let mapping = Mapping::reserve(layout, Backing::SharedMemory)?;
         uffd.register_with_mode(
             layout.base() as *mut libc::c_void,

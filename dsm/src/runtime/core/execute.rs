@@ -74,6 +74,11 @@ impl Core {
             let st = &mut *guard;
             let mut actions = std::mem::take(&mut st.actions);
             let arrivals = st.machine.stats().barrier_arrivals;
+            let spurious = st.machine.stats().spurious_faults;
+            let faulted = match event {
+                Event::ReadFault { page, .. } | Event::WriteFault { page, .. } => Some(page),
+                _ => None,
+            };
             let (mut event, mut attachment) = (event, attachment);
             let mut result = Ok(());
             // A lock or barrier message waits in a bundle (see Bundling).
@@ -155,6 +160,12 @@ impl Core {
                 }
             }
             st.actions = actions;
+            if result.is_ok()
+                && let Some(page) = faulted
+                && st.machine.stats().spurious_faults != spurious
+            {
+                result = self.remap_present(ops, st, page);
+            }
             if result.is_ok() {
                 result = self.send_bundles(ep, &mut st.outbox, pending);
             }
@@ -185,6 +196,35 @@ impl Core {
         let noop = Express::new(RuntimeOp::Noop.handler(), 0).expect("zero payload");
         // A full queue wakes sleepers by itself.
         let _ = ep.send_express(name(self.me), noop);
+    }
+
+    /// After a fault on `page` that the machine found spurious (the page is present for
+    /// it): maps the page again if the kernel dropped its mapping, which a region with
+    /// minor faults reports as a fault (a page written to swap by reclaim; without
+    /// minor faults the kernel maps such a page back by itself). The access would
+    /// otherwise fault again forever. A page still mapped (the usual spurious fault: a
+    /// fault raced with the page's install) costs one `UFFDIO_CONTINUE` that changes
+    /// nothing.
+    fn remap_present(&self, ops: &RegionOps, st: &State, page: PageId) -> Result<(), DsmError> {
+        if !ops.minor_faults() {
+            return Ok(());
+        }
+        let protection = match st.machine.access(page) {
+            Some(multigrain_coherence::PageAccess::ReadWrite) => Protection::Writable,
+            Some(multigrain_coherence::PageAccess::ReadOnly) => Protection::ReadOnly,
+            _ => return Ok(()),
+        };
+        match ops.remap(PageIndex(page.index()), protection) {
+            Ok(Install::Installed) => {
+                bump(&self.counters.pages_remapped, 1);
+                Ok(())
+            }
+            Ok(Install::AlreadyPresent) => Ok(()),
+            Err(source) => Err(DsmError::PageOp {
+                cluster: self.me,
+                source,
+            }),
+        }
     }
 
     /// Lifts the write protection of `run` in one `UFFDIO_WRITEPROTECT`.
