@@ -192,6 +192,18 @@ fn writes_before_a_barrier_are_visible_after_it() {
     visibility(3, config(2, 2, Protocol::Sc));
 }
 
+/// `dsm.populate = false`: each page is allocated at its first install (`UFFDIO_COPY`),
+/// and later installs of the same page map it again from the memfd; the protocols see
+/// no difference.
+#[test]
+fn writes_are_visible_with_pages_allocated_at_first_touch() {
+    for (slot, protocol) in [(26, Protocol::Hlrc), (27, Protocol::Sc)] {
+        let mut cfg = config(2, 2, protocol);
+        cfg.dsm.populate = false;
+        visibility(slot, cfg);
+    }
+}
+
 #[test]
 fn first_touch_and_block_homes() {
     for (i, home) in [HomePolicy::FirstTouch, HomePolicy::Block]
