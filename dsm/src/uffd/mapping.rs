@@ -278,13 +278,7 @@ impl Mapping {
         let Some(view) = self.view_base() else {
             return Err(Errno::EINVAL);
         };
-        let inside = addr >= self.layout.base()
-            && addr
-                .checked_add(len)
-                .is_some_and(|end| end <= self.layout.end());
-        if !inside {
-            return Err(Errno::EINVAL);
-        }
+        self.check_inside(addr, len)?;
         if len == 0 {
             return Ok(());
         }
@@ -296,17 +290,20 @@ impl Mapping {
         unsafe { madvise(ptr, len, MmapAdvise::MADV_POPULATE_WRITE) }
     }
 
-    fn advise(&self, addr: usize, len: usize, advice: MmapAdvise) -> Result<(), Errno> {
-        if len == 0 {
-            return Ok(());
-        }
+    /// `EINVAL` unless `addr .. addr + len` lies inside the region's range.
+    fn check_inside(&self, addr: usize, len: usize) -> Result<(), Errno> {
         let inside = addr >= self.layout.base()
             && addr
                 .checked_add(len)
                 .is_some_and(|end| end <= self.layout.end());
-        if !inside {
-            return Err(Errno::EINVAL);
+        if inside { Ok(()) } else { Err(Errno::EINVAL) }
+    }
+
+    fn advise(&self, addr: usize, len: usize, advice: MmapAdvise) -> Result<(), Errno> {
+        if len == 0 {
+            return Ok(());
         }
+        self.check_inside(addr, len)?;
         let ptr = NonNull::new(addr as *mut c_void).ok_or(Errno::EINVAL)?;
         // SAFETY: the range lies inside the mapping this value owns (checked above). The
         // advice used here only drops page contents of the region (memory addressed
