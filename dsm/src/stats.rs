@@ -211,6 +211,12 @@ pub struct ClusterStats {
     /// memory pressure.
     #[serde(default)]
     pub pages_remapped: u64,
+    /// Of `pages_installed`, pages mapped from memory already in place (minor faults:
+    /// written through the runtime view and mapped with `UFFDIO_CONTINUE`, see
+    /// [`RegionOps::installs_in_place`](crate::uffd::RegionOps::installs_in_place)); 0
+    /// where the kernel offers no minor faults (Linux < 6.4).
+    #[serde(default)]
+    pub pages_installed_in_place: u64,
     /// Twins made.
     pub twins: u64,
     /// Open pages that a flush skipped without reading them, because no application
@@ -336,6 +342,7 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         self.remote_fetches += o.remote_fetches;
         self.pages_installed += o.pages_installed;
         self.pages_remapped += o.pages_remapped;
+        self.pages_installed_in_place += o.pages_installed_in_place;
         self.twins += o.twins;
         self.flush_pages_unmarked += o.flush_pages_unmarked;
         self.diffs_sent += o.diffs_sent;
@@ -446,6 +453,7 @@ pub(crate) struct Counters {
     pub(crate) remote_fault_ns: AtomicU64,
     pub(crate) pages_installed: AtomicU64,
     pub(crate) pages_remapped: AtomicU64,
+    pub(crate) pages_installed_in_place: AtomicU64,
     pub(crate) flush_unmarked: AtomicU64,
     pub(crate) invalidations: AtomicU64,
     pub(crate) invalidate_calls: AtomicU64,
@@ -484,6 +492,7 @@ impl Default for Counters {
             remote_fault_ns: AtomicU64::new(0),
             pages_installed: AtomicU64::new(0),
             pages_remapped: AtomicU64::new(0),
+            pages_installed_in_place: AtomicU64::new(0),
             flush_unmarked: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
             invalidate_calls: AtomicU64::new(0),
@@ -582,6 +591,7 @@ impl Counters {
             realtime_protocol_threads: 0,
             pages_installed: g(&self.pages_installed),
             pages_remapped: g(&self.pages_remapped),
+            pages_installed_in_place: g(&self.pages_installed_in_place),
             twins: protocol.twins,
             flush_pages_unmarked: g(&self.flush_unmarked),
             diffs_sent: protocol.diffs_sent,

@@ -933,4 +933,12 @@ fn a_present_page_whose_mapping_the_kernel_dropped_is_mapped_again() {
         if minor { 2 } else { 0 },
         "{stats:?}"
     );
+    // Both pages were populated at their allocation (`dsm.populate`): their installs
+    // mapped memory already in place.
+    assert_eq!(stats.total.pages_installed, 2, "{stats:?}");
+    assert_eq!(
+        stats.total.pages_installed_in_place,
+        if minor { 2 } else { 0 },
+        "{stats:?}"
+    );
 }

@@ -490,6 +490,14 @@ impl RegionOps {
         self.minor
     }
 
+    /// Whether an install of `page` now maps memory already in place: minor faults are on
+    /// and the memfd holds the page (it was populated, or installed before), so
+    /// [`install`](Self::install) writes it through the view and maps it with
+    /// `UFFDIO_CONTINUE` instead of allocating it with `UFFDIO_COPY`.
+    pub fn installs_in_place(&self, page: PageIndex) -> bool {
+        self.is_cached(page)
+    }
+
     fn is_cached(&self, page: PageIndex) -> bool {
         self.cached
             .get(page.0 / 64)

@@ -452,6 +452,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
         c.protocol.prefetch_hits
     });
     row(&mut s, "pages installed", &|c| c.pages_installed);
+    row(&mut s, "  mapped in place (minor faults)", &|c| {
+        c.pages_installed_in_place
+    });
     row(&mut s, "twins", &|c| c.twins);
     row(&mut s, "  opened ahead (dsm.write_ahead)", &|c| {
         c.protocol.write_ahead_pages

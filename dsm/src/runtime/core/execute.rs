@@ -268,6 +268,7 @@ impl Core {
                 } else {
                     Protection::ReadOnly
                 };
+                let in_place = ops.installs_in_place(idx(page));
                 let outcome = match source {
                     Source::Zero => ops.install_zero(idx(page), prot),
                     Source::Attached => {
@@ -288,6 +289,9 @@ impl Core {
                     )));
                 }
                 bump(&self.counters.pages_installed, 1);
+                if in_place {
+                    bump(&self.counters.pages_installed_in_place, 1);
+                }
                 Ok(())
             }
             Action::MakeTwin { page } => ops
