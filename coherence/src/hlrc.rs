@@ -323,7 +323,11 @@ impl Machine {
     /// [`crate::Config::prefetch`] and [`crate::readahead`]): fetches nobody waits for
     /// yet.
     fn hlrc_prefetch(&mut self, page: PageId, window: u32, out: &mut Vec<Action>) {
-        let last = page.get().saturating_add(window).min(self.cfg.pages - 1);
+        // Below the region's end and the data's extent (`Machine::set_extent`).
+        let Some(end) = self.extent.min(self.cfg.pages).checked_sub(1) else {
+            return;
+        };
+        let last = page.get().saturating_add(window).min(end);
         for p in (page.get() + 1..=last).filter_map(PageId::new) {
             let Some(home) = self.homes.get(p) else {
                 continue;

@@ -244,6 +244,10 @@ pub struct Machine {
     pub(crate) fetches: BTreeMap<PageId, Fetch>,
     /// hlrc: the prefetch window of the next demand fetch ([`crate::readahead`]).
     pub(crate) readahead: Readahead,
+    /// hlrc: the pages from the region's start that the application's data covers
+    /// ([`Machine::set_extent`]); read-ahead stays below it. The region's pages until
+    /// set (`u32::MAX`: no bound of its own).
+    pub(crate) extent: u32,
     /// hlrc: where a write fault continues a sweep ([`crate::write_ahead`]).
     pub(crate) write_ahead: WriteAhead,
     /// hlrc: pages with a twin (writable, diffed at every flush), in opening order.
@@ -330,6 +334,7 @@ impl Machine {
             cfg,
             fetches: BTreeMap::new(),
             readahead: Readahead::default(),
+            extent: u32::MAX,
             write_ahead: WriteAhead::default(),
             open: Vec::new(),
             recent: VecDeque::new(),
@@ -392,6 +397,15 @@ impl Machine {
     /// Source: see [`crate::home`].
     pub fn home_of(&self, page: PageId) -> Option<ClusterId> {
         self.homes.get(page)
+    }
+
+    /// Bounds hlrc's read-ahead ([`crate::Config::prefetch`], [`crate::readahead`]) to the
+    /// first `pages` pages of the region (at most the region's): the pages the
+    /// application's shared data covers, which the runtime raises at every allocation. A
+    /// prefetch past the last of them would fetch pages nothing reads (zero pages from
+    /// their homes). Without a call, read-ahead may run to the region's end.
+    pub fn set_extent(&mut self, pages: u32) {
+        self.extent = pages.min(self.cfg.pages);
     }
 
     /// Local access to `page` (`None` outside the region).

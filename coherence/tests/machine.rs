@@ -265,6 +265,33 @@ fn a_fault_prefetches_the_next_pages_homed_elsewhere() {
     assert_eq!(run(&mut me, fault(0, 3)).len(), 2, "page 0 is homed here");
 }
 
+/// Read-ahead stops at the extent the application's data covers (`set_extent`): with
+/// the data in pages 0..=4, a fault on page 1 prefetches page 3 only, not 5 and 7.
+#[test]
+fn read_ahead_stops_at_the_data_extent() {
+    let cfg = Config::new(Protocol::Hlrc, 2, 8);
+    let mut me = Machine::new(c(0), cfg).unwrap();
+    me.set_extent(5);
+    let sent = run(&mut me, fault(1, 1));
+    let want: Vec<Action> = [1, 3]
+        .into_iter()
+        .map(|n| Action::Send {
+            to: c(1),
+            msg: get(n),
+        })
+        .collect();
+    assert_eq!(sent, want);
+    assert_eq!(me.stats().prefetches, 1);
+    // No data at all: the demand fetch only.
+    let mut none = Machine::new(c(0), Config::new(Protocol::Hlrc, 2, 8)).unwrap();
+    none.set_extent(0);
+    assert_eq!(run(&mut none, fault(1, 1)).len(), 1);
+    // A bound beyond the region is the region's end.
+    let mut all = Machine::new(c(0), Config::new(Protocol::Hlrc, 2, 8)).unwrap();
+    all.set_extent(1000);
+    assert_eq!(run(&mut all, fault(1, 1)).len(), 4);
+}
+
 /// A prefetch that a write notice made stale on its way is dropped: the page stays
 /// missing and its next fault asks for the versions known now.
 #[test]

@@ -322,6 +322,10 @@ impl Dsm {
                     ),
                 })?;
         }
+        // hlrc's read-ahead stops at the last array's end (every cluster allocates the
+        // same arrays, so each knows the extent).
+        let extent = u32::try_from(end.div_ceil(PAGE_SIZE)).unwrap_or(u32::MAX);
+        self.inner.core.state.lock().machine.set_extent(extent);
         self.next_offset = end;
         Ok(SharedArray::new(
             Arc::clone(&self.inner.region),
