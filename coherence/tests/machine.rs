@@ -55,6 +55,17 @@ fn get(page: u32) -> Message {
     }
 }
 
+/// The `GetPage` sends of `pages` to cluster 1, in order.
+fn get_pages_to_c1(pages: &[u32]) -> Vec<Action> {
+    pages
+        .iter()
+        .map(|&n| Action::Send {
+            to: c(1),
+            msg: get(n),
+        })
+        .collect()
+}
+
 /// The hot path of design.md: remote read fault → GetPage → home replies with the
 /// page (Tag-On) → install read-only → wake.
 #[test]
@@ -215,15 +226,7 @@ fn a_fault_prefetches_the_next_pages_homed_elsewhere() {
     let cfg = Config::new(Protocol::Hlrc, 2, 8);
     assert_eq!(cfg.prefetch, 7);
     let mut me = Machine::new(c(0), cfg).unwrap();
-    let sent = run(&mut me, fault(1, 1));
-    let want: Vec<Action> = [1, 3, 5, 7]
-        .into_iter()
-        .map(|n| Action::Send {
-            to: c(1),
-            msg: get(n),
-        })
-        .collect();
-    assert_eq!(sent, want);
+    assert_eq!(run(&mut me, fault(1, 1)), get_pages_to_c1(&[1, 3, 5, 7]));
     assert_eq!(me.stats().prefetches, 3);
     assert_eq!(
         run(&mut me, msg(1, page_data(3))),
@@ -272,15 +275,7 @@ fn read_ahead_stops_at_the_data_extent() {
     let cfg = Config::new(Protocol::Hlrc, 2, 8);
     let mut me = Machine::new(c(0), cfg).unwrap();
     me.set_extent(5);
-    let sent = run(&mut me, fault(1, 1));
-    let want: Vec<Action> = [1, 3]
-        .into_iter()
-        .map(|n| Action::Send {
-            to: c(1),
-            msg: get(n),
-        })
-        .collect();
-    assert_eq!(sent, want);
+    assert_eq!(run(&mut me, fault(1, 1)), get_pages_to_c1(&[1, 3]));
     assert_eq!(me.stats().prefetches, 1);
     // No data at all: the demand fetch only.
     let mut none = Machine::new(c(0), Config::new(Protocol::Hlrc, 2, 8)).unwrap();
