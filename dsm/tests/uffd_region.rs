@@ -317,6 +317,50 @@ fn minor_faults_offered() -> bool {
     offered
 }
 
+/// With minor faults, a missing page the memfd holds although the region never installed
+/// or populated it — a `populate` of its range running concurrently with the install (the
+/// race a runtime test hit: a home applying a diff while its own allocation populated the
+/// array), or words written through the view — is still installed, from the memfd, with
+/// the contents given.
+#[test]
+fn minor_faults_install_a_page_that_reached_the_memfd_another_way() {
+    let r = Region::new(
+        RegionConfig::new(base(82), 4 * PAGE_SIZE)
+            .with_backing(Backing::SharedMemory)
+            .with_minor_faults(true),
+        Arc::new(Recorder::default()),
+    )
+    .unwrap();
+    if !minor_faults_offered() {
+        assert!(!r.minor_faults());
+        return;
+    }
+    let p = PageIndex(1);
+    r.view_write_words(p, 0, &[0xEE; 16]).unwrap();
+    assert!(!r.installs_in_place(p));
+    assert_eq!(
+        r.install(p, &pattern(p), Protection::ReadOnly),
+        Ok(Install::Installed)
+    );
+    assert!(r.installs_in_place(p));
+    assert_eq!(
+        (read(&r, 1, 3), read(&r, 1, 9)),
+        (pattern(p)[3], pattern(p)[9])
+    );
+    let q = PageIndex(2);
+    r.view_write_words(q, 0, &[0xEE; 8]).unwrap();
+    assert_eq!(
+        r.install_zero(q, Protection::Writable),
+        Ok(Install::Installed)
+    );
+    assert_eq!(read(&r, 2, 0), 0);
+    // A page that really is present: refused, as without minor faults.
+    assert_eq!(
+        r.install_zero(q, Protection::Writable),
+        Ok(Install::AlreadyPresent)
+    );
+}
+
 /// A region with minor faults: populated pages and invalidated pages stay in the memfd,
 /// yet every access to a page not installed still faults (also after words were
 /// written to it through the view), installs put the given contents there, and `remap`

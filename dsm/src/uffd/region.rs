@@ -430,6 +430,12 @@ impl RegionOps {
             .map_err(errno_of),
         })?;
         self.mark_cached(PageRange::one(page));
+        if out == Install::AlreadyPresent && self.minor {
+            // `EEXIST` for a missing page (the precondition): the memfd holds it although
+            // this region had not seen it there — a `populate` of its range allocated it
+            // meanwhile (it marks pages after allocating them). Map it from the memfd.
+            return self.install_cached(page, Some(data), protection);
+        }
         Ok(out)
     }
 
@@ -464,6 +470,10 @@ impl RegionOps {
             }
         }?;
         self.mark_cached(PageRange::one(page));
+        if out == Install::AlreadyPresent && self.minor {
+            // As in `install`: the memfd holds the missing page already.
+            return self.install_cached(page, None, protection);
+        }
         Ok(out)
     }
 
@@ -486,6 +496,10 @@ impl RegionOps {
     ///
     /// An install's precondition (the page missing) must then hold: an install of a
     /// present page would overwrite its contents before `UFFDIO_CONTINUE` refuses it.
+    /// A page that reached the memfd another way (a concurrent [`populate`](Self::populate)
+    /// of its range, or words written through the view) is installed from the memfd:
+    /// `UFFDIO_COPY` refuses it with `EEXIST`, and the install writes it through the view
+    /// and maps it instead.
     pub fn minor_faults(&self) -> bool {
         self.minor
     }
