@@ -453,22 +453,21 @@ impl RegionOps {
         page: PageIndex,
         protection: Protection,
     ) -> Result<Install, OpError> {
+        if protection == Protection::ReadOnly {
+            // A copy of a zero page: `install` takes the memfd's page when it holds one.
+            return self.install(page, &ZERO_PAGE, Protection::ReadOnly);
+        }
         if self.is_cached(page) {
             return self.install_cached(page, None, protection);
         }
-        let out = match protection {
-            Protection::ReadOnly => self.install(page, &ZERO_PAGE, Protection::ReadOnly),
-            Protection::Writable => {
-                let dst = self.page_addr(page)?;
-                self.retry_eagain(Op::InstallZero, page, || {
-                    // SAFETY: `dst` is a page of the registered range (checked above); the
-                    // kernel refuses (EEXIST) to replace a present page.
-                    unsafe { self.uffd.zeropage(dst as *mut c_void, PAGE_SIZE, true) }
-                        .map(drop)
-                        .map_err(errno_of)
-                })
-            }
-        }?;
+        let dst = self.page_addr(page)?;
+        let out = self.retry_eagain(Op::InstallZero, page, || {
+            // SAFETY: `dst` is a page of the registered range (checked above); the kernel
+            // refuses (EEXIST) to replace a present page.
+            unsafe { self.uffd.zeropage(dst as *mut c_void, PAGE_SIZE, true) }
+                .map(drop)
+                .map_err(errno_of)
+        })?;
         self.mark_cached(PageRange::one(page));
         if out == Install::AlreadyPresent && self.minor {
             // As in `install`: the memfd holds the missing page already.
@@ -537,16 +536,7 @@ impl RegionOps {
         data: Option<&[u8; PAGE_SIZE]>,
         protection: Protection,
     ) -> Result<Install, OpError> {
-        let words = self.view_page(page)?;
-        match data {
-            Some(data) => {
-                for (w, chunk) in words.iter().zip(data.chunks_exact(8)) {
-                    let v = u64::from_ne_bytes(chunk.try_into().expect("chunks of 8 bytes"));
-                    w.store(v, Ordering::Relaxed);
-                }
-            }
-            None => words.iter().for_each(|w| w.store(0, Ordering::Relaxed)),
-        }
+        self.view_write_words(page, 0, data.unwrap_or(&ZERO_PAGE))?;
         self.remap(page, protection)
     }
 
