@@ -31,11 +31,16 @@ use multigrain_coherence::{
 use multigrain_messaging::{
     Destination, Express, QueueId, SiteId, SourceId, TableWriter, VirtualName,
 };
+// The runtime's clock (its modules take it from here): every lock call, dispatch and
+// wait is timed for the run report, several times per lock hand-off; `quanta` reads the
+// TSC (≈ 8 ns a read on the development VM against ≈ 21 ns for `std::time::Instant`):
+// `bench dsm`'s lock hand-off over shared memory 2.18 → 2.07 µs, 4 alternating runs.
+use quanta::Instant;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use self::core::FAULT_EXIT_CODE;
 pub use self::watch::{Stall, StallProbe};

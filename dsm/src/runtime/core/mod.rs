@@ -85,10 +85,11 @@ use multigrain_messaging::{
     VirtualName,
 };
 use parking_lot::Mutex;
+use quanta::Instant;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Exit status of a process whose page fault could not be served because of this
 /// cluster's own failure (the protocol broke here): the faulting access cannot
