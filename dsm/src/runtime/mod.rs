@@ -31,16 +31,20 @@ use multigrain_coherence::{
 use multigrain_messaging::{
     Destination, Express, QueueId, SiteId, SourceId, TableWriter, VirtualName,
 };
-// The runtime's clock (its modules take it from here): every lock call, dispatch and
-// wait is timed for the run report, several times per lock hand-off; `quanta` reads the
-// TSC (≈ 8 ns a read on the development VM against ≈ 21 ns for `std::time::Instant`):
-// `bench dsm`'s lock hand-off over shared memory 2.18 → 2.07 µs, 4 alternating runs.
-use quanta::Instant;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The clock of the runtime's timers: every lock call, dispatch, wait and fault is timed
+/// for the run report, several times per lock hand-off, and a waiting thread's busy and
+/// yielding phases are timed with it too. `quanta` reads the TSC: ≈ 8 ns a read on the
+/// development VM against ≈ 21 ns for `std::time::Instant` (`bench dsm`'s lock hand-off
+/// over shared memory 2.18 → 2.07 µs, 4 alternating runs; forty-seventh session). What
+/// decides an error — a peer's timeout, the join's deadline, the stall watchdog, a send
+/// that cannot get a buffer — keeps `std::time::Instant`, the kernel's monotonic clock.
+pub(crate) type FastInstant = quanta::Instant;
 
 pub use self::core::FAULT_EXIT_CODE;
 pub use self::watch::{Stall, StallProbe};

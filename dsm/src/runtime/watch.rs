@@ -11,12 +11,11 @@
 
 use super::core::Core;
 use parking_lot::Mutex;
-use quanta::Instant;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::{Thread, ThreadId};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The waiting threads of one cluster and the compute threads running.
 pub(crate) struct Waits {

@@ -37,7 +37,7 @@ impl Inner {
                 held: true,
             });
         }
-        let t0 = Instant::now();
+        let t0 = FastInstant::now();
         self.core.sync(
             &self.region,
             |token| Event::Acquire { lock, token },
@@ -60,7 +60,7 @@ impl Inner {
         if self.core.lock_cache.try_release(id) {
             return Ok(());
         }
-        let t0 = Instant::now();
+        let t0 = FastInstant::now();
         let r = self.core.sync(
             &self.region,
             |token| Event::Release { lock, token },
@@ -136,7 +136,7 @@ impl<'a> Worker<'a> {
     /// # Errors
     /// [`DsmError::PeerFailed`] if the job failed.
     pub fn barrier(&self) -> Result<(), DsmError> {
-        let t0 = Instant::now();
+        let t0 = FastInstant::now();
         let r = self
             .barrier
             .wait(&self.inner.core, self.inner.options.wait_spin, || {

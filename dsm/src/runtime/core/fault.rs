@@ -7,7 +7,7 @@ use crate::runtime::spin::WaitKind;
 impl Core {
     /// Serves a fault of the calling thread (see [`Resolver`]).
     fn fault(self: &Arc<Self>, ops: &RegionOps, fault: Fault) -> Result<(), DsmError> {
-        let t0 = Instant::now();
+        let t0 = FastInstant::now();
         let write = fault.access == Access::Write || fault.kind == FaultKind::WriteProtect;
         let page = PageId::new(fault.page.0 as u32).ok_or_else(|| {
             self.internal(format!(

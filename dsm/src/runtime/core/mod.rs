@@ -85,11 +85,12 @@ use multigrain_messaging::{
     VirtualName,
 };
 use parking_lot::Mutex;
-use quanta::Instant;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use super::FastInstant;
 
 /// Exit status of a process whose page fault could not be served because of this
 /// cluster's own failure (the protocol broke here): the faulting access cannot
@@ -208,7 +209,7 @@ pub(crate) struct Core {
     pub(crate) peer_stats: Mutex<Vec<Option<ClusterStats>>>,
     pub(crate) tuning: Tuning,
     /// Start of this runtime's clock for the timestamps below.
-    pub(crate) epoch: Instant,
+    pub(crate) epoch: FastInstant,
     /// When this cluster's last barrier arrival left for the barrier manager, or was
     /// delivered to it here when this cluster is the manager (ns since `epoch`).
     pub(crate) barrier_arrival_sent: std::sync::atomic::AtomicU64,
@@ -277,7 +278,7 @@ impl Core {
             hellos: Mutex::new(vec![None; clusters]),
             peer_stats: Mutex::new(vec![None; clusters]),
             tuning,
-            epoch: Instant::now(),
+            epoch: FastInstant::now(),
             barrier_arrival_sent: std::sync::atomic::AtomicU64::new(0),
             polled: CachePadded::new(AtomicBool::new(false)),
             realtime: AtomicBool::new(false),

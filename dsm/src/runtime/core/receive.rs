@@ -11,7 +11,7 @@ impl Core {
         ep: &Endpoint,
         m: Received,
     ) -> Result<(), DsmError> {
-        let t0 = Instant::now();
+        let t0 = FastInstant::now();
         let mut pending = Pending::default();
         let r = self
             .dispatch_one(ops, ep, Incoming::Msg(m), &mut pending)

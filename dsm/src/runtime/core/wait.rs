@@ -39,7 +39,7 @@ impl Core {
         let mut watched = None;
         let mut handled = 0u32;
         let _counted = Counted::enter(&self.waiting);
-        let start = Instant::now();
+        let start = FastInstant::now();
         let spin_until = start + self.tuning.spin;
         let mut next_check = start + self.tuning.liveness_period;
         // The thread learns how long its waits last (see `spin`).
@@ -94,7 +94,7 @@ impl Core {
             if self.is_failed() {
                 return Err(self.failure_error(Some(context())));
             }
-            let now = Instant::now();
+            let now = FastInstant::now();
             // More waiting threads than CPUs (hundreds of compute threads per core):
             // yielding ones would keep every core busy and starve the threads that
             // produce what they wait for, so they sleep at once.
@@ -115,7 +115,7 @@ impl Core {
                 self.check_liveness(ops, ep, context)?;
                 next_check = now + self.tuning.liveness_period;
             }
-            let slept = Instant::now();
+            let slept = FastInstant::now();
             // At most one thread per CPU sleeps on the doorbell, serving the protocol
             // queue when it rings; the others park until their own completion. Every
             // message rings the doorbell, which wakes all its sleepers: with 256
@@ -271,9 +271,9 @@ impl Core {
         ep.set_thread_index(thread_index);
         crate::runtime::slots::set_protocol_thread();
         let mut reported = false;
-        let mut last = Instant::now();
-        let mut handle = |m, last: &mut Instant| {
-            *last = Instant::now();
+        let mut last = FastInstant::now();
+        let mut handle = |m, last: &mut FastInstant| {
+            *last = FastInstant::now();
             if let Err(e) = self.dispatch(ops, &ep, m)
                 && !reported
             {
