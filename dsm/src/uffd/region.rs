@@ -429,14 +429,7 @@ impl RegionOps {
             .map(drop)
             .map_err(errno_of),
         })?;
-        self.mark_cached(PageRange::one(page));
-        if out == Install::AlreadyPresent && self.minor {
-            // `EEXIST` for a missing page (the precondition): the memfd holds it although
-            // this region had not seen it there — a `populate` of its range allocated it
-            // meanwhile (it marks pages after allocating them). Map it from the memfd.
-            return self.install_cached(page, Some(data), protection);
-        }
-        Ok(out)
+        self.after_copy(page, out, Some(data), protection)
     }
 
     /// Installs a zero-filled `page` and wakes threads waiting for it.
@@ -468,10 +461,24 @@ impl RegionOps {
                 .map(drop)
                 .map_err(errno_of)
         })?;
+        self.after_copy(page, out, None, protection)
+    }
+
+    /// The end of an install by `UFFDIO_COPY` or `UFFDIO_ZEROPAGE` (`data`: its contents,
+    /// zeros for `None`): marks the page as held by the memfd. `EEXIST` for a missing page
+    /// (the precondition) with minor faults on means the memfd holds it although this
+    /// region had not seen it there — a `populate` of its range allocated it meanwhile
+    /// (it marks pages after allocating them) — so the page is mapped from the memfd.
+    fn after_copy(
+        &self,
+        page: PageIndex,
+        out: Install,
+        data: Option<&[u8; PAGE_SIZE]>,
+        protection: Protection,
+    ) -> Result<Install, OpError> {
         self.mark_cached(PageRange::one(page));
         if out == Install::AlreadyPresent && self.minor {
-            // As in `install`: the memfd holds the missing page already.
-            return self.install_cached(page, None, protection);
+            return self.install_cached(page, data, protection);
         }
         Ok(out)
     }
