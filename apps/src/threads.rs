@@ -1,17 +1,21 @@
 //! The plain-threads backend of [`Runtime`]: scoped OS threads in one process, shared
-//! arrays of relaxed atomics, `std::sync::Mutex` locks and a condition-variable barrier.
+//! arrays of relaxed atomics, `std::sync::Mutex` locks and a barrier whose waiters yield,
+//! then sleep on a condition variable (as the DSM runtime's cluster-local barrier does).
 //!
 //! Clusters are only labels here ([`ThreadsRuntime::with_clusters`]): all threads share
 //! hardware-coherent memory, but the apps see the same thread → cluster table they would
 //! see on the DSM runtime, so EM3D layouts can be exercised and tested.
 //!
 //! Relaxed atomic loads and stores compile to plain moves; the happens-before edges the
-//! programming model promises come from the mutexes and the barrier's mutex.
+//! programming model promises come from the mutexes and the barrier (its mutex, and its
+//! generation counter: the last arrival bumps it with release ordering, every waiter reads
+//! it with acquire ordering).
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use crate::storage::{F64Words, U64Words};
 use crate::team::{Runtime, RuntimeError, Team, Topology};
@@ -137,28 +141,55 @@ impl ThreadsRuntime {
 /// panicked first.
 struct Abandoned;
 
+/// How long a thread waiting at the barrier yields its CPU before it sleeps on the
+/// condition variable: the DSM runtime's default `wait_spin` (its cluster-local barrier
+/// yields as long before it sleeps), so that `--threads N` and the DSM wait alike.
+const BARRIER_SPIN: Duration = Duration::from_millis(1);
+
 /// Barrier that releases (and fails) every waiter once some thread has panicked.
+///
+/// A waiter yields its CPU for up to [`BARRIER_SPIN`], watching the generation, before it
+/// sleeps on the condition variable — as the DSM runtime's cluster-local barrier does
+/// (`dsm/src/runtime/sync.rs`) — unless the team has more threads than the CPUs this
+/// process may use, where it sleeps at once (yielding threads would take the CPUs of the
+/// threads still computing). A barrier that always sleeps costs a futex wake-up per
+/// waiter per episode (≈ 18 µs a barrier for two threads on the 2-vCPU development VM:
+/// EM3D with 16 nodes per thread, 5,000 iterations), which made the plain-threads
+/// baseline of `bench apps` weaker than the DSM it is compared with.
 struct PoisonBarrier {
     parties: usize,
+    /// How long a waiter yields before sleeping (zero: it sleeps at once).
+    spin: Duration,
+    /// Completed episodes; bumped under `state`'s mutex by the last arrival.
+    generation: AtomicU64,
+    /// Set under `state`'s mutex by [`PoisonBarrier::poison`].
+    poisoned: AtomicBool,
     state: Mutex<BarrierState>,
     wake: Condvar,
 }
 
 struct BarrierState {
     arrived: usize,
-    generation: u64,
-    poisoned: bool,
 }
 
 impl PoisonBarrier {
     fn new(parties: usize) -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        let spin = if parties <= cpus {
+            BARRIER_SPIN
+        } else {
+            Duration::ZERO
+        };
+        Self::with_spin(parties, spin)
+    }
+
+    fn with_spin(parties: usize, spin: Duration) -> Self {
         Self {
             parties,
-            state: Mutex::new(BarrierState {
-                arrived: 0,
-                generation: 0,
-                poisoned: false,
-            }),
+            spin,
+            generation: AtomicU64::new(0),
+            poisoned: AtomicBool::new(false),
+            state: Mutex::new(BarrierState { arrived: 0 }),
             wake: Condvar::new(),
         }
     }
@@ -171,35 +202,61 @@ impl PoisonBarrier {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn abandon() -> ! {
+        resume_unwind(Box::new(Abandoned))
+    }
+
     fn wait(&self) {
         let mut s = self.state();
-        if s.poisoned {
+        if self.poisoned.load(Ordering::Acquire) {
             drop(s);
-            resume_unwind(Box::new(Abandoned));
+            Self::abandon();
         }
-        let generation = s.generation;
+        let generation = self.generation.load(Ordering::Acquire);
         s.arrived += 1;
         if s.arrived == self.parties {
             s.arrived = 0;
-            s.generation += 1;
+            // Under the mutex: a sleeper checks the generation under it before it waits,
+            // so it either sees the new one or is waiting when `notify_all` runs.
+            self.generation.fetch_add(1, Ordering::Release);
             drop(s);
             self.wake.notify_all();
             return;
         }
-        while s.generation == generation && !s.poisoned {
+        drop(s);
+        let passed = || self.generation.load(Ordering::Acquire) != generation;
+        if !self.spin.is_zero() {
+            let until = Instant::now() + self.spin;
+            loop {
+                if passed() {
+                    return;
+                }
+                if self.poisoned.load(Ordering::Acquire) {
+                    Self::abandon();
+                }
+                if Instant::now() >= until {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
+        let mut s = self.state();
+        while !passed() && !self.poisoned.load(Ordering::Acquire) {
             s = self
                 .wake
                 .wait(s)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
-        if s.generation == generation {
-            drop(s);
-            resume_unwind(Box::new(Abandoned));
+        drop(s);
+        if !passed() {
+            Self::abandon();
         }
     }
 
     fn poison(&self) {
-        self.state().poisoned = true;
+        let s = self.state();
+        self.poisoned.store(true, Ordering::Release);
+        drop(s);
         self.wake.notify_all();
     }
 }
@@ -449,6 +506,100 @@ mod tests {
             })
             .unwrap();
         assert_eq!(out, [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 1)]);
+    }
+
+    /// Runs `f` on its own thread and fails the test if it has not returned within 60 s
+    /// (a barrier that loses a wake-up hangs instead of failing).
+    fn within_a_minute(what: &str, f: impl FnOnce() + Send + 'static) {
+        let (done, finished) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            f();
+            let _ = done.send(());
+        });
+        match finished.recv_timeout(Duration::from_secs(60)) {
+            Ok(()) => worker.join().expect("returned"),
+            // The worker panicked: its assertion's message is the test's failure.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                if let Err(payload) = worker.join() {
+                    resume_unwind(payload);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("{what}: still waiting after 60 s (a barrier hangs)")
+            }
+        }
+    }
+
+    /// Every episode of the barrier, in both of its waiting modes, holds back each thread
+    /// until all have arrived and publishes the writes made before it.
+    #[test]
+    fn barrier_episodes_hold_and_publish_whether_waiters_yield_or_sleep() {
+        use std::sync::atomic::AtomicUsize;
+        for spin in [Duration::ZERO, Duration::from_secs(10)] {
+            within_a_minute(&format!("300 episodes with spin {spin:?}"), move || {
+                let parties = 3;
+                let barrier = PoisonBarrier::with_spin(parties, spin);
+                let count = AtomicUsize::new(0);
+                std::thread::scope(|scope| {
+                    for t in 0..parties {
+                        let (barrier, count) = (&barrier, &count);
+                        scope.spawn(move || {
+                            let run = catch_unwind(AssertUnwindSafe(|| {
+                                for episode in 1..=300 {
+                                    if (episode + t) % 7 == 0 {
+                                        std::thread::sleep(Duration::from_micros(200));
+                                    }
+                                    count.fetch_add(1, Ordering::Relaxed);
+                                    barrier.wait();
+                                    assert_eq!(
+                                        count.load(Ordering::Relaxed),
+                                        parties * episode,
+                                        "thread {t} passed episode {episode} early (spin {spin:?})"
+                                    );
+                                    barrier.wait();
+                                }
+                            }));
+                            if let Err(payload) = run {
+                                // Release the others, as `run_threads` does.
+                                barrier.poison();
+                                resume_unwind(payload);
+                            }
+                        });
+                    }
+                });
+            });
+        }
+    }
+
+    /// A thread waiting at the barrier — yielding or asleep — is released with
+    /// `Abandoned` when another thread poisons it, and so is one that arrives later.
+    #[test]
+    fn poison_releases_waiters_in_either_mode() {
+        for spin in [Duration::ZERO, Duration::from_secs(10)] {
+            within_a_minute(&format!("poison with spin {spin:?}"), move || {
+                let barrier = PoisonBarrier::with_spin(3, spin);
+                std::thread::scope(|scope| {
+                    let waiter = scope.spawn(|| catch_unwind(AssertUnwindSafe(|| barrier.wait())));
+                    std::thread::sleep(Duration::from_millis(50));
+                    barrier.poison();
+                    let poisoned = Instant::now();
+                    let out = waiter.join().expect("the waiter itself does not panic");
+                    // Well before the yielding phase (10 s) would end by itself.
+                    assert!(
+                        poisoned.elapsed() < Duration::from_secs(5),
+                        "the waiter (spin {spin:?}) left {:?} after the poison",
+                        poisoned.elapsed()
+                    );
+                    let payload = out.expect_err("a poisoned barrier does not let its waiter pass");
+                    assert!(payload.is::<Abandoned>(), "spin {spin:?}");
+                });
+                let late = catch_unwind(AssertUnwindSafe(|| barrier.wait()));
+                assert!(
+                    late.expect_err("arrives after the poison")
+                        .is::<Abandoned>()
+                );
+            });
+        }
     }
 
     #[test]
