@@ -153,9 +153,10 @@ const BARRIER_SPIN: Duration = Duration::from_millis(1);
 /// (`dsm/src/runtime/sync.rs`) — unless the team has more threads than the CPUs this
 /// process may use, where it sleeps at once (yielding threads would take the CPUs of the
 /// threads still computing). A barrier that always sleeps costs a futex wake-up per
-/// waiter per episode (≈ 18 µs a barrier for two threads on the 2-vCPU development VM:
-/// EM3D with 16 nodes per thread, 5,000 iterations), which made the plain-threads
-/// baseline of `bench apps` weaker than the DSM it is compared with.
+/// waiter per episode (3–18 µs a barrier for two threads on the 2-vCPU development VM,
+/// against ≈ 0.5–1.7 µs yielding: EM3D with 16 nodes per thread and 5,000 iterations,
+/// forty-eighth session), which made the plain-threads baseline of `bench apps` weaker at
+/// barriers than the DSM it is compared with.
 struct PoisonBarrier {
     parties: usize,
     /// How long a waiter yields before sleeping (zero: it sleeps at once).
