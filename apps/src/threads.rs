@@ -141,17 +141,13 @@ impl ThreadsRuntime {
 /// panicked first.
 struct Abandoned;
 
-/// How long a thread waiting at the barrier yields its CPU before it sleeps on the
-/// condition variable: the DSM runtime's default `wait_spin` (its cluster-local barrier
-/// yields as long before it sleeps), so that `--threads N` and the DSM wait alike.
-const BARRIER_SPIN: Duration = Duration::from_millis(1);
-
 /// Barrier that releases (and fails) every waiter once some thread has panicked.
 ///
-/// A waiter yields its CPU for up to [`BARRIER_SPIN`], watching the generation, before it
-/// sleeps on the condition variable — as the DSM runtime's cluster-local barrier does
-/// (`dsm/src/runtime/sync.rs`) — unless the team has more threads than the CPUs this
-/// process may use, where it sleeps at once (yielding threads would take the CPUs of the
+/// A waiter yields its CPU for up to the DSM runtime's default `wait_spin`
+/// ([`multigrain_dsm::DsmOptions`], 1 ms), watching the generation, before it sleeps on
+/// the condition variable — as the DSM runtime's cluster-local barrier does
+/// (`dsm/src/runtime/sync.rs`), so `--threads N` and the DSM wait alike — unless the team
+/// has more threads than the CPUs this process may use, where it sleeps at once (yielding threads would take the CPUs of the
 /// threads still computing). A barrier that always sleeps costs a futex wake-up per
 /// waiter per episode (3–18 µs a barrier for two threads on the 2-vCPU development VM,
 /// against ≈ 0.5–1.7 µs yielding: EM3D with 16 nodes per thread and 5,000 iterations,
@@ -177,7 +173,7 @@ impl PoisonBarrier {
     fn new(parties: usize) -> Self {
         let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
         let spin = if parties <= cpus {
-            BARRIER_SPIN
+            multigrain_dsm::DsmOptions::default().wait_spin
         } else {
             Duration::ZERO
         };
