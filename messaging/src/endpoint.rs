@@ -195,6 +195,15 @@ impl Endpoint {
         }
     }
 
+    /// Whether a message to `name` leaves through the network (an INI) rather than
+    /// through shared memory or this process's own queues: there each message costs a
+    /// datagram, so a sender gains by putting more into one. `false` for a name that is
+    /// unmapped or whose site has no route yet.
+    #[inline]
+    pub fn reaches_over_network(&self, name: VirtualName) -> bool {
+        matches!(self.resolve(name), Ok((_, Route::Network(_))))
+    }
+
     #[inline]
     fn count_substrate(&self, substrate: Substrate) {
         match substrate {

@@ -137,6 +137,10 @@ fn exchange(site: &Site, peer: u16) {
         },
     )
     .unwrap();
+    assert!(
+        !ep.reaches_over_network(VirtualName(0)),
+        "the peer process shares a segment: no datagrams"
+    );
     let mut v = Verifier::default();
     let mut tag = 0;
     for i in 0..EXPRESS {

@@ -79,6 +79,9 @@ fn every_message_kind_crosses_the_network() {
     let a = endpoint(&cs[0], 0, 1, 2);
     let b = endpoint(&cs[1], 1, 0, 2);
     assert_eq!(cs[0].site.substrate(SiteId(1)), Some(Substrate::Network));
+    assert!(a.reaches_over_network(VirtualName(1)), "the other site");
+    assert!(!a.reaches_over_network(VirtualName(0)), "its own site");
+    assert!(!a.reaches_over_network(VirtualName(7)), "an unmapped name");
     a.send_express(VirtualName(1), Express::new(Handler(3), 77).unwrap())
         .unwrap();
     let mut buf = a.alloc().unwrap();

@@ -128,7 +128,8 @@ impl Core {
 
     /// Checks all of a bundle body from `from`, then handles its messages in order,
     /// each as a bulk message received alone from `from` (decoded with
-    /// [`Message::from_shared_parts`]: a large update keeps its diff in `data`).
+    /// [`Message::from_shared_parts`]: a large update keeps its diff in `data`), in one
+    /// batch ([`Core::handle_events`]: the replies share bundles).
     fn bundle_parts(
         &self,
         ops: &RegionOps,
@@ -140,7 +141,7 @@ impl Core {
         let parts = wire::decode_bundle(data).map_err(|r| self.malformed_bundle(from, r))?;
         bump(&self.counters.bundles_received, 1);
         bump(&self.counters.bundled_received, parts.len() as u64);
-        for p in parts {
+        let events = parts.into_iter().map(|p| {
             bump(&self.counters.received[usize::from(p.handler.0)], 1);
             // Where the part's body lies in the bundle (a subslice of it).
             let start = p.body.as_ptr() as usize - data.as_ptr() as usize;
@@ -151,9 +152,9 @@ impl Core {
                 start..start + p.body.len(),
             )
             .map_err(|e| DsmError::malformed(self.me, from, e))?;
-            self.decoded_message(ops, ep, from, msg, None, pending)?;
-        }
-        Ok(())
+            Ok((self.message_event(from, msg, None)?, None))
+        });
+        self.handle_events(ops, ep, events, pending)
     }
 
     /// Decodes an Express or Tag-On coherence message (`data`: its attached buffer) and
@@ -185,17 +186,28 @@ impl Core {
         data: Option<&[u8]>,
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
+        let event = self.message_event(from, msg, data)?;
+        self.handle_one(ops, ep, event, data.map(|d| (from, d)), pending)
+    }
+
+    /// The machine's event for `msg` from `from`, once its attached buffer (`data`, for
+    /// a Tag-On message) is checked against it.
+    fn message_event(
+        &self,
+        from: usize,
+        msg: Message,
+        data: Option<&[u8]>,
+    ) -> Result<Event, DsmError> {
         wire::check_attachment(&msg, data).map_err(|reason| DsmError::Malformed {
             cluster: self.me,
             from,
             reason,
         })?;
-        let event = Event::Message {
+        Ok(Event::Message {
             from: ClusterId::new(from as u16).expect("below the cluster count"),
             msg,
             attached_len: data.map_or(0, <[u8]>::len),
-        };
-        self.handle_one(ops, ep, event, data.map(|d| (from, d)), pending)
+        })
     }
 
     fn runtime_message(

@@ -87,6 +87,23 @@ impl Core {
         Ok(())
     }
 
+    /// Sends the bundles held for clusters reached through shared memory, in cluster
+    /// order, and keeps those for clusters reached through the network (see
+    /// [`Core::handle_events`]).
+    pub(super) fn send_bundles_over_shm(
+        &self,
+        ep: &Endpoint,
+        outbox: &mut [wire::Bundle],
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        for (to, bundle) in outbox.iter_mut().enumerate() {
+            if !bundle.parts().is_empty() && !ep.reaches_over_network(name(to)) {
+                self.send_bundle(ep, to, bundle, pending)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Sends `bundle` to `to` as the next numbered [`RuntimeOp::Bundle`] (nothing if it
     /// is empty) and empties it. The per-kind counters count the messages inside.
     /// Called with the machine locked, so bundles to a cluster leave in the order of
