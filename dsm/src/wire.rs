@@ -21,7 +21,9 @@
 //! Every bulk coherence message travels in a [`RuntimeOp::Bundle`]: the bulk messages
 //! that one event sends to the same cluster go together, as one message-layer bulk
 //! message (each bulk send costs fragment headers and a doorbell wake-up of the
-//! receiver). Its body is a sequence number, then at least one part:
+//! receiver) — to a cluster reached through the network, those that all the messages of
+//! one received bundle send (a datagram each saved; see `Core::handle_events`). Its body
+//! is a sequence number, then at least one part:
 //!
 //! ```text
 //! [seq u32 LE] then per part

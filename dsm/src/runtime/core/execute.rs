@@ -119,14 +119,14 @@ impl Core {
                     &mut sync_held,
                 );
                 if result.is_ok() {
-                    result = self.send_bundles_over_shm(ep, &mut st.outbox, pending);
+                    result = self.send_bundles(ep, &mut st.outbox, pending, true);
                 }
                 if result.is_err() {
                     break;
                 }
             }
             if result.is_ok() {
-                result = self.send_bundles(ep, &mut st.outbox, pending);
+                result = self.send_bundles(ep, &mut st.outbox, pending, false);
             }
             // The arrival left in this call's bundles, or went to this cluster's own
             // barrier manager (no message): the flush before it is over.
@@ -204,7 +204,7 @@ impl Core {
                 if *sync_held && matches!(a, Action::ApplyDiff { .. } | Action::Flush { .. }) {
                     // A grant or departure waits for no page work of this batch.
                     *sync_held = false;
-                    if let Err(e) = self.send_bundles(ep, &mut st.outbox, pending) {
+                    if let Err(e) = self.send_bundles(ep, &mut st.outbox, pending, false) {
                         result = Err(e);
                         break;
                     }

@@ -74,32 +74,21 @@ impl Core {
         }
     }
 
-    /// Sends every bundle held, in cluster order.
+    /// Sends every bundle held, in cluster order; with `keep_network`, only those to
+    /// clusters reached through shared memory, keeping those to clusters reached through
+    /// the network (see [`Core::handle_events`]).
     pub(super) fn send_bundles(
         &self,
         ep: &Endpoint,
         outbox: &mut [wire::Bundle],
         pending: &mut Pending,
+        keep_network: bool,
     ) -> Result<(), DsmError> {
         for (to, bundle) in outbox.iter_mut().enumerate() {
-            self.send_bundle(ep, to, bundle, pending)?;
-        }
-        Ok(())
-    }
-
-    /// Sends the bundles held for clusters reached through shared memory, in cluster
-    /// order, and keeps those for clusters reached through the network (see
-    /// [`Core::handle_events`]).
-    pub(super) fn send_bundles_over_shm(
-        &self,
-        ep: &Endpoint,
-        outbox: &mut [wire::Bundle],
-        pending: &mut Pending,
-    ) -> Result<(), DsmError> {
-        for (to, bundle) in outbox.iter_mut().enumerate() {
-            if !bundle.parts().is_empty() && !ep.reaches_over_network(name(to)) {
-                self.send_bundle(ep, to, bundle, pending)?;
+            if keep_network && (bundle.parts().is_empty() || ep.reaches_over_network(name(to))) {
+                continue;
             }
+            self.send_bundle(ep, to, bundle, pending)?;
         }
         Ok(())
     }
