@@ -75,13 +75,13 @@ impl Core {
     ///   handling a bundle of releases sends the grants and pushes it decides on in one
     ///   datagram per destination, where each took one before (Water 512 × 50 on 4 × 1
     ///   over UDP: 88,500 bundles, 1.9 messages each, before; 77,000–79,000 bundles and
-    ///   0.94–0.95 of the time after, forty-ninth session). Over shared memory a send costs little
-    ///   and the first grant would wait for the rest of the batch (the same batching over
-    ///   shared memory: 4 × 1 1.04–1.07 × the time). Bundles leave in cluster order, so
-    ///   messages to *different* clusters may leave in another order than emitted: the
-    ///   machine's calling contract lets the network reorder messages. A held message's
-    ///   bytes were encoded when its action executed (only Tag-On sends read the
-    ///   region, and those are not held).
+    ///   0.94–0.95 of the time after, forty-ninth session). Over shared memory a send
+    ///   costs little and the first grant would wait for the rest of the batch (the same
+    ///   batching over shared memory: 4 × 1 1.04–1.07 × the time). Bundles leave in
+    ///   cluster order, so messages to *different* clusters may leave in another order
+    ///   than emitted: the machine's calling contract lets the network reorder
+    ///   messages. A held message's bytes were encoded when its action executed (only
+    ///   Tag-On sends read the region, and those are not held).
     ///
     /// Messages received while a send blocks go to `pending`, as for any send.
     pub(super) fn handle_events<'a>(
@@ -101,7 +101,8 @@ impl Core {
             let mut result = Ok(());
             // A lock or barrier message waits in a bundle (see Bundling).
             let mut sync_held = false;
-            for item in events {
+            let mut events = events.into_iter().peekable();
+            while let Some(item) = events.next() {
                 let (event, attachment) = match item {
                     Ok(e) => e,
                     Err(e) => {
@@ -119,7 +120,9 @@ impl Core {
                     &mut wake,
                     &mut sync_held,
                 );
-                if result.is_ok() {
+                // Over shared memory, what this event sent leaves before the next event
+                // of the batch; after the last one, everything leaves below.
+                if result.is_ok() && events.peek().is_some() {
                     result = self.send_bundles(ep, &mut st.outbox, pending, true);
                 }
                 if result.is_err() {
