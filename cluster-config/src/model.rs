@@ -237,7 +237,7 @@ choice_enum! {
     pub enum BarrierUpdates ("barrier update policy") {
         /// On (`auto`, the default): the same as `on` in every job, kept so that
         /// existing files still parse (it meant on with two clusters only before
-        /// updates worked with more; see the README's *Applications* section).
+        /// updates worked with more; see `docs/measurements.md`, *Applications*).
         #[default]
         Auto = "auto",
         /// Always (`on`).

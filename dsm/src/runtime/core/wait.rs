@@ -263,7 +263,7 @@ impl Core {
     /// applications within their spread). (Measured on Water 512 × 50, 2×1
     /// over shared memory: a protocol thread spinning after every message, as before,
     /// took a quarter of each core; one always asleep on the doorbell made every
-    /// message a futex wake-up; see the README.)
+    /// message a futex wake-up; see `docs/measurements.md`, *Applications*.)
     ///
     /// `thread_index` is the protocol thread's index for the `static` INI policy.
     pub(crate) fn serve(&self, ops: &RegionOps, spin: Duration, thread_index: usize) {
