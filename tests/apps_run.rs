@@ -567,12 +567,43 @@ fn set_values_change_the_job_every_cluster_runs() {
         "local.threads=1",
         "--set",
         "ini.policy=round-robin",
+        "--set",
+        "dsm.event_profile=true",
         "--molecules",
         "64",
         "--steps",
         "1",
     ];
-    let (report, _p) = run_ok("water --set", &args, Some(3));
+    let (report, p) = run_ok("water --set", &args, Some(3));
+    // Every cluster timed its events: as many acquires and barrier arrivals as its
+    // machine counted, each with a handling time that contains the machine's part.
+    for c in report["stats"]["clusters"].as_array().expect("clusters") {
+        let events = &c["event_profile"]["events"];
+        let acquires = &events["acquire"];
+        assert_eq!(acquires["count"], c["protocol"]["lock_acquires"], "{c}");
+        assert!(acquires["count"].as_u64().is_some_and(|n| n > 0), "{c}");
+        assert_eq!(
+            events["barrier"]["count"], c["protocol"]["barrier_arrivals"],
+            "{c}"
+        );
+        for (kind, t) in events.as_object().expect("events by kind") {
+            assert!(
+                t["ns"].as_u64() >= t["machine_ns"].as_u64(),
+                "{kind}: the whole handling contains the machine's part: {t}"
+            );
+        }
+        assert!(
+            c["event_profile"]["actions_ns"]["post bundles"].as_u64() > Some(0),
+            "{c}"
+        );
+    }
+    assert!(
+        p.lines(Stream::Out)
+            .iter()
+            .any(|l| l.starts_with("handling by event (dsm.event_profile)")),
+        "the report shows the profile: {}",
+        p.transcript()
+    );
     let b = &report["backend"];
     assert_eq!(b["threads"], serde_json::json!([1, 1, 1]), "{b}");
     assert_eq!(b["policy"], "round-robin", "{b}");
@@ -915,6 +946,12 @@ fn json_to_stdout_carries_metadata_and_no_sentinels() {
             .any(|l| l.starts_with("Water-Nsquared:")),
         "the text report goes to stderr: {}",
         p.transcript()
+    );
+    assert!(
+        report["stats"]["clusters"][0]
+            .get("event_profile")
+            .is_none(),
+        "no event profile unless dsm.event_profile asks for one"
     );
     let meta = &report["meta"];
     assert_eq!(meta["schema_version"], 1, "{meta}");

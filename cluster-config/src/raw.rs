@@ -98,6 +98,7 @@ pub(crate) struct RawDsm {
     pub populate: Field<bool>,
     pub protocol_priority: Field<ProtocolPriority>,
     pub thread_policy: Field<ThreadPolicy>,
+    pub event_profile: Field<bool>,
 }
 
 /// `[emulation]`

@@ -330,7 +330,7 @@ impl JobConfig {
         let _ = writeln!(
             out,
             "\n[dsm]\nprotocol = \"{}\"\nhome = \"{}\"\nregion_base = {:#x}\nregion_size = {}\n\
-             page_size = {}\nprefetch = {}\nwrite_ahead = {}\nidle_flushes = {}\nrelease_batch = {}\nbarrier_updates = \"{}\"\nflush_ahead = {}\npopulate = {}\nprotocol_priority = \"{}\"\nthread_policy = \"{}\"",
+             page_size = {}\nprefetch = {}\nwrite_ahead = {}\nidle_flushes = {}\nrelease_batch = {}\nbarrier_updates = \"{}\"\nflush_ahead = {}\npopulate = {}\nprotocol_priority = \"{}\"\nthread_policy = \"{}\"\nevent_profile = {}",
             dsm.protocol,
             dsm.home,
             dsm.region_base,
@@ -344,7 +344,8 @@ impl JobConfig {
             dsm.flush_ahead,
             dsm.populate,
             dsm.protocol_priority,
-            dsm.thread_policy
+            dsm.thread_policy,
+            dsm.event_profile
         );
         let e = &self.emulation;
         let _ = writeln!(

@@ -666,6 +666,10 @@ impl Resolver<'_, '_> {
                 .thread_policy
                 .as_ref()
                 .map_or(d.thread_policy, |p| *p.get_ref()),
+            event_profile: raw
+                .event_profile
+                .as_ref()
+                .map_or(d.event_profile, |b| *b.get_ref()),
         })
     }
 

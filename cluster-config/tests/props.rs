@@ -117,6 +117,7 @@ prop_compose! {
                 populate: (seed >> 45) % 2 == 0,
                 protocol_priority,
                 thread_policy: ThreadPolicy::ALL[(seed >> 46) as usize % ThreadPolicy::ALL.len()],
+                event_profile: (seed >> 48) % 2 == 0,
             },
             emulation: EmulationConfig {
                 send_overhead_us: emu[0],

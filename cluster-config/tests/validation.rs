@@ -69,7 +69,7 @@ fn unknown_keys_are_rejected_with_the_allowed_keys() {
         err(&with_local("[dsm]\nregion = 5")),
         "jobs/t.toml:2:1: dsm.region: unknown key; allowed here: protocol, home, region_base, \
          region_size, page_size, prefetch, write_ahead, idle_flushes, release_batch, \
-         barrier_updates, flush_ahead, populate, protocol_priority, thread_policy"
+         barrier_updates, flush_ahead, populate, protocol_priority, thread_policy, event_profile"
     );
     assert_eq!(
         err(&with_local("emulation = { latency = 1 }")),

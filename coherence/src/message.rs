@@ -420,6 +420,35 @@ impl Message {
         }
     }
 
+    /// This message's opcode: the handler it travels under, as [`Message::to_parts`]
+    /// gives it, without encoding the message.
+    ///
+    /// Source: see the module documentation.
+    pub fn opcode(&self) -> u8 {
+        use Message::*;
+        match self {
+            HomeQuery { .. } => op::HOME_QUERY,
+            HomeIs { .. } => op::HOME_IS,
+            GetPage { .. } => op::GET_PAGE,
+            PageData { .. } => op::PAGE_DATA,
+            Diff { .. } => op::DIFF,
+            Update { .. } => op::UPDATE,
+            ScRead { .. } => op::SC_READ,
+            ScWrite { .. } => op::SC_WRITE,
+            ScUpgrade { .. } => op::SC_UPGRADE,
+            ScInvalidate { .. } => op::SC_INVALIDATE,
+            ScInvAck { .. } => op::SC_INV_ACK,
+            ScRecall { .. } => op::SC_RECALL,
+            ScWriteBack { .. } => op::SC_WRITE_BACK,
+            LockAcquire { .. } => op::LOCK_ACQUIRE,
+            LockGrant { .. } => op::LOCK_GRANT,
+            LockRelease { .. } => op::LOCK_RELEASE,
+            LockRecall { .. } => op::LOCK_RECALL,
+            BarrierArrive { .. } => op::BARRIER_ARRIVE,
+            BarrierDepart { .. } => op::BARRIER_DEPART,
+        }
+    }
+
     /// The interval records this message carries (none for most kinds).
     ///
     /// Source: see [`Message`].
@@ -1108,6 +1137,7 @@ mod tests {
 
     fn roundtrip(m: Message) {
         let parts = m.to_parts();
+        assert_eq!(m.opcode(), parts.opcode, "{m:?}");
         assert!(parts.payload < 1 << PAYLOAD_BITS);
         let bulk = match &parts.body {
             Body::Bulk(b) => Some(b.as_slice()),

@@ -93,6 +93,7 @@
 mod array;
 pub mod bench;
 mod error;
+mod event_profile;
 mod runtime;
 mod stats;
 pub mod transport;
@@ -101,6 +102,7 @@ mod wire;
 
 pub use array::SharedArray;
 pub use error::DsmError;
+pub use event_profile::{EventProfile, EventTime};
 pub use runtime::{
     Dsm, DsmOptions, FAULT_EXIT_CODE, LockGuard, MAX_LOCAL_HANDOFFS, Stall, StallProbe, Worker,
 };

@@ -272,6 +272,10 @@ pub struct ClusterStats {
     /// Where the threads' time went (see [`PhaseTimes`]).
     #[serde(default)]
     pub time: PhaseTimes,
+    /// The runtime's handling time by kind of event and action, where the job's
+    /// configuration set `dsm.event_profile` (absent from the JSON otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_profile: Option<crate::EventProfile>,
     /// Messages sent, by kind (coherence opcode names and runtime messages).
     pub messages_sent: BTreeMap<String, u64>,
     /// Messages received, by kind.
@@ -363,6 +367,9 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         self.barrier_wait_ns += o.barrier_wait_ns;
         self.realtime_protocol_threads += o.realtime_protocol_threads;
         self.time += &o.time;
+        if let Some(p) = &o.event_profile {
+            *self.event_profile.get_or_insert_with(Default::default) += p;
+        }
         for (k, v) in &o.messages_sent {
             *self.messages_sent.entry(k.clone()).or_default() += v;
         }
@@ -589,6 +596,7 @@ impl Counters {
             remote_fault_ns: g(&self.remote_fault_ns),
             remote_fetches: protocol.remote_fetches,
             realtime_protocol_threads: 0,
+            event_profile: None,
             pages_installed: g(&self.pages_installed),
             pages_remapped: g(&self.pages_remapped),
             pages_installed_in_place: g(&self.pages_installed_in_place),

@@ -157,6 +157,9 @@ impl Dsm {
         let core = Arc::new(Core::new(
             me, &threads, site, endpoint, machine, liveness, tuning,
         ));
+        if cfg.dsm.event_profile {
+            core.enable_event_profile();
+        }
         let base = match options.region_base {
             Some(b) => b,
             None => usize::try_from(cfg.dsm.region_base).map_err(|_| {

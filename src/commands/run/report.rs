@@ -403,6 +403,52 @@ fn ms(ns: u64) -> u64 {
     ns / 1_000_000
 }
 
+/// How [`render_stats`] writes a row: its label, then a value per column from each
+/// column's statistics.
+type Row<'a> = dyn Fn(&mut String, &str, &dyn Fn(&ClusterStats) -> u64) + 'a;
+
+/// The rows of `dsm.event_profile` (the job's `total` profile, one row per kind it
+/// holds): per kind of event, the events handled and their handling time each, whole
+/// and in the coherence machine; then the time in actions, by kind.
+fn event_profile_rows(
+    s: &mut String,
+    total: &multigrain_dsm::EventProfile,
+    header: &dyn Fn(&mut String, &str),
+    row: &Row<'_>,
+) {
+    let time = |c: &ClusterStats, kind: &str| {
+        c.event_profile
+            .as_ref()
+            .and_then(|p| p.events.get(kind))
+            .copied()
+            .unwrap_or_default()
+    };
+    // The cluster's own events first (lower-case names), then the messages received.
+    let mut kinds: Vec<&String> = total.events.keys().collect();
+    kinds.sort_by_key(|k| (k.starts_with(|c: char| c.is_ascii_uppercase()), *k));
+    header(s, "handling by event (dsm.event_profile)");
+    for kind in kinds {
+        row(s, &format!("{kind}: events"), &|c| time(c, kind).count);
+        row(s, "  ns each", &|c| {
+            let t = time(c, kind);
+            t.ns.checked_div(t.count).unwrap_or(0)
+        });
+        row(s, "    in the coherence machine", &|c| {
+            let t = time(c, kind);
+            t.machine_ns.checked_div(t.count).unwrap_or(0)
+        });
+    }
+    header(s, "actions, by kind (µs)");
+    for kind in total.actions_ns.keys() {
+        row(s, kind, &|c| {
+            c.event_profile
+                .as_ref()
+                .and_then(|p| p.actions_ns.get(kind))
+                .map_or(0, |ns| ns / 1_000)
+        });
+    }
+}
+
 /// The DSM statistics table: job totals and, for up to [`MAX_COLUMNS`] clusters, one
 /// column per cluster; the locks waited on longest; messages and bulk bytes by kind; the
 /// message layer; the INIs.
@@ -561,6 +607,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
         c.realtime_protocol_threads
     });
     row(&mut s, "  times", &|c| c.time.sleeps);
+    if let Some(total) = &stats.total.event_profile {
+        event_profile_rows(&mut s, total, &header, &row);
+    }
     // The job's longest lock waits; each cluster reports its own longest
     // (`SLOW_LOCKS_KEPT`), so a cluster's 0 may be a lock outside its own list.
     let mut slow: Vec<(u32, u64)> = stats

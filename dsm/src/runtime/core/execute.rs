@@ -123,14 +123,18 @@ impl Core {
                 // Over shared memory, what this event sent leaves before the next event
                 // of the batch; after the last one, everything leaves below.
                 if result.is_ok() && events.peek().is_some() {
+                    let t = st.profile.is_some().then(FastInstant::now);
                     result = self.send_bundles(ep, &mut st.outbox, pending, true);
+                    note_action(st, t, ActionKind::PostBundles);
                 }
                 if result.is_err() {
                     break;
                 }
             }
             if result.is_ok() {
+                let t = st.profile.is_some().then(FastInstant::now);
                 result = self.send_bundles(ep, &mut st.outbox, pending, false);
+                note_action(st, t, ActionKind::PostBundles);
             }
             // The arrival left in this call's bundles, or went to this cluster's own
             // barrier manager (no message): the flush before it is over.
@@ -168,6 +172,12 @@ impl Core {
         wake: &mut Vec<u32>,
         sync_held: &mut bool,
     ) -> Result<(), DsmError> {
+        // With `dsm.event_profile`: when the event's handling began, and its kind.
+        let profiled = st
+            .profile
+            .is_some()
+            .then(|| (FastInstant::now(), Profiler::slot(&event)));
+        let mut machine_ns = 0u64;
         let mut actions = std::mem::take(&mut st.actions);
         let spurious = st.machine.stats().spurious_faults;
         let faulted = match event {
@@ -180,7 +190,12 @@ impl Core {
         // (the machine's calling contract), under the same lock.
         loop {
             actions.clear();
-            if let Err(e) = st.machine.handle(event, &mut actions) {
+            let t = profiled.map(|_| FastInstant::now());
+            let handled = st.machine.handle(event, &mut actions);
+            if let Some(t) = t {
+                machine_ns += t.elapsed().as_nanos() as u64;
+            }
+            if let Err(e) = handled {
                 result = Err(DsmError::Violation {
                     cluster: self.me,
                     source: e,
@@ -213,6 +228,7 @@ impl Core {
                         break;
                     }
                 }
+                let timed = profiled.map(|_| (FastInstant::now(), ActionKind::of(&a)));
                 let r = match a {
                     Action::Flush { pages } => {
                         self.flush(ops, st, &pages).map(|d| flushed = Some(d))
@@ -222,6 +238,9 @@ impl Core {
                         self.execute(ops, ep, st, a, attachment, pending, wake)
                     }
                 };
+                if let Some((t, kind)) = timed {
+                    note_action(st, Some(t), kind);
+                }
                 if let Err(e) = r {
                     result = Err(e);
                     break;
@@ -253,6 +272,9 @@ impl Core {
             }
         }
         st.actions = actions;
+        if let (Some((t, slot)), Some(p)) = (profiled, st.profile.as_mut()) {
+            p.event(slot, t.elapsed().as_nanos() as u64, machine_ns);
+        }
         if result.is_ok()
             && let Some(page) = faulted
             && st.machine.stats().spurious_faults != spurious
@@ -614,5 +636,13 @@ impl UnprotectRun {
     /// The run held, if any, to lift now.
     fn take(&mut self) -> Option<PageRange> {
         self.0.take()
+    }
+}
+
+/// Adds the time since `start` to `st`'s profile under `kind` (nothing without a
+/// profile, whose `start` is `None`).
+fn note_action(st: &mut State, start: Option<FastInstant>, kind: ActionKind) {
+    if let (Some(t), Some(p)) = (start, st.profile.as_mut()) {
+        p.action(kind, t.elapsed().as_nanos() as u64);
     }
 }

@@ -67,6 +67,7 @@ use super::slots::{RUNTIME_TOKEN, SentByThread, SlotRef, Slots, thread_slot, tok
 use super::twins::Twins;
 use super::watch::Waits;
 use crate::error::DsmError;
+use crate::event_profile::{ActionKind, Profiler};
 use crate::stats::{ClusterStats, Counters, LayerStats, ProtocolStats, bump};
 use crate::transport::{Liveness, PROTOCOL_QUEUE, WAKE_QUEUES, wake_queue};
 use crate::uffd::{
@@ -143,6 +144,8 @@ pub(crate) struct State {
     /// Idle cached locks the machine wants back, to be released through it in the
     /// same call (see [`LockCache`]); empty between events.
     reclaim: Vec<LockId>,
+    /// The handling time by kind of event and action, with `dsm.event_profile`.
+    profile: Option<Box<Profiler>>,
 }
 
 /// A received message waiting to be handled.
@@ -265,6 +268,7 @@ impl Core {
                 diff_buf: Vec::with_capacity(diff::MAX_ENCODED),
                 outbox: (0..clusters).map(|_| wire::Bundle::default()).collect(),
                 reclaim: Vec::new(),
+                profile: None,
             }),
             slots: Slots::new(),
             sent_by_thread: SentByThread::new(threads[me]),
@@ -473,16 +477,18 @@ impl Core {
         // counted, by their thread, before the lock is released, so the per-thread
         // counts and the message layer's agree (a thread woken by an event's completion
         // can read them while that event still sends).
-        let (protocol, by_thread, layer) = {
+        let (protocol, by_thread, layer, event_profile) = {
             let st = self.state.lock();
             (
                 ProtocolStats::from(*st.machine.stats()),
                 self.sent_by_thread.snapshot(),
                 LayerStats::from(self.site.stats()),
+                st.profile.as_ref().map(|p| p.snapshot()),
             )
         };
         let mut s = ClusterStats {
             realtime_protocol_threads: u64::from(self.realtime.load(Ordering::Relaxed)),
+            event_profile,
             ..self.counters.snapshot(self.me, protocol, layer)
         };
         let cached = self.slots.runtime_acquires();
@@ -495,6 +501,12 @@ impl Core {
             s.messages_sent_by_other_threads,
         ) = by_thread;
         s
+    }
+
+    /// Starts timing the handling of every event and action (`dsm.event_profile`; see
+    /// [`crate::EventProfile`]).
+    pub(crate) fn enable_event_profile(&self) {
+        self.state.lock().profile = Some(Box::new(Profiler::new()));
     }
 
     /// Counts what `ep` handed to the network since its count was `before` as the
