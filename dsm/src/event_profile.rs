@@ -80,13 +80,19 @@ const LOCAL_EVENTS: [&str; 6] = [
 /// The kinds of action [`Profiler`] tells apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ActionKind {
+    /// `Action::Flush`: open pages compared with their twins, diffs encoded.
     Flush = 0,
+    /// `Action::Send`: a message encoded into its bundle, or sent.
     Send = 1,
+    /// `Action::ApplyDiff`.
     ApplyDiff = 2,
+    /// Every other action: installs, invalidations, protections, completions.
     Other = 3,
+    /// Not an action: the bundles handed to the message layer after an event.
     PostBundles = 4,
 }
 
+/// [`ActionKind`]'s names, by its discriminant.
 const ACTION_NAMES: [&str; 5] = ["flush", "send", "apply diff", "other", "post bundles"];
 
 impl ActionKind {
@@ -105,10 +111,12 @@ impl ActionKind {
 pub(crate) struct Profiler {
     /// [`LOCAL_EVENTS`], then one slot per message opcode.
     events: Box<[EventTime; LOCAL_EVENTS.len() + 256]>,
+    /// ns by [`ActionKind`].
     actions_ns: [u64; ACTION_NAMES.len()],
 }
 
 impl Profiler {
+    /// An empty profile.
     pub(crate) fn new() -> Self {
         Profiler {
             events: Box::new([EventTime::default(); LOCAL_EVENTS.len() + 256]),
