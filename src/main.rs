@@ -224,8 +224,8 @@ enum BenchCommand {
     /// (every arrival wakes a sleeping thread). One-way = round trip ÷ 2. Samples of each
     /// row alternate with its baseline's; ratios are medians of per-pair ratios.
     Net(BenchNetArgs),
-    /// The DSM runtime: fault service, lock hand-off, write fault, release cost per page
-    /// and diff throughput, beside baselines measured in the same run.
+    /// The DSM runtime: fault service, lock hand-off, barrier, write fault, release cost
+    /// per page and diff throughput, beside baselines measured in the same run.
     ///
     /// Baselines: UDP round trip of 8 bytes busy-polled (and blocking, the weak
     /// baseline), a bare userfaultfd fault, a 4 KiB copy, an Express round trip over
@@ -237,11 +237,14 @@ enum BenchCommand {
     /// memory ≤ 1.5 × (bare fault + 4 KiB copy + Express round trip); lock hand-off
     /// between two clusters, each holder checking and rewriting the 64 bytes the lock
     /// protects, ≤ 2 × one-way Express + 1 µs over shared memory and ≤ 1.5 × one-way
-    /// Express through INIs over UDP; for hlrc and sc. Every kernel runs once per round
+    /// Express through INIs over UDP; for hlrc and sc. A barrier of the two clusters with
+    /// nothing written between barriers (the synchronization alone) is shown against a
+    /// round trip of the same substrate (Express over shared memory; twice the one-way
+    /// Express through INIs), without a target. Every kernel runs once per round
     /// (--samples rounds of --ops/--samples operations each), so each row alternates
     /// with its baselines; a composite baseline is summed round by round, and ratios are
-    /// medians of per-pair ratios. Ping-pongs and hand-offs are timed after 16 untimed
-    /// ones each round (warm caches, awake INI threads).
+    /// medians of per-pair ratios. Ping-pongs, hand-offs and barriers are timed after 16
+    /// untimed ones each round (warm caches, awake INI threads).
     Dsm(BenchDsmArgs),
     Apps(commands::bench_apps::BenchAppsArgs),
     /// Paper 002 chapter 6's contention model against a synthetic application: N client

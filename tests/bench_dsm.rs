@@ -32,6 +32,8 @@ fn bench_dsm_prints_and_writes_every_row_with_its_baseline() {
             "remote read fault, INIs over UDP",
             "remote read fault, shared memory, the home's thread polling",
             "remote read fault, INIs over UDP, the home's thread polling",
+            "barrier of two clusters, nothing written, shared memory",
+            "barrier of two clusters, nothing written, INIs over UDP",
         ],
     );
 
@@ -86,6 +88,31 @@ fn bench_dsm_prints_and_writes_every_row_with_its_baseline() {
         );
         assert_eq!(asleep["target"], polling["target"], "{asleep} / {polling}");
         assert!(polling["met"].is_boolean(), "{polling}");
+    }
+    // The barriers of both protocols are compared, without a target, with a round trip
+    // of the same substrate: the Express round trip over shared memory, and through the
+    // INIs twice the one-way Express row (round by round, so its median is twice that
+    // row's).
+    let express_ini = row("Baselines", "Express one-way through INIs (UDP loopback)");
+    let express_ini = express_ini["summary"]["median"].as_f64().unwrap();
+    for protocol in ["hlrc", "sc"] {
+        for via in ["shared memory", "INIs over UDP"] {
+            let r = row(
+                protocol,
+                &format!("barrier of two clusters, nothing written, {via}"),
+            );
+            assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["met"].is_null(), "{r}");
+        }
+        let r = row(
+            protocol,
+            "barrier of two clusters, nothing written, INIs over UDP",
+        );
+        let baseline = r["paired"]["baseline_summary"]["median"].as_f64().unwrap();
+        assert!(
+            (baseline - 2.0 * express_ini).abs() <= 1e-9 * baseline.max(1.0),
+            "{r}: baseline {baseline} against one-way Express {express_ini}"
+        );
     }
     // The bare fault as the DSM region installs pages (shared memory, minor faults) is
     // an informational floor beside the target's: the polling fault is compared with

@@ -17,6 +17,8 @@
 //!   (over shared memory or INIs), each holder checking and rewriting the 64 bytes it
 //!   protects; built on the public API only ([`Dsm`], [`Worker::lock`](crate::Worker::lock),
 //!   [`SharedArray`], [`DsmOptions`]);
+//! * [`BarrierPair`]: two clusters in this process (over shared memory or INIs) passing
+//!   barriers with nothing written between them, the synchronization alone;
 //! * [`diff_encode`], [`diff_apply`]: diff throughput on 4 KiB pages with a given share
 //!   of words changed, and their baseline [`page_copy_warm`];
 //! * [`ApplyChoice`]: the two ways a home can apply a diff without changing what its
@@ -833,6 +835,87 @@ impl LockHandoff {
             (Some(s), Some(e)) => e.saturating_duration_since(s),
             _ => Duration::ZERO,
         })
+    }
+
+    /// Finishes both clusters and returns the job's statistics.
+    ///
+    /// # Errors
+    /// If the job fails.
+    pub fn finish(mut self) -> Result<crate::JobStats, DsmError> {
+        finish_two(self.a.take().expect("live"), self.b.take().expect("live"))
+    }
+}
+
+/// Two clusters of a job in this process (over shared memory, or through INIs over UDP
+/// loopback), one compute thread each, pinned to different CPUs, passing global
+/// barriers with nothing written between them: what the synchronization alone costs —
+/// each cluster's arrival at the barrier manager (cluster 0) and the departure, with the
+/// coherence machine's handling at both ends (an empty flush, no write notices). An
+/// application's barrier costs this plus the flush of what it wrote and the waiting for
+/// the last cluster to arrive.
+///
+/// Built on the runtime's public API only ([`Dsm::join_with`], [`Dsm::run`],
+/// [`Worker::barrier`](crate::Worker::barrier), [`DsmOptions`]).
+pub struct BarrierPair {
+    a: Option<Dsm>,
+    b: Option<Dsm>,
+    /// The INIs when the job runs over the network; declared last so that they are
+    /// dropped after the clusters.
+    _inis: Vec<multigrain_messaging::net::IniGroup>,
+}
+
+impl BarrierPair {
+    /// A two-cluster job with `protocol`, its regions at `base` and `base + 2^32`; with
+    /// `network`, the clusters talk through one INI each over UDP on loopback (MTU 8972),
+    /// else through shared memory.
+    ///
+    /// # Errors
+    /// If a cluster cannot join.
+    pub fn new(protocol: Protocol, base: usize, network: bool) -> Result<BarrierPair, DsmError> {
+        let mut cfg = JobConfig::local(2, 1);
+        cfg.dsm.protocol = protocol;
+        cfg.dsm.region_size = 1 << 20;
+        cfg.ini.mtu = 8972;
+        let (a, b, inis) = join_two(&cfg, base, network, DsmOptions::default().wait_spin)?;
+        Ok(BarrierPair {
+            a: Some(a),
+            b: Some(b),
+            _inis: inis,
+        })
+    }
+
+    /// Both clusters' threads pass `warm + n` barriers; returns the time of the last
+    /// `n`, the longer of the two threads' (each starts its clock as it leaves the last
+    /// untimed barrier). `warm` plays the part of the ping-pong baselines' untimed round
+    /// trips ([`multigrain_bench::WARM_UP`]).
+    ///
+    /// # Errors
+    /// The job's errors.
+    pub fn barriers(&mut self, warm: usize, n: usize) -> Result<Duration, DsmError> {
+        let (a, b) = (
+            self.a.as_ref().expect("live until finish"),
+            self.b.as_ref().expect("live until finish"),
+        );
+        let pass = |w: &crate::Worker<'_>| -> Result<Duration, DsmError> {
+            let _pin = multigrain_bench::pin_to_cpu(w.cluster());
+            for _ in 0..warm {
+                w.barrier()?;
+            }
+            let t = Instant::now();
+            for _ in 0..n {
+                w.barrier()?;
+            }
+            Ok(t.elapsed())
+        };
+        let (ra, rb) = std::thread::scope(|s| {
+            let hb = s.spawn(|| b.run(pass));
+            (a.run(pass), hb.join().expect("cluster 1 thread"))
+        });
+        let mut longest = Duration::ZERO;
+        for r in ra?.into_iter().chain(rb?) {
+            longest = longest.max(r?);
+        }
+        Ok(longest)
     }
 
     /// Finishes both clusters and returns the job's statistics.

@@ -2,9 +2,9 @@
 //! baselines, sampled in alternation with them in the same run — raw UDP round trips
 //! (busy-polled; blocking as the weak baseline), a bare userfaultfd fault, a 4 KiB copy,
 //! Express round trips over shared memory, a one-way bulk message of a hand-off's size
-//! over shared memory and one-way Express through INIs — plus write fault and release
-//! cost per page and diff throughput (issues 4 and 10; kernels in
-//! `multigrain_dsm::bench`).
+//! over shared memory and one-way Express through INIs — plus a barrier of two clusters,
+//! write fault and release cost per page and diff throughput (issues 4 and 10; kernels
+//! in `multigrain_dsm::bench`).
 
 use crate::measure::{Summary, Table, Target, interleave_with, sum_series, write_json};
 use anyhow::{Context, Result};
@@ -13,7 +13,7 @@ use multigrain_bench::network::{self as net, UdpWait};
 use multigrain_bench::sizes::Kind as MessageKind;
 use multigrain_cluster_config::{IniPolicy, Protocol};
 use multigrain_dsm::bench::{
-    self as kernels, BareFault, BareWriteFault, LockHandoff, PageCopy, Pair,
+    self as kernels, BareFault, BareWriteFault, BarrierPair, LockHandoff, PageCopy, Pair,
 };
 use std::time::Duration;
 
@@ -42,7 +42,8 @@ fn median_us(samples: &[u64]) -> Result<f64> {
 /// bundle's framing), rounded up.
 const HANDOFF_BULK_BYTES: usize = 256;
 
-/// Untimed hand-offs before each round's timed ones: the ping-pong baselines' warm-up.
+/// Untimed hand-offs (barriers) before each round's timed ones: the ping-pong baselines'
+/// warm-up.
 const HANDOFF_WARM_UP: usize = multigrain_bench::WARM_UP as usize;
 
 /// Virtual addresses for the benchmark regions, away from the job default.
@@ -50,17 +51,22 @@ fn base(slot: usize) -> usize {
     0x4800_0000_0000 + slot * (1 << 36)
 }
 
-/// One protocol's jobs: fault pairs and lock hand-offs, over shared memory and over INIs.
+/// One protocol's jobs: fault pairs, lock hand-offs and barrier pairs, over shared memory
+/// and over INIs.
 struct Subjects {
     protocol: Protocol,
     fault_shm: Pair,
     fault_net: Pair,
     handoff_shm: LockHandoff,
     handoff_net: LockHandoff,
+    barrier_shm: BarrierPair,
+    barrier_net: BarrierPair,
 }
 
 impl Subjects {
-    fn new(protocol: Protocol, first_slot: usize) -> Result<Subjects> {
+    /// The jobs of `protocol`: fault pairs and hand-offs at [`base`] slots `first_slot`
+    /// to `first_slot + 3`, barrier pairs at `barrier_slot` and `barrier_slot + 1`.
+    fn new(protocol: Protocol, first_slot: usize, barrier_slot: usize) -> Result<Subjects> {
         let p = protocol.as_str();
         Ok(Subjects {
             protocol,
@@ -72,6 +78,10 @@ impl Subjects {
                 .with_context(|| format!("{p}: lock hand-off over shared memory"))?,
             handoff_net: LockHandoff::new(protocol, base(first_slot + 3), true)
                 .with_context(|| format!("{p}: lock hand-off over INIs"))?,
+            barrier_shm: BarrierPair::new(protocol, base(barrier_slot), false)
+                .with_context(|| format!("{p}: barriers over shared memory"))?,
+            barrier_net: BarrierPair::new(protocol, base(barrier_slot + 1), true)
+                .with_context(|| format!("{p}: barriers over INIs"))?,
         })
     }
 
@@ -89,6 +99,12 @@ impl Subjects {
         self.handoff_net
             .finish()
             .with_context(|| format!("{p}: finishing the INI lock hand-off"))?;
+        self.barrier_shm
+            .finish()
+            .with_context(|| format!("{p}: finishing the shared-memory barrier pair"))?;
+        self.barrier_net
+            .finish()
+            .with_context(|| format!("{p}: finishing the INI barrier pair"))?;
         Ok(())
     }
 }
@@ -132,6 +148,9 @@ enum K {
     Release(usize),
     HandoffShm(usize),
     HandoffNet(usize),
+    /// Barriers of two clusters with nothing written between them.
+    BarrierShm(usize),
+    BarrierNet(usize),
     /// Copying a page warm in the cache: the diff rows' baseline.
     WarmCopy,
     /// Encoding the diff of a page with [`DIFF_SHARES`]`[i]` % of its words changed.
@@ -165,6 +184,8 @@ fn kernel_order() -> Vec<K> {
             K::Release(i),
             K::HandoffShm(i),
             K::HandoffNet(i),
+            K::BarrierShm(i),
+            K::BarrierNet(i),
         ]);
     }
     order.push(K::WarmCopy);
@@ -213,7 +234,8 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
     let mut subjects = PROTOCOLS
         .iter()
         .enumerate()
-        .map(|(i, &p)| Subjects::new(p, 1 + 4 * i))
+        // Slots 0, 9 and 10 hold the bare-fault regions.
+        .map(|(i, &p)| Subjects::new(p, 1 + 4 * i, 11 + 2 * i))
         .collect::<Result<Vec<_>>>()?;
 
     // (twin, current) page pairs of the diff rows.
@@ -269,6 +291,12 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         )),
         K::HandoffNet(i) => Ok(us_per_op(
             subjects[i].handoff_net.handoffs(HANDOFF_WARM_UP, b)?,
+        )),
+        K::BarrierShm(i) => Ok(us_per_op(
+            subjects[i].barrier_shm.barriers(HANDOFF_WARM_UP, b)?,
+        )),
+        K::BarrierNet(i) => Ok(us_per_op(
+            subjects[i].barrier_net.barriers(HANDOFF_WARM_UP, b)?,
         )),
         K::WarmCopy => median_us(&kernels::page_copy_warm(&diff_pages[0].1, b)),
         K::Encode(j) => median_us(&kernels::diff_encode(&diff_pages[j].0, &diff_pages[j].1, b)),
@@ -351,6 +379,8 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
     // the target stays against the cheaper anonymous fault).
     let shm_backing_floor = sum_series(&[bare_fault_shm, page_copy, express_shm_rtt]);
     let handoff_shm_floor: Vec<f64> = express_shm_rtt.iter().map(|rtt| rtt + 1.0).collect();
+    // A barrier of two clusters is at least an arrival and a departure: a round trip.
+    let express_ini_rtt: Vec<f64> = express_ini.iter().map(|one_way| 2.0 * one_way).collect();
     // What any hand-off that moves the protected bytes as a page diff in a bulk message
     // pays before a coherence machine does anything: the diff's encoding, the message,
     // the diff's application (the diff rows of 1 % of a page's words, same round).
@@ -394,6 +424,8 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
             release,
             handoff_shm,
             handoff_net,
+            barrier_shm,
+            barrier_net,
         ] = [
             K::Local(i),
             K::RemoteShm(i),
@@ -404,6 +436,8 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
             K::Release(i),
             K::HandoffShm(i),
             K::HandoffNet(i),
+            K::BarrierShm(i),
+            K::BarrierNet(i),
         ]
         .map(col);
         t.compare(
@@ -499,6 +533,22 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
             ("one-way Express (INIs)", express_ini),
             Some(Target::at_most(1.5, "≤ 1.5× one-way Express (INIs)")),
         );
+        t.compare(
+            g,
+            "barrier of two clusters, nothing written, shared memory",
+            "µs",
+            barrier_shm,
+            ("Express RTT (shm)", express_shm_rtt),
+            None,
+        );
+        t.compare(
+            g,
+            "barrier of two clusters, nothing written, INIs over UDP",
+            "µs",
+            barrier_net,
+            ("2 × one-way Express (INIs)", &express_ini_rtt),
+            None,
+        );
     }
     let g = "Lock hand-off: lock acquires per hand-off, all rounds (1 = no holder took the lock out of turn)";
     for s in &subjects {
@@ -532,7 +582,7 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
     }
     progress.finish_and_clear();
     println!(
-        "multigrain bench dsm: {rounds} samples per row, each the median (faults, UDP round trips, releases) or mean (copies, Express, hand-offs) of {batch} operations; every kernel runs once per round, so each row's samples alternate with its baselines'; ratio = median of the per-pair ratios (sample i / baseline sample i), with their p25–p75; two clusters in this process (block homes for faults; the hand-off's 64 bytes homed at cluster 0)"
+        "multigrain bench dsm: {rounds} samples per row, each the median (faults, UDP round trips, releases) or mean (copies, Express, hand-offs, barriers) of {batch} operations; every kernel runs once per round, so each row's samples alternate with its baselines'; ratio = median of the per-pair ratios (sample i / baseline sample i), with their p25–p75; two clusters in this process (block homes for faults; the hand-off's 64 bytes homed at cluster 0)"
     );
     t.print();
     if let Some(path) = json {
