@@ -15,7 +15,7 @@
 //! writing different halves of one word between synchronizations would lose one half.
 //! With whole-word elements, writes to distinct elements never share a word.
 
-use crate::uffd::{Region, WriteMarks};
+use crate::uffd::{ArrayMarks, PAGE_SIZE, Region};
 use bytemuck::Pod;
 use std::fmt;
 use std::marker::PhantomData;
@@ -33,9 +33,10 @@ pub struct SharedArray<T: Pod> {
     addr: usize,
     len: usize,
     region: Arc<Region>,
-    /// The region's write marks, set after every store (software write detection: a
-    /// flush reads only the pages marked since the previous one, see [`WriteMarks`]).
-    marks: Arc<WriteMarks>,
+    /// The write marks of the array's pages, set after every store (software write
+    /// detection: a flush reads only the pages marked since the previous one, see
+    /// [`WriteMarks`](crate::uffd::WriteMarks)).
+    marks: ArrayMarks,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -45,7 +46,7 @@ impl<T: Pod> Clone for SharedArray<T> {
             addr: self.addr,
             len: self.len,
             region: Arc::clone(&self.region),
-            marks: Arc::clone(&self.marks),
+            marks: self.marks.clone(),
             _t: PhantomData,
         }
     }
@@ -73,7 +74,7 @@ impl<T: Pod> SharedArray<T> {
         SharedArray {
             addr,
             len,
-            marks: Arc::clone(region.marks()),
+            marks: region.marks().of_array(addr, len * size_of::<T>()),
             region,
             _t: PhantomData,
         }
@@ -95,13 +96,16 @@ impl<T: Pod> SharedArray<T> {
         self.addr
     }
 
+    /// Whether every element lies inside one page: arrays start at a page boundary
+    /// ([`crate::Dsm::alloc`]), so an element whose size is a power of two of at most a
+    /// page never crosses one.
+    const IN_ONE_PAGE: bool = size_of::<T>().is_power_of_two() && size_of::<T>() <= PAGE_SIZE;
+
     #[inline(always)]
     fn elem(&self, i: usize) -> usize {
-        assert!(
-            i < self.len,
-            "index {i} out of bounds of a shared array of {} elements",
-            self.len
-        );
+        if i >= self.len {
+            index_out_of_bounds(i, self.len);
+        }
         self.addr + i * size_of::<T>()
     }
 
@@ -161,7 +165,18 @@ impl<T: Pod> SharedArray<T> {
     pub fn set(&self, i: usize, value: T) {
         let addr = self.elem(i);
         Self::store(addr, value);
-        self.marks.mark(addr, size_of::<T>());
+        if Self::IN_ONE_PAGE {
+            // SAFETY: `elem` checked `i < len`, so the element's first byte, and with
+            // it the whole element (`IN_ONE_PAGE`), lies in one of the array's
+            // `ceil(len · size / PAGE_SIZE)` pages, the range its marks were taken for
+            // (`new`).
+            unsafe {
+                self.marks
+                    .mark_page_unchecked(i * size_of::<T>() / PAGE_SIZE)
+            };
+        } else {
+            self.marks.mark_bytes(i * size_of::<T>(), size_of::<T>());
+        }
     }
 
     /// Reads `out.len()` elements starting at `start`.
@@ -197,7 +212,7 @@ impl<T: Pod> SharedArray<T> {
         }
         if !src.is_empty() {
             self.marks
-                .mark(self.addr + start * size_of::<T>(), size_of_val(src));
+                .mark_bytes(start * size_of::<T>(), size_of_val(src));
         }
     }
 
@@ -207,4 +222,14 @@ impl<T: Pod> SharedArray<T> {
         self.read(0, &mut v);
         v
     }
+}
+
+/// The panic of an element access out of bounds, out of line: with the message's
+/// arguments formatted in place, the compiler kept the index on the stack for it at
+/// every access.
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn index_out_of_bounds(i: usize, len: usize) -> ! {
+    panic!("index {i} out of bounds of a shared array of {len} elements")
 }

@@ -39,6 +39,8 @@
 //! updates) do not mark: they change the twin as well, so the comparison would find
 //! nothing.
 
+use std::ptr::NonNull;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::layout::{PAGE_SIZE, PageIndex, RegionLayout};
@@ -68,6 +70,126 @@ struct Mark(AtomicU8);
 
 const _: () = assert!(size_of::<Mark>() == MARK_BYTES && align_of::<Mark>() == MARK_BYTES);
 
+impl Mark {
+    /// Sets the mark: a plain release store where the hardware's store order makes it
+    /// enough (see the module documentation); a read-modify-write, which Rust's model
+    /// asks for, elsewhere.
+    #[inline(always)]
+    fn set(&self) {
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        self.0.store(1, Ordering::Release);
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        self.0.swap(1, Ordering::Release);
+    }
+}
+
+/// The write marks of one shared array's pages ([`WriteMarks::of_array`]): what
+/// [`SharedArray::set`](crate::SharedArray::set) stores to after each element.
+///
+/// The same marks as the region's, reached in one step: the mark of the array's first
+/// page and the number of its pages sit in the array itself, and an element's page is
+/// its offset in the array over [`PAGE_SIZE`]. Through the region's [`WriteMarks`], every
+/// store reloaded the `Arc`'s address, then the region's base and the marks' pointer and
+/// length from it: the compiler cannot keep fields in registers across an atomic store
+/// to the region, which might have changed them. Reading and writing back 20,000 `u64`s
+/// in a loop (fifty-fourth session, a probe on this 2-vCPU VM): 3.2 ns an element
+/// through the region's marks, 2.1 ns through these, 0.9 ns without a mark, as fast as
+/// relaxed atomics in a `Vec`. The rest is the reloads of the array's own fields.
+pub struct ArrayMarks {
+    /// The mark of the array's first page.
+    first: NonNull<Mark>,
+    /// The array's pages.
+    pages: usize,
+    /// Keeps the marks `first` points into allocated.
+    _marks: Arc<WriteMarks>,
+}
+
+// SAFETY: `ArrayMarks` only hands out shared references to `Mark`s (atomic bytes, `Send`
+// and `Sync`) inside the `WriteMarks` that its `Arc` keeps alive; the pointer is never
+// written through non-atomically, so moving or sharing it between threads is as safe as
+// sharing the `Arc<WriteMarks>` itself.
+unsafe impl Send for ArrayMarks {}
+// SAFETY: as for `Send` above.
+unsafe impl Sync for ArrayMarks {}
+
+impl ArrayMarks {
+    /// Marks the array's page `page` (counted from its first page) written. Called
+    /// after the store it records.
+    ///
+    /// # Panics
+    /// If `page` is not one of the array's pages.
+    #[inline(always)]
+    pub fn mark_page(&self, page: usize) {
+        if page >= self.pages {
+            page_out_of_bounds(page, self.pages);
+        }
+        // SAFETY: `first` points at the first of `pages` consecutive marks inside the
+        // `WriteMarks` that `_marks` keeps allocated (`WriteMarks::of_array` took them
+        // from one slice), and `page < pages`.
+        unsafe { self.first.add(page).as_ref() }.set();
+    }
+
+    /// [`ArrayMarks::mark_page`] without the bounds check, for a caller that has
+    /// checked an element index whose page this is.
+    ///
+    /// # Safety
+    /// `page` must be one of the array's pages: less than the `len` given to
+    /// [`WriteMarks::of_array`] divided by [`PAGE_SIZE`], rounded up.
+    #[inline(always)]
+    pub unsafe fn mark_page_unchecked(&self, page: usize) {
+        debug_assert!(
+            page < self.pages,
+            "page {page} of an array of {} pages",
+            self.pages
+        );
+        // SAFETY: `first` points at the first of `pages` consecutive marks inside the
+        // `WriteMarks` that `_marks` keeps allocated (`WriteMarks::of_array` took them
+        // from one slice), and the caller promises `page < pages`.
+        unsafe { self.first.add(page).as_ref() }.set();
+    }
+
+    /// Marks the array's pages holding a byte of `offset .. offset + len` (bytes from
+    /// the array's start, `len` > 0). Called after the stores it records.
+    ///
+    /// # Panics
+    /// If the range is not inside the array's pages.
+    #[inline]
+    pub fn mark_bytes(&self, offset: usize, len: usize) {
+        debug_assert!(len > 0, "an empty store marks nothing");
+        for page in offset / PAGE_SIZE..=(offset + len - 1) / PAGE_SIZE {
+            self.mark_page(page);
+        }
+    }
+}
+
+/// The panic of [`ArrayMarks::mark_page`], out of line: with the message's arguments
+/// formatted in place, the compiler kept the page index on the stack for it at every
+/// store.
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn page_out_of_bounds(page: usize, pages: usize) -> ! {
+    panic!("page {page} of an array of {pages} pages")
+}
+
+impl Clone for ArrayMarks {
+    fn clone(&self) -> Self {
+        ArrayMarks {
+            first: self.first,
+            pages: self.pages,
+            _marks: Arc::clone(&self._marks),
+        }
+    }
+}
+
+impl std::fmt::Debug for ArrayMarks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArrayMarks")
+            .field("pages", &self.pages)
+            .finish()
+    }
+}
+
 impl std::fmt::Debug for WriteMarks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WriteMarks")
@@ -96,14 +218,29 @@ impl WriteMarks {
         debug_assert!(len > 0, "an empty store marks nothing");
         let first = (addr - self.base) / PAGE_SIZE;
         let last = (addr + len - 1 - self.base) / PAGE_SIZE;
-        for Mark(m) in &self.marks[first..=last] {
-            // A plain release store where the hardware's store order makes it enough
-            // (see the module documentation); a read-modify-write, which Rust's model
-            // asks for, elsewhere.
-            #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-            m.store(1, Ordering::Release);
-            #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-            m.swap(1, Ordering::Release);
+        for m in &self.marks[first..=last] {
+            m.set();
+        }
+    }
+
+    /// The marks of the `len` bytes from `addr` (an array's pages), for the stores'
+    /// fast path ([`ArrayMarks`]). The first byte is at offset 0 of the first page
+    /// ([`ArrayMarks::mark_page`] counts pages from it).
+    ///
+    /// # Panics
+    /// If the range is not inside the region, or `addr` is not page-aligned.
+    pub fn of_array(self: &Arc<Self>, addr: usize, len: usize) -> ArrayMarks {
+        assert!(
+            addr >= self.base && (addr - self.base).is_multiple_of(PAGE_SIZE),
+            "an array's marks start at a page boundary of the region ({addr:#x})"
+        );
+        let first = (addr - self.base) / PAGE_SIZE;
+        let pages = len.div_ceil(PAGE_SIZE);
+        let marks = &self.marks[first..first + pages];
+        ArrayMarks {
+            first: NonNull::from(marks).cast(),
+            pages,
+            _marks: Arc::clone(self),
         }
     }
 
@@ -156,5 +293,37 @@ mod tests {
         m.mark(0x1000_0000 + 15 * PAGE_SIZE, PAGE_SIZE);
         let marked: Vec<usize> = (0..16).filter(|&p| m.take(PageIndex(p))).collect();
         assert_eq!(marked, vec![15]);
+    }
+
+    #[test]
+    fn an_arrays_marks_are_the_regions_marks_of_its_pages() {
+        let m = Arc::new(marks());
+        // An array of 3 pages and a few bytes (4 pages) starting at the region's page 9.
+        let a = m.of_array(0x1000_0000 + 9 * PAGE_SIZE, 3 * PAGE_SIZE + 24);
+        a.mark_page(0);
+        a.mark_page(3);
+        let marked: Vec<usize> = (0..16).filter(|&p| m.take(PageIndex(p))).collect();
+        assert_eq!(marked, vec![9, 12]);
+        // 16 bytes across the boundary of the array's pages 1 and 2; then the array's
+        // last byte alone.
+        a.mark_bytes(2 * PAGE_SIZE - 8, 16);
+        a.clone().mark_bytes(3 * PAGE_SIZE + 23, 1);
+        let marked: Vec<usize> = (0..16).filter(|&p| m.take(PageIndex(p))).collect();
+        assert_eq!(marked, vec![10, 11, 12]);
+    }
+
+    #[test]
+    #[should_panic(expected = "page 4 of an array of 4 pages")]
+    fn a_page_past_an_arrays_end_is_refused() {
+        let m = Arc::new(marks());
+        m.of_array(0x1000_0000 + 9 * PAGE_SIZE, 3 * PAGE_SIZE + 24)
+            .mark_page(4);
+    }
+
+    #[test]
+    #[should_panic(expected = "start at a page boundary")]
+    fn an_arrays_marks_start_at_a_page_boundary() {
+        let m = Arc::new(marks());
+        let _ = m.of_array(0x1000_0000 + 8, 8);
     }
 }

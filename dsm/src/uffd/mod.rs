@@ -121,7 +121,7 @@ pub use layout::{
     PageIndex, PageRange, RegionLayout, coalesce, resolve,
 };
 pub use mapping::{Backing, MapError};
-pub use marks::{MARK_BYTES, WriteMarks};
+pub use marks::{ArrayMarks, MARK_BYTES, WriteMarks};
 pub use region::{
     Delivery, Install, Op, OpError, Protection, Region, RegionConfig, RegionError, RegionOps,
 };
