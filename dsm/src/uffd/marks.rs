@@ -53,34 +53,41 @@ use super::layout::{PAGE_SIZE, PageIndex, RegionLayout};
 /// one cluster writing their own pages passed it between their CPUs at every store (a
 /// probe of two threads each storing to its own 40 pages on this 2-vCPU VM: 6.8–8.8 ns
 /// a store packed, 2.8–5.3 ns padded, as fast as one thread alone; fifty-third session).
-/// 16 MiB of address space for the default 1 GiB region (1/64 of the region), zeroed
-/// lazily by the allocator: memory only for the lines of the pages written.
+///
+/// The marks take 16 MiB of address space for the default 1 GiB region (1/64 of the
+/// region; 1 GiB for the largest, 64 GiB) and memory only for the lines of the pages
+/// written: they are bytes [`MARK_BYTES`] apart in a zeroed byte allocation, which the
+/// C library's `calloc` serves from fresh, lazily zeroed pages. (The fifty-third
+/// session's `Box<[Mark]>` of 64-byte-aligned marks went through an aligned allocation
+/// that Rust zeroes with a `memset`: every cluster process wrote all 16 MiB at start-up,
+/// 4,096 page faults and 16 MiB of resident memory each; a 64 GiB region would have
+/// written 1 GiB.)
 pub struct WriteMarks {
+    /// The region's first byte.
     base: usize,
-    marks: Box<[Mark]>,
+    /// Pages of the region, one mark each.
+    pages: usize,
+    /// The marks: page `p`'s is `bytes[first + p · MARK_BYTES]`; the other bytes are
+    /// never touched.
+    bytes: Box<[AtomicU8]>,
+    /// Offset of page 0's mark in `bytes`, the first one on a cache-line boundary.
+    first: usize,
 }
 
 /// Bytes a page's mark takes: one cache line (x86-64 and most AArch64 cores).
 pub const MARK_BYTES: usize = 64;
 
-/// One page's mark, alone in its cache line.
-#[derive(bytemuck::Zeroable)]
-#[repr(C, align(64))]
-struct Mark(AtomicU8);
+const _: () = assert!(MARK_BYTES.is_power_of_two());
 
-const _: () = assert!(size_of::<Mark>() == MARK_BYTES && align_of::<Mark>() == MARK_BYTES);
-
-impl Mark {
-    /// Sets the mark: a plain release store where the hardware's store order makes it
-    /// enough (see the module documentation); a read-modify-write, which Rust's model
-    /// asks for, elsewhere.
-    #[inline(always)]
-    fn set(&self) {
-        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-        self.0.store(1, Ordering::Release);
-        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-        self.0.swap(1, Ordering::Release);
-    }
+/// Sets a mark: a plain release store where the hardware's store order makes it enough
+/// (see the module documentation); a read-modify-write, which Rust's model asks for,
+/// elsewhere.
+#[inline(always)]
+fn set(mark: &AtomicU8) {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    mark.store(1, Ordering::Release);
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    mark.swap(1, Ordering::Release);
 }
 
 /// The write marks of one shared array's pages ([`WriteMarks::of_array`]): what
@@ -96,15 +103,15 @@ impl Mark {
 /// through the region's marks, 2.1 ns through these, 0.9 ns without a mark, as fast as
 /// relaxed atomics in a `Vec`. The rest is the reloads of the array's own fields.
 pub struct ArrayMarks {
-    /// The mark of the array's first page.
-    first: NonNull<Mark>,
+    /// The mark of the array's first page; page `p`'s is [`MARK_BYTES`] · `p` bytes on.
+    first: NonNull<AtomicU8>,
     /// The array's pages.
     pages: usize,
     /// Keeps the marks `first` points into allocated.
     _marks: Arc<WriteMarks>,
 }
 
-// SAFETY: `ArrayMarks` only hands out shared references to `Mark`s (atomic bytes, `Send`
+// SAFETY: `ArrayMarks` only hands out shared references to marks (atomic bytes, `Send`
 // and `Sync`) inside the `WriteMarks` that its `Arc` keeps alive; the pointer is never
 // written through non-atomically, so moving or sharing it between threads is as safe as
 // sharing the `Arc<WriteMarks>` itself.
@@ -123,10 +130,11 @@ impl ArrayMarks {
         if page >= self.pages {
             page_out_of_bounds(page, self.pages);
         }
-        // SAFETY: `first` points at the first of `pages` consecutive marks inside the
-        // `WriteMarks` that `_marks` keeps allocated (`WriteMarks::of_array` took them
-        // from one slice), and `page < pages`.
-        unsafe { self.first.add(page).as_ref() }.set();
+        // SAFETY: `first` points at the first of `pages` marks `MARK_BYTES` apart inside
+        // the `WriteMarks` that `_marks` keeps allocated (`WriteMarks::of_array` took
+        // the pointer from the one slice of its bytes that holds them all), and
+        // `page < pages`.
+        set(unsafe { self.first.add(page * MARK_BYTES).as_ref() });
     }
 
     /// [`ArrayMarks::mark_page`] without the bounds check, for a caller that has
@@ -142,10 +150,8 @@ impl ArrayMarks {
             "page {page} of an array of {} pages",
             self.pages
         );
-        // SAFETY: `first` points at the first of `pages` consecutive marks inside the
-        // `WriteMarks` that `_marks` keeps allocated (`WriteMarks::of_array` took them
-        // from one slice), and the caller promises `page < pages`.
-        unsafe { self.first.add(page).as_ref() }.set();
+        // SAFETY: as in `mark_page`; the caller promises `page < pages`.
+        set(unsafe { self.first.add(page * MARK_BYTES).as_ref() });
     }
 
     /// Marks the array's pages holding a byte of `offset .. offset + len` (bytes from
@@ -194,7 +200,7 @@ impl std::fmt::Debug for WriteMarks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WriteMarks")
             .field("base", &format_args!("{:#x}", self.base))
-            .field("pages", &self.marks.len())
+            .field("pages", &self.pages)
             .finish()
     }
 }
@@ -202,10 +208,31 @@ impl std::fmt::Debug for WriteMarks {
 impl WriteMarks {
     /// No page marked, one mark per page of `layout`.
     pub fn new(layout: RegionLayout) -> Self {
+        let pages = layout.pages();
+        // Room to start on a line boundary wherever the allocation lands.
+        let bytes: Box<[AtomicU8]> =
+            bytemuck::zeroed_slice_box(pages * MARK_BYTES + MARK_BYTES - 1);
+        let first = (bytes.as_ptr() as usize).wrapping_neg() % MARK_BYTES;
         WriteMarks {
             base: layout.base(),
-            marks: bytemuck::zeroed_slice_box(layout.pages()),
+            pages,
+            bytes,
+            first,
         }
+    }
+
+    /// Page `page`'s mark.
+    ///
+    /// # Panics
+    /// If `page` is not a page of the region.
+    #[inline(always)]
+    fn mark_of(&self, page: usize) -> &AtomicU8 {
+        assert!(
+            page < self.pages,
+            "page {page} of a region of {} pages",
+            self.pages
+        );
+        &self.bytes[self.first + page * MARK_BYTES]
     }
 
     /// Marks every page holding a byte of `addr .. addr + len` (`len` > 0 bytes). Called
@@ -218,8 +245,8 @@ impl WriteMarks {
         debug_assert!(len > 0, "an empty store marks nothing");
         let first = (addr - self.base) / PAGE_SIZE;
         let last = (addr + len - 1 - self.base) / PAGE_SIZE;
-        for m in &self.marks[first..=last] {
-            m.set();
+        for page in first..=last {
+            set(self.mark_of(page));
         }
     }
 
@@ -236,7 +263,18 @@ impl WriteMarks {
         );
         let first = (addr - self.base) / PAGE_SIZE;
         let pages = len.div_ceil(PAGE_SIZE);
-        let marks = &self.marks[first..first + pages];
+        assert!(
+            first + pages <= self.pages,
+            "an array of {pages} pages from page {first} of a region of {} pages",
+            self.pages
+        );
+        // One slice holding all the array's marks, so that the pointer may reach each.
+        let start = self.first + first * MARK_BYTES;
+        let end = match pages {
+            0 => start,
+            n => start + (n - 1) * MARK_BYTES + 1,
+        };
+        let marks = &self.bytes[start..end];
         ArrayMarks {
             first: NonNull::from(marks).cast(),
             pages,
@@ -251,7 +289,7 @@ impl WriteMarks {
     /// If `page` is not a page of the region.
     #[inline]
     pub fn take(&self, page: PageIndex) -> bool {
-        self.marks[page.0].0.swap(0, Ordering::AcqRel) != 0
+        self.mark_of(page.0).swap(0, Ordering::AcqRel) != 0
     }
 }
 
@@ -276,7 +314,7 @@ mod tests {
     #[test]
     fn marks_of_neighbouring_pages_lie_in_different_cache_lines() {
         let m = marks();
-        let line = |p: usize| std::ptr::from_ref(&m.marks[p]) as usize / MARK_BYTES;
+        let line = |p: usize| std::ptr::from_ref(m.mark_of(p)) as usize / MARK_BYTES;
         for p in 0..15 {
             assert_eq!(line(p) + 1, line(p + 1), "pages {p} and {}", p + 1);
         }
@@ -310,6 +348,13 @@ mod tests {
         a.clone().mark_bytes(3 * PAGE_SIZE + 23, 1);
         let marked: Vec<usize> = (0..16).filter(|&p| m.take(PageIndex(p))).collect();
         assert_eq!(marked, vec![10, 11, 12]);
+    }
+
+    #[test]
+    fn an_empty_array_at_the_regions_end_has_no_marks() {
+        let m = Arc::new(marks());
+        let a = m.of_array(0x1000_0000 + 16 * PAGE_SIZE, 0);
+        assert!(std::panic::catch_unwind(|| a.mark_page(0)).is_err());
     }
 
     #[test]
