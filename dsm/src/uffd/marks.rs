@@ -32,7 +32,7 @@
 //! *later* mark of another thread (a plain store ends `M`'s release sequence); it would
 //! ask every mark to be a read-modify-write, which cost Water 512 × 50 on 2×1 shm 4 %
 //! (`swap`, 1.04 (0.76–1.21), 28 alternating pairs, thirty-third session), and which
-//! [`WriteMarks::mark`] uses on other architectures. The compiler
+//! [`ArrayMarks`] uses on other architectures. The compiler
 //! keeps both orders the argument needs: it moves no store after a release store and no
 //! load before an acquire read-modify-write. Every access is atomic, so there is no data
 //! race either way. The runtime's own writes through its view (applying diffs and
@@ -235,21 +235,6 @@ impl WriteMarks {
         &self.bytes[self.first + page * MARK_BYTES]
     }
 
-    /// Marks every page holding a byte of `addr .. addr + len` (`len` > 0 bytes). Called
-    /// after the store it records.
-    ///
-    /// # Panics
-    /// If the range is not inside the region (callers store only inside it).
-    #[inline(always)]
-    pub fn mark(&self, addr: usize, len: usize) {
-        debug_assert!(len > 0, "an empty store marks nothing");
-        let first = (addr - self.base) / PAGE_SIZE;
-        let last = (addr + len - 1 - self.base) / PAGE_SIZE;
-        for page in first..=last {
-            set(self.mark_of(page));
-        }
-    }
-
     /// The marks of the `len` bytes from `addr` (an array's pages), for the stores'
     /// fast path ([`ArrayMarks`]). The first byte is at offset 0 of the first page
     /// ([`ArrayMarks::mark_page`] counts pages from it).
@@ -301,11 +286,16 @@ mod tests {
         WriteMarks::new(RegionLayout::new(0x1000_0000, 16 * PAGE_SIZE).expect("layout"))
     }
 
+    /// The marks of an array covering the whole region of [`marks`].
+    fn whole(m: &Arc<WriteMarks>) -> ArrayMarks {
+        m.of_array(0x1000_0000, 16 * PAGE_SIZE)
+    }
+
     #[test]
     fn a_page_is_unmarked_until_written_and_its_mark_is_taken_once() {
-        let m = marks();
+        let m = Arc::new(marks());
         assert!(!m.take(PageIndex(3)));
-        m.mark(0x1000_0000 + 3 * PAGE_SIZE + 8, 8);
+        whole(&m).mark_bytes(3 * PAGE_SIZE + 8, 8);
         assert!(m.take(PageIndex(3)));
         assert!(!m.take(PageIndex(3)), "taking clears the mark");
         assert!(!m.take(PageIndex(2)) && !m.take(PageIndex(4)));
@@ -322,13 +312,13 @@ mod tests {
 
     #[test]
     fn a_store_across_a_page_boundary_marks_both_pages_and_only_them() {
-        let m = marks();
+        let m = Arc::new(marks());
         // 16 bytes: the last 8 of page 5 and the first 8 of page 6.
-        m.mark(0x1000_0000 + 6 * PAGE_SIZE - 8, 16);
+        whole(&m).mark_bytes(6 * PAGE_SIZE - 8, 16);
         let marked: Vec<usize> = (0..16).filter(|&p| m.take(PageIndex(p))).collect();
         assert_eq!(marked, vec![5, 6]);
         // Exactly one page's worth ending on its last byte: only that page.
-        m.mark(0x1000_0000 + 15 * PAGE_SIZE, PAGE_SIZE);
+        whole(&m).mark_bytes(15 * PAGE_SIZE, PAGE_SIZE);
         let marked: Vec<usize> = (0..16).filter(|&p| m.take(PageIndex(p))).collect();
         assert_eq!(marked, vec![15]);
     }
