@@ -78,7 +78,7 @@ mod stats;
 pub mod sync;
 pub mod write_ahead;
 
-pub use action::{Action, Event, FlushPage, Source};
+pub use action::{Action, Event, FlushPage, MAX_MOVED_BYTES, Source};
 pub use config::{
     Config, ConfigError, DEFAULT_IDLE_FLUSHES, DEFAULT_PREFETCH, DEFAULT_RELEASE_BATCH,
     DEFAULT_WRITE_AHEAD, HomePolicy, MAX_IDLE_FLUSHES, MAX_RELEASE_BATCH, MAX_SWEEP_RECALL,

@@ -529,7 +529,7 @@ impl Machine {
                     page: msg.page(),
                 });
             }
-            self.on_message(from, msg, 0, out)?;
+            self.on_message(from, msg, out)?;
         }
         Ok(())
     }
@@ -673,16 +673,12 @@ impl Machine {
                 self.barrier.waiting = Some(token);
                 self.close_interval(Completion::Barrier, out)
             }
-            Event::Message {
-                from,
-                msg,
-                attached_len,
-            } => {
+            Event::Message { from, msg } => {
                 if !self.cfg.has_cluster(from) || from == self.me {
                     return Err(ProtocolError::NoSuchCluster(from));
                 }
                 self.stats.messages_received += 1;
-                self.on_message(from, msg, attached_len, out)
+                self.on_message(from, msg, out)
             }
             Event::Flushed { .. } => unreachable!("handled above"),
         }
@@ -694,7 +690,6 @@ impl Machine {
         &mut self,
         from: ClusterId,
         msg: Message,
-        attached_len: usize,
         out: &mut Vec<Action>,
     ) -> Result<(), ProtocolError> {
         if let Some(page) = msg.page() {
@@ -730,10 +725,7 @@ impl Machine {
                 page,
                 writable,
                 zero,
-            } => {
-                let _ = attached_len;
-                self.on_page_data_sc(from, page, writable, zero, out)
-            }
+            } => self.on_page_data_sc(from, page, writable, zero, out),
             Message::ScRead { page } | Message::ScWrite { page } if !hlrc => {
                 let write = matches!(msg, Message::ScWrite { .. });
                 self.on_sc_request(from, page, write, msg, out)

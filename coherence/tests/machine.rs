@@ -26,12 +26,7 @@ fn run(m: &mut Machine, e: Event) -> Vec<Action> {
 }
 
 fn msg(from: u16, msg: Message) -> Event {
-    let attached_len = if msg.attachment().is_some() { 4096 } else { 0 };
-    Event::Message {
-        from: c(from),
-        msg,
-        attached_len,
-    }
+    Event::Message { from: c(from), msg }
 }
 
 /// The episode of the barrier arrival among `actions`.
@@ -1585,11 +1580,7 @@ fn event(clusters: u16, pages: u32) -> impl Strategy<Value = Event> {
                 diffs: d.into_iter().map(DiffBytes::new).collect()
             }
         ),
-        (from, message, 0usize..5000).prop_map(|(from, msg, attached_len)| Event::Message {
-            from,
-            msg,
-            attached_len
-        }),
+        (from, message).prop_map(|(from, msg)| Event::Message { from, msg }),
     ]
 }
 

@@ -191,7 +191,6 @@ mod tests {
         let recall = Event::Message {
             from: ClusterId::new(1).unwrap(),
             msg: Message::LockRecall { lock, tenure: 2 },
-            attached_len: 0,
         };
         p.event(Profiler::slot(&acquire), 500, 200);
         p.event(Profiler::slot(&acquire), 700, 300);

@@ -544,14 +544,12 @@ impl World {
         if msg.attachment().is_some() != pk.attach.is_some() {
             return self.fail(format!("attachment mismatch for {msg:?}"));
         }
-        let attached_len = pk.attach.as_ref().map_or(0, Vec::len);
         self.handle(
             spec,
             usize::from(to),
             Event::Message {
                 from: cluster(from),
                 msg,
-                attached_len,
             },
             pk.attach,
         );

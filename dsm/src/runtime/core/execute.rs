@@ -41,7 +41,7 @@ impl Core {
         attachment: Attached<'_>,
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
-        self.handle_events(ops, ep, std::iter::once(Ok((event, attachment))), pending)
+        self.handle_events(ops, ep, attachment, std::iter::once(Ok(event)), pending)
     }
 
     /// Handles `events` one after the other and executes each one's actions, in order,
@@ -83,12 +83,23 @@ impl Core {
     ///   messages. A held message's bytes were encoded when its action executed (only
     ///   Tag-On sends read the region, and those are not held).
     ///
+    /// `attachment` is the received Tag-On buffer of the batch's first event (a Tag-On
+    /// message is handled alone; a bundle's messages have none). The events come as an
+    /// exact-size iterator of bare events, not of pairs with their buffers behind a
+    /// `Peekable`: a pair of an event and its buffer, and the peeked item, are over 128
+    /// bytes, whose every move was a `memcpy` call (see
+    /// [`multigrain_coherence::MAX_MOVED_BYTES`]).
+    ///
     /// Messages received while a send blocks go to `pending`, as for any send.
-    pub(super) fn handle_events<'a>(
+    pub(super) fn handle_events(
         &self,
         ops: &RegionOps,
         ep: &Endpoint,
-        events: impl IntoIterator<Item = Result<(Event, Attached<'a>), DsmError>>,
+        attachment: Attached<'_>,
+        events: impl IntoIterator<
+            Item = Result<Event, DsmError>,
+            IntoIter: ExactSizeIterator<Item = Result<Event, DsmError>>,
+        >,
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
         // Slots whose owners sleep and must be woken once the machine is unlocked.
@@ -101,9 +112,10 @@ impl Core {
             let mut result = Ok(());
             // A lock or barrier message waits in a bundle (see Bundling).
             let mut sync_held = false;
-            let mut events = events.into_iter().peekable();
+            let mut events = events.into_iter();
+            let mut attachment = attachment;
             while let Some(item) = events.next() {
-                let (event, attachment) = match item {
+                let event = match item {
                     Ok(e) => e,
                     Err(e) => {
                         refused = Some(e);
@@ -115,14 +127,14 @@ impl Core {
                     ep,
                     st,
                     event,
-                    attachment,
+                    attachment.take(),
                     pending,
                     &mut wake,
                     &mut sync_held,
                 );
                 // Over shared memory, what this event sent leaves before the next event
                 // of the batch; after the last one, everything leaves below.
-                if result.is_ok() && events.peek().is_some() {
+                if result.is_ok() && events.len() > 0 {
                     let t = st.profile.is_some().then(FastInstant::now);
                     result = self.send_bundles(ep, &mut st.outbox, pending, true);
                     note_action(st, t, ActionKind::PostBundles);

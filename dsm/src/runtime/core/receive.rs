@@ -152,9 +152,9 @@ impl Core {
                 start..start + p.body.len(),
             )
             .map_err(|e| DsmError::malformed(self.me, from, e))?;
-            Ok((self.message_event(from, msg, None)?, None))
+            self.message_event(from, msg, None)
         });
-        self.handle_events(ops, ep, events, pending)
+        self.handle_events(ops, ep, None, events, pending)
     }
 
     /// Decodes an Express or Tag-On coherence message (`data`: its attached buffer) and
@@ -206,7 +206,6 @@ impl Core {
         Ok(Event::Message {
             from: ClusterId::new(from as u16).expect("below the cluster count"),
             msg,
-            attached_len: data.map_or(0, <[u8]>::len),
         })
     }
 
