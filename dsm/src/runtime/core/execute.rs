@@ -96,10 +96,7 @@ impl Core {
         ops: &RegionOps,
         ep: &Endpoint,
         attachment: Attached<'_>,
-        events: impl IntoIterator<
-            Item = Result<Event, DsmError>,
-            IntoIter: ExactSizeIterator<Item = Result<Event, DsmError>>,
-        >,
+        mut events: impl ExactSizeIterator<Item = Result<Event, DsmError>>,
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
         // Slots whose owners sleep and must be woken once the machine is unlocked.
@@ -112,7 +109,6 @@ impl Core {
             let mut result = Ok(());
             // A lock or barrier message waits in a bundle (see Bundling).
             let mut sync_held = false;
-            let mut events = events.into_iter();
             let mut attachment = attachment;
             while let Some(item) = events.next() {
                 let event = match item {
