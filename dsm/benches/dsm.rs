@@ -189,6 +189,23 @@ fn main() {
             });
         }
     }
+    // A flush's diff of one page of which 1, 3 or 32 lines were stored to (one word
+    // changed in each): only those lines read and diffed (the runtime's flush of an open
+    // page with at most 32 marked lines), or the whole page compared, read and diffed.
+    for (lines, tag) in [
+        (1u64, "1"),
+        (0b1_0000_0000_0101, "3"),
+        (0x5555_5555_5555_5555, "32"),
+    ] {
+        for (by_lines, how) in [(true, "lines_only"), (false, "whole_page")] {
+            let name = format!("flush_diff/{how}_{tag}_of_64_lines");
+            c.bench_function(&name, |b| {
+                b.iter_custom(|n| {
+                    record(&name, choice.flush_diff_lines(lines, by_lines, n as usize))
+                })
+            });
+        }
+    }
     for (backing, tag) in [
         (Backing::SharedMemory, "shmem"),
         (Backing::Anonymous, "anon"),

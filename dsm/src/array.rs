@@ -15,8 +15,9 @@
 //! writing different halves of one word between synchronizations would lose one half.
 //! With whole-word elements, writes to distinct elements never share a word.
 
-use crate::uffd::{ArrayMarks, PAGE_SIZE, Region};
+use crate::uffd::{ArrayMarks, Region};
 use bytemuck::Pod;
+use multigrain_coherence::diff::LINE_SIZE;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::size_of;
@@ -96,10 +97,10 @@ impl<T: Pod> SharedArray<T> {
         self.addr
     }
 
-    /// Whether every element lies inside one page: arrays start at a page boundary
-    /// ([`crate::Dsm::alloc`]), so an element whose size is a power of two of at most a
-    /// page never crosses one.
-    const IN_ONE_PAGE: bool = size_of::<T>().is_power_of_two() && size_of::<T>() <= PAGE_SIZE;
+    /// Whether every element lies inside one line of the write marks (64 bytes):
+    /// arrays start at a page boundary ([`crate::Dsm::alloc`]), so an element whose size
+    /// is a power of two of at most a line never crosses one.
+    const IN_ONE_LINE: bool = size_of::<T>().is_power_of_two() && size_of::<T>() <= LINE_SIZE;
 
     #[inline(always)]
     fn elem(&self, i: usize) -> usize {
@@ -157,7 +158,7 @@ impl<T: Pod> SharedArray<T> {
         Self::load(self.elem(i))
     }
 
-    /// Writes element `i` (and marks its page(s) written, after the store).
+    /// Writes element `i` (and marks its line(s) written, after the store).
     ///
     /// # Panics
     /// If `i >= len()`.
@@ -165,14 +166,14 @@ impl<T: Pod> SharedArray<T> {
     pub fn set(&self, i: usize, value: T) {
         let addr = self.elem(i);
         Self::store(addr, value);
-        if Self::IN_ONE_PAGE {
+        if Self::IN_ONE_LINE {
             // SAFETY: `elem` checked `i < len`, so the element's first byte, and with
-            // it the whole element (`IN_ONE_PAGE`), lies in one of the array's
-            // `ceil(len · size / PAGE_SIZE)` pages, the range its marks were taken for
+            // it the whole element (`IN_ONE_LINE`), lies in one of the array's
+            // `ceil(len · size / LINE_SIZE)` lines, the range its marks were taken for
             // (`new`).
             unsafe {
                 self.marks
-                    .mark_page_unchecked(i * size_of::<T>() / PAGE_SIZE)
+                    .mark_line_unchecked(i * size_of::<T>() / LINE_SIZE)
             };
         } else {
             self.marks.mark_bytes(i * size_of::<T>(), size_of::<T>());
@@ -195,7 +196,7 @@ impl<T: Pod> SharedArray<T> {
         }
     }
 
-    /// Writes `src` to the elements starting at `start` (and marks their pages written,
+    /// Writes `src` to the elements starting at `start` (and marks their lines written,
     /// after the stores).
     ///
     /// # Panics

@@ -1185,6 +1185,55 @@ impl ApplyChoice {
             .collect()
     }
 
+    /// What a flush pays to diff one page of the shared-memory region whose twin differs
+    /// from it in one word of each line that `lines` names (bit `k`: bytes `64k ..`),
+    /// the lines an application's stores marked: only those lines read through the
+    /// runtime view and diffed ([`RegionOps::view_read_lines`],
+    /// `diff::encode_lines`, which also refreshes them in the twin; `by_lines` true, the
+    /// runtime's flush of an open page with at most 32 marked lines since the
+    /// fifty-sixth session), or the whole page compared with the twin, copied out and
+    /// diffed (`by_lines` false, as [`flush_diff`](Self::flush_diff) with `check`, the
+    /// flush before). The twin is restored untimed after each sample. One sample per
+    /// page, the pages taken in turn (ns).
+    pub fn flush_diff_lines(&self, lines: u64, by_lines: bool, iters: usize) -> Vec<u64> {
+        let mut master = Box::new(FILLED);
+        let mut rest = lines;
+        while rest != 0 {
+            let k = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            // The line's third word.
+            master[k * diff::LINE_SIZE + 16] ^= 0xff;
+        }
+        let mut twin = master.clone();
+        let mut copy = Box::new([0u8; PAGE_SIZE]);
+        let mut out = Vec::with_capacity(diff::MAX_ENCODED);
+        (0..iters)
+            .map(|k| {
+                let page = PageIndex(k % Self::PAGES);
+                out.clear();
+                twin.copy_from_slice(&master[..]);
+                let t = Instant::now();
+                if by_lines {
+                    self.shared
+                        .view_read_lines(page, lines, &mut copy)
+                        .expect("view");
+                    diff::encode_lines(&mut twin[..], &copy[..], lines, &mut out).expect("encode");
+                } else if !self.shared.view_equals(page, &twin).expect("view") {
+                    self.shared.view_read(page, &mut copy).expect("view");
+                    diff::encode(&twin[..], &copy[..], &mut out).expect("encode");
+                }
+                black_box(&out);
+                let t = ns(t.elapsed());
+                assert_eq!(
+                    out.len(),
+                    lines.count_ones() as usize * 12,
+                    "one run of one word a line"
+                );
+                t
+            })
+            .collect()
+    }
+
     /// The alternative on anonymous memory: the page is read-only, so no application
     /// thread writes it; copy it out, apply the diff to the copy, drop the page
     /// (`MADV_DONTNEED`) and install the copy read-only (`UFFDIO_COPY_MODE_WP`) (ns per

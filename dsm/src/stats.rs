@@ -225,6 +225,12 @@ pub struct ClusterStats {
     /// the protocol's `pages_kept_open` + `pages_closed` minus these.
     #[serde(default)]
     pub flush_pages_unmarked: u64,
+    /// Open pages that a flush read only in part: the few lines that application
+    /// stores had marked since the previous flush (at most
+    /// 32 of a page's 64), compared and diffed line by line instead of
+    /// the whole page.
+    #[serde(default)]
+    pub flush_pages_by_lines: u64,
     /// Diffs sent to homes.
     pub diffs_sent: u64,
     /// Bytes of encoded diffs sent to homes.
@@ -349,6 +355,7 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         self.pages_installed_in_place += o.pages_installed_in_place;
         self.twins += o.twins;
         self.flush_pages_unmarked += o.flush_pages_unmarked;
+        self.flush_pages_by_lines += o.flush_pages_by_lines;
         self.diffs_sent += o.diffs_sent;
         self.diff_bytes_sent += o.diff_bytes_sent;
         self.diffs_applied += o.diffs_applied;
@@ -462,6 +469,7 @@ pub(crate) struct Counters {
     pub(crate) pages_remapped: AtomicU64,
     pub(crate) pages_installed_in_place: AtomicU64,
     pub(crate) flush_unmarked: AtomicU64,
+    pub(crate) flush_by_lines: AtomicU64,
     pub(crate) invalidations: AtomicU64,
     pub(crate) invalidate_calls: AtomicU64,
     pub(crate) lock_acquires: AtomicU64,
@@ -501,6 +509,7 @@ impl Default for Counters {
             pages_remapped: AtomicU64::new(0),
             pages_installed_in_place: AtomicU64::new(0),
             flush_unmarked: AtomicU64::new(0),
+            flush_by_lines: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
             invalidate_calls: AtomicU64::new(0),
             lock_acquires: AtomicU64::new(0),
@@ -602,6 +611,7 @@ impl Counters {
             pages_installed_in_place: g(&self.pages_installed_in_place),
             twins: protocol.twins,
             flush_pages_unmarked: g(&self.flush_unmarked),
+            flush_pages_by_lines: g(&self.flush_by_lines),
             diffs_sent: protocol.diffs_sent,
             diff_bytes_sent: protocol.diff_bytes_sent,
             diffs_applied: protocol.diffs_applied,

@@ -752,6 +752,38 @@ impl RegionOps {
         Ok(())
     }
 
+    /// Copies the [`LINE_SIZE`](multigrain_coherence::diff::LINE_SIZE)-byte lines of
+    /// `page` that `lines` names (bit `k`: bytes `64k .. 64k + 64`) into the same bytes
+    /// of `out`, through the runtime view as [`view_read`](Self::view_read) does; the
+    /// other bytes of `out` are left as they were. For a flush that diffs only the
+    /// lines the write marks name ([`WriteMarks::take_lines`]). Never faults; the same
+    /// precondition as [`view_read`](Self::view_read).
+    ///
+    /// # Errors
+    /// As [`view_read`](Self::view_read).
+    pub fn view_read_lines(
+        &self,
+        page: PageIndex,
+        lines: u64,
+        out: &mut [u8; PAGE_SIZE],
+    ) -> Result<(), OpError> {
+        const LINE_WORDS: usize = multigrain_coherence::diff::LINE_SIZE / 8;
+        let words = self.view_page(page)?;
+        let mut rest = lines;
+        while rest != 0 {
+            let first = rest.trailing_zeros() as usize * LINE_WORDS;
+            rest &= rest - 1;
+            let line = &mut out[first * 8..(first + LINE_WORDS) * 8];
+            for (w, chunk) in words[first..first + LINE_WORDS]
+                .iter()
+                .zip(line.chunks_exact_mut(8))
+            {
+                chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `page`, read through the runtime view ([`Backing::SharedMemory`]) with
     /// relaxed atomic 8-byte loads, holds exactly the bytes of `twin`: compared eight words
     /// at a time, stopping at the first block that differs. A flush asks this first of

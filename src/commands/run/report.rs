@@ -511,6 +511,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "  not read: no store since the last flush", &|c| {
         c.flush_pages_unmarked
     });
+    row(&mut s, "  read in part: only the lines stored to", &|c| {
+        c.flush_pages_by_lines
+    });
     row(&mut s, "home writes to private pages", &|c| {
         c.protocol.private_home_writes
     });

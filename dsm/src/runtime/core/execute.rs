@@ -4,6 +4,13 @@
 
 use super::*;
 
+/// The most marked lines (of a page's 64) for which a flush reads, compares and diffs
+/// only the marked lines of a page that stays open (see `Core::flush`). Past half the
+/// page the whole page is read as one block and diffed with `diff::encode`, whose
+/// comparisons the compiler vectorizes, and the twin is swapped instead of copied line
+/// by line.
+const LINE_DIFF_MAX: u32 = 32;
+
 impl Core {
     /// Handles `event` (with the received Tag-On buffer `attachment`, if any) and
     /// executes its actions, then dispatches the messages received meanwhile.
@@ -468,9 +475,12 @@ impl Core {
     /// last flush (see [`WriteMarks`](crate::uffd::WriteMarks)) against its twin
     /// (through the runtime view, which never faults), then refreshes the twin to
     /// exactly the contents diffed (`keep_open`) or discards it (the page was
-    /// write-protected by an earlier action). A word a local thread writes meanwhile is read as its old or its new
-    /// value; a new value lands in both diff and twin, an old one shows up in the next
-    /// flush.
+    /// write-protected by an earlier action). A page that stays open with at most
+    /// [`LINE_DIFF_MAX`] marked lines has only those lines read, compared and diffed
+    /// (`diff::encode_lines`, which copies them into the twin); any other marked or
+    /// closing page is read whole. A word a local thread writes meanwhile is read as its
+    /// old or its new value; a new value lands in both diff and twin, an old one shows up
+    /// in the next flush.
     fn flush(
         &self,
         ops: &RegionOps,
@@ -479,11 +489,12 @@ impl Core {
     ) -> Result<Vec<DiffBytes>, DsmError> {
         let mut diffs = Vec::with_capacity(pages.len());
         let mut unmarked = 0u64;
+        let mut by_lines = 0u64;
         for fp in pages {
             let index = PageIndex(fp.page.index());
             // Taken before the page is read (see `WriteMarks`).
-            let marked = ops.marks().take(index);
-            if !marked && fp.keep_open {
+            let lines = ops.marks().take_lines(index);
+            if lines == 0 && fp.keep_open {
                 // Unchanged since the last flush and staying open: nothing to read, the
                 // twin stays as it is.
                 unmarked += 1;
@@ -499,50 +510,54 @@ impl Core {
                 cluster: self.me,
                 source,
             };
-            // Most open pages at a release batch's flush are unchanged since the previous
-            // one: a page no application store marked since then and that stays open is
-            // not read at all (above), a marked one is compared with its twin first,
-            // without the copy and the diff (see `view_equals`). A page that closes here
-            // is compared whatever its mark says: a store that has landed but whose mark
-            // has not yet (its thread preempted between the two, as when a cluster's
-            // threads share a CPU) would be lost with the twin, since no later flush
-            // reads a closed page; stores after the write protection that precedes a
-            // close fault instead. Trusting the mark here lost about one Water run in
-            // 150 on 2×2 (energies wrong in the 7th digit; with `dsm.idle_flushes = 0`,
-            // a close at every flush, 26 of 600 runs; thirty-ninth session).
-            let out = if ops.view_equals(index, twin).map_err(op_err)? {
-                DiffBytes::default()
-            } else {
+            let diff_err = |e| self.internal(format!("diff of {:?}: {e}", fp.page));
+            st.diff_buf.clear();
+            // A page that closes here is compared whole, whatever its marks say: a store
+            // that has landed but whose mark has not yet (its thread preempted between
+            // the two, as when a cluster's threads share a CPU) would be lost with the
+            // twin, since no later flush reads a closed page; stores after the write
+            // protection that precedes a close fault instead. Trusting the mark here
+            // lost about one Water run in 150 on 2×2 (energies wrong in the 7th digit;
+            // with `dsm.idle_flushes = 0`, a close at every flush, 26 of 600 runs;
+            // thirty-ninth session).
+            if fp.keep_open && lines.count_ones() <= LINE_DIFF_MAX {
+                // A few lines written (a lock-protected update): read, compare and diff
+                // only those; `encode_lines` refreshes them in the twin.
+                by_lines += 1;
+                ops.view_read_lines(index, lines, scratch).map_err(op_err)?;
+                diff::encode_lines(&mut twin[..], &scratch[..], lines, &mut st.diff_buf)
+                    .map_err(diff_err)?;
+            } else if !ops.view_equals(index, twin).map_err(op_err)? {
+                // Compared with the twin first, without the copy and the diff (see
+                // `view_equals`): a page whose marked lines were rewritten with the same
+                // values is left alone.
                 ops.view_read(index, scratch).map_err(op_err)?;
-                // Encoded into a buffer with room for the largest diff (a vector grown by
-                // doubling took ten reallocations for a page rewritten whole): a small
-                // diff is copied out, a large one takes the buffer along.
-                st.diff_buf.clear();
-                diff::encode(&twin[..], &scratch[..], &mut st.diff_buf)
-                    .map_err(|e| self.internal(format!("diff of {:?}: {e}", fp.page)))?;
-                if st.diff_buf.is_empty() {
-                    DiffBytes::default()
-                } else if st.diff_buf.len() < diff::MAX_ENCODED / 2 {
-                    DiffBytes::new(&st.diff_buf)
-                } else {
-                    DiffBytes::from_vec(std::mem::replace(
-                        &mut st.diff_buf,
-                        Vec::with_capacity(diff::MAX_ENCODED),
-                    ))
-                }
-            };
-            if fp.keep_open {
-                if !out.is_empty() {
+                diff::encode(&twin[..], &scratch[..], &mut st.diff_buf).map_err(diff_err)?;
+                if fp.keep_open && !st.diff_buf.is_empty() {
                     // The contents just diffed become the twin; the old twin, the next
                     // scratch buffer (no copy).
                     st.twins.swap_scratch(key);
                 }
-            } else {
+            }
+            if !fp.keep_open {
                 st.twins.remove(key);
             }
-            diffs.push(out);
+            // Encoded into a buffer with room for the largest diff (a vector grown by
+            // doubling took ten reallocations for a page rewritten whole): a small diff
+            // is copied out, a large one takes the buffer along.
+            diffs.push(if st.diff_buf.is_empty() {
+                DiffBytes::default()
+            } else if st.diff_buf.len() < diff::MAX_ENCODED / 2 {
+                DiffBytes::new(&st.diff_buf)
+            } else {
+                DiffBytes::from_vec(std::mem::replace(
+                    &mut st.diff_buf,
+                    Vec::with_capacity(diff::MAX_ENCODED),
+                ))
+            });
         }
         bump(&self.counters.flush_unmarked, unmarked);
+        bump(&self.counters.flush_by_lines, by_lines);
         Ok(diffs)
     }
 
