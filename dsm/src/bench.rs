@@ -1174,15 +1174,29 @@ impl ApplyChoice {
                 let page = PageIndex(k % Self::PAGES);
                 out.clear();
                 let t = Instant::now();
-                let same = check && self.shared.view_equals(page, &twin).expect("view");
-                if !same {
-                    self.shared.view_read(page, &mut copy).expect("view");
-                    diff::encode(&twin[..], &copy[..], &mut out).expect("encode");
-                }
+                self.diff_whole_page(page, &twin, &mut copy, &mut out, check);
                 black_box(&out);
                 ns(t.elapsed())
             })
             .collect()
+    }
+
+    /// The whole-page diff of [`flush_diff`](Self::flush_diff) and
+    /// [`flush_diff_lines`](Self::flush_diff_lines): `page` compared with `twin` through
+    /// the view first when `check`, and if it differs (or unchecked) copied into `copy`
+    /// and diffed into `out`.
+    fn diff_whole_page(
+        &self,
+        page: PageIndex,
+        twin: &[u8; PAGE_SIZE],
+        copy: &mut [u8; PAGE_SIZE],
+        out: &mut Vec<u8>,
+        check: bool,
+    ) {
+        if !(check && self.shared.view_equals(page, twin).expect("view")) {
+            self.shared.view_read(page, copy).expect("view");
+            diff::encode(&twin[..], &copy[..], out).expect("encode");
+        }
     }
 
     /// What a flush pays to diff one page of the shared-memory region whose twin differs
@@ -1218,9 +1232,8 @@ impl ApplyChoice {
                         .view_read_lines(page, lines, &mut copy)
                         .expect("view");
                     diff::encode_lines(&mut twin[..], &copy[..], lines, &mut out).expect("encode");
-                } else if !self.shared.view_equals(page, &twin).expect("view") {
-                    self.shared.view_read(page, &mut copy).expect("view");
-                    diff::encode(&twin[..], &copy[..], &mut out).expect("encode");
+                } else {
+                    self.diff_whole_page(page, &twin, &mut copy, &mut out, true);
                 }
                 black_box(&out);
                 let t = ns(t.elapsed());

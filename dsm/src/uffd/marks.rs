@@ -368,7 +368,7 @@ mod tests {
         let line = |p: usize| m.marks_of(p).as_ptr() as usize / MARK_BYTES;
         for p in 0..15 {
             assert_eq!(line(p) + 1, line(p + 1), "pages {p} and {}", p + 1);
-            assert!(m.marks_of(p).as_ptr() as usize % MARK_BYTES == 0);
+            assert!((m.marks_of(p).as_ptr() as usize).is_multiple_of(MARK_BYTES));
         }
     }
 
