@@ -187,8 +187,8 @@ pub const LINE_SIZE: usize = 64;
 /// that, or a `lines` naming a line past the end; nothing is appended or copied then.
 ///
 /// Source: twin/diff creation at release (Munin SOSP 1991 §3; HLRC OSDI 1996 §2),
-/// restricted to the lines a software write detection marked (Midway: Zekauskas,
-/// Sawdon and Bershad, OSDI 1994 §3, dirty bits per line).
+/// restricted to the lines a software write detection marked (Midway's software dirty
+/// bits: Zekauskas, Sawdon and Bershad, OSDI 1994).
 pub fn encode_lines(
     twin: &mut [u8],
     current: &[u8],

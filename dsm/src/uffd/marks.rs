@@ -13,8 +13,8 @@
 //! when there was none, and otherwise reads, compares and diffs only the marked lines
 //! ([`WriteMarks::take_lines`], `coherence::diff::encode_lines`). This is Midway's
 //! software write detection (Zekauskas, Sawdon and Bershad, *Software Write Detection for
-//! a Distributed Shared Memory*, OSDI 1994), which keeps a dirty bit per line, here as a
-//! filter in front of the twin comparison, not a replacement for it: a marked line is
+//! a Distributed Shared Memory*, OSDI 1994), whose dirty bits also cover small regions
+//! of memory rather than pages, here as a filter in front of the twin comparison, not a replacement for it: a marked line is
 //! still compared and diffed against its twin. With one mark per page (until the
 //! fifty-sixth session) a lock-protected update of a few lines made the flush compare the
 //! whole page with its twin, copy it and diff the copy. A page's 64 marks fill one cache
@@ -80,7 +80,7 @@ use super::layout::{PAGE_SIZE, PageIndex, RegionLayout};
 pub struct WriteMarks {
     /// The region's first byte.
     base: usize,
-    /// Pages of the region, one mark each.
+    /// Pages of the region, 64 marks each.
     pages: usize,
     /// The marks: line `k` of page `p` has `bytes[first + p · MARK_BYTES + k]` (the
     /// region's line `l` has `bytes[first + l]`); the bytes before `first` and after
