@@ -168,6 +168,20 @@ pub fn encode(twin: &[u8], current: &[u8], out: &mut Vec<u8>) -> Result<usize, D
 /// and most AArch64 cores), 8 words. [`encode_lines`] diffs whole lines.
 pub const LINE_SIZE: usize = 64;
 
+/// The lines a mask names, in increasing order: bit `k` of `lines` set names line `k`
+/// (bytes `64k .. 64k + 64` of a page). The one walk over a mask of lines that
+/// [`encode_lines`], the runtime's view reads and its write marks share.
+pub fn line_indices(lines: u64) -> impl Iterator<Item = usize> {
+    let mut rest = lines;
+    std::iter::from_fn(move || {
+        (rest != 0).then(|| {
+            let line = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            line
+        })
+    })
+}
+
 /// Appends to `out` the diff of `current` against `twin` over the [`LINE_SIZE`]-byte
 /// lines that `lines` names (bit `k`: bytes `64k .. 64k + 64`), then copies those lines
 /// of `current` into `twin`, so that the twin holds exactly what was diffed. Returns
@@ -218,10 +232,7 @@ pub fn encode_lines(
             out[at..at + HEADER].copy_from_slice(&header.to_le_bytes());
         }
     };
-    let mut rest = lines;
-    while rest != 0 {
-        let line = rest.trailing_zeros() as usize;
-        rest &= rest - 1;
+    for line in line_indices(lines) {
         let first = line * LINE_WORDS;
         for w in first..first + LINE_WORDS {
             if word(twin, w) == word(current, w) {

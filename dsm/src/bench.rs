@@ -1211,10 +1211,7 @@ impl ApplyChoice {
     /// page, the pages taken in turn (ns).
     pub fn flush_diff_lines(&self, lines: u64, by_lines: bool, iters: usize) -> Vec<u64> {
         let mut master = Box::new(FILLED);
-        let mut rest = lines;
-        while rest != 0 {
-            let k = rest.trailing_zeros() as usize;
-            rest &= rest - 1;
+        for k in diff::line_indices(lines) {
             // The line's third word.
             master[k * diff::LINE_SIZE + 16] ^= 0xff;
         }

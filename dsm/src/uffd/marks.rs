@@ -55,7 +55,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use multigrain_coherence::diff::LINE_SIZE;
+use multigrain_coherence::diff::{LINE_SIZE, line_indices};
 
 use super::layout::{PAGE_SIZE, PageIndex, RegionLayout};
 
@@ -311,10 +311,7 @@ impl WriteMarks {
         if lines == 0 {
             return 0;
         }
-        let mut rest = lines;
-        while rest != 0 {
-            let k = rest.trailing_zeros() as usize;
-            rest &= rest - 1;
+        for k in line_indices(lines) {
             #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
             marks[k].store(0, Ordering::Relaxed);
             #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -452,10 +449,7 @@ mod tests {
         };
         let mut copy = [0u64; 64];
         let take = |copy: &mut [u64; 64]| {
-            let mut lines = m.take_lines(PageIndex(2));
-            while lines != 0 {
-                let k = lines.trailing_zeros() as usize;
-                lines &= lines - 1;
+            for k in line_indices(m.take_lines(PageIndex(2))) {
                 copy[k] = page[k * 8].load(Ordering::Relaxed);
             }
         };

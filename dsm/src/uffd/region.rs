@@ -769,10 +769,8 @@ impl RegionOps {
     ) -> Result<(), OpError> {
         const LINE_WORDS: usize = multigrain_coherence::diff::LINE_SIZE / 8;
         let words = self.view_page(page)?;
-        let mut rest = lines;
-        while rest != 0 {
-            let first = rest.trailing_zeros() as usize * LINE_WORDS;
-            rest &= rest - 1;
+        for line in multigrain_coherence::diff::line_indices(lines) {
+            let first = line * LINE_WORDS;
             let line = &mut out[first * 8..(first + LINE_WORDS) * 8];
             for (w, chunk) in words[first..first + LINE_WORDS]
                 .iter()
