@@ -222,6 +222,25 @@ impl FragData<'_> {
     }
 }
 
+/// A message the reassembler completed: a single fragment, still where it arrived (the
+/// datagram, or a buffered slot), or the fragments joined.
+enum Complete<'a> {
+    Single(FragData<'a>),
+    Joined(Vec<u8>),
+}
+
+/// Where a connection's in-order messages go: the INI's event queue, or, for a message
+/// complete in one fragment while no event waits (so that nothing delivered earlier is
+/// overtaken), the caller's sink, which reads it in place.
+pub(crate) struct Deliveries<'e, 's> {
+    pub(crate) events: &'e mut VecDeque<Event>,
+    pub(crate) sink: Option<Sink<'s>>,
+}
+
+/// The caller's sink of [`crate::Ini::handle_datagram_in_place`]: (the connection, its
+/// peer INI, the message bytes read in place).
+pub(crate) type Sink<'s> = &'s mut dyn FnMut(ConnHandle, IniAddr, &[u8]);
+
 /// The message being reassembled from in-order fragments.
 #[derive(Default)]
 struct Reassembly {
@@ -233,14 +252,14 @@ struct Reassembly {
 
 impl Reassembly {
     /// Takes the next in-order fragment; returns a complete message.
-    fn push(
+    fn push<'d>(
         &mut self,
         index: u16,
         count: u16,
-        data: FragData<'_>,
+        data: FragData<'d>,
         max_len: usize,
         stats: &mut ConnStats,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<Complete<'d>> {
         if self.active && (index != self.next || count != self.count) {
             stats.reassembly_errors += 1;
             self.active = false;
@@ -251,7 +270,7 @@ impl Reassembly {
                 return None;
             }
             if count == 1 {
-                return Some(data.into_vec());
+                return Some(Complete::Single(data));
             }
             self.active = true;
             self.next = 0;
@@ -273,7 +292,7 @@ impl Reassembly {
         self.next += 1;
         if self.next == self.count {
             self.active = false;
-            return Some(std::mem::take(&mut self.buf));
+            return Some(Complete::Joined(std::mem::take(&mut self.buf)));
         }
         None
     }
@@ -704,7 +723,7 @@ impl Connection {
         payload: &[u8],
         p: &Params,
         ack_timers: &mut TimerList<AckTimer>,
-        events: &mut VecDeque<Event>,
+        out: &mut Deliveries<'_, '_>,
     ) -> Result<(), Rejected> {
         self.on_cumulative_ack(h.ack, now, p);
         match h.kind {
@@ -718,7 +737,7 @@ impl Connection {
                 self.on_nak(h.seq);
                 Ok(())
             }
-            FrameKind::Data => self.on_data(now, h, payload, p, ack_timers, events),
+            FrameKind::Data => self.on_data(now, h, payload, p, ack_timers, out),
             FrameKind::Batch => {
                 // Its frames, one by one, as if they had arrived back to back (wire
                 // docs); the first rejection is reported, the other frames still count.
@@ -733,7 +752,7 @@ impl Connection {
                         frag_count: f.frag_count,
                         ..*h
                     };
-                    let r = self.on_data(now, &frame, f.data, p, ack_timers, events);
+                    let r = self.on_data(now, &frame, f.data, p, ack_timers, out);
                     if result.is_ok() {
                         result = r;
                     }
@@ -823,7 +842,7 @@ impl Connection {
         payload: &[u8],
         p: &Params,
         ack_timers: &mut TimerList<AckTimer>,
-        events: &mut VecDeque<Event>,
+        out: &mut Deliveries<'_, '_>,
     ) -> Result<(), Rejected> {
         self.stats.data_frames_received += 1;
         let w = p.window;
@@ -847,7 +866,7 @@ impl Connection {
                 h.frag_count,
                 FragData::Borrowed(payload),
                 p,
-                events,
+                out,
             );
             let mut advanced = 1;
             while self.buffered > 0 {
@@ -860,7 +879,7 @@ impl Connection {
                 let (fi, fc) = (slot.frag_index, slot.frag_count);
                 let mut data = std::mem::take(&mut slot.data);
                 self.buffered -= 1;
-                self.accept_in_order(fi, fc, FragData::Owned(&mut data), p, events);
+                self.accept_in_order(fi, fc, FragData::Owned(&mut data), p, out);
                 // Give the buffer back to its (now empty) slot for reuse, unless a
                 // single-fragment message took it.
                 data.clear();
@@ -919,7 +938,7 @@ impl Connection {
         frag_count: u16,
         data: FragData<'_>,
         p: &Params,
-        events: &mut VecDeque<Event>,
+        out: &mut Deliveries<'_, '_>,
     ) {
         if let Some(msg) = self.asm.push(
             frag_index,
@@ -929,11 +948,22 @@ impl Connection {
             &mut self.stats,
         ) {
             self.stats.msgs_delivered += 1;
-            self.stats.bytes_delivered += msg.len() as u64;
-            events.push_back(Event::Delivered {
-                conn: ConnHandle(self.idx),
-                msg,
-            });
+            let conn = ConnHandle(self.idx);
+            match (msg, out.sink.as_mut()) {
+                (Complete::Single(data), Some(sink)) if out.events.is_empty() => {
+                    let bytes = data.as_slice();
+                    self.stats.bytes_delivered += bytes.len() as u64;
+                    sink(conn, self.peer(), bytes);
+                }
+                (msg, _) => {
+                    let msg = match msg {
+                        Complete::Single(data) => data.into_vec(),
+                        Complete::Joined(v) => v,
+                    };
+                    self.stats.bytes_delivered += msg.len() as u64;
+                    out.events.push_back(Event::Delivered { conn, msg });
+                }
+            }
         }
         self.rcv_next = self.rcv_next.wrapping_add(1);
         self.slot_head = (self.slot_head + 1) % p.window as usize;

@@ -1,7 +1,7 @@
 //! One INI's protocol state: a connection per remote INI, their send queues, the
 //! software timer lists, and the transmit scheduler (thesis §3.1, §3.2).
 
-use super::connection::{AckTimer, Connection, Params, SendTimer};
+use super::connection::{AckTimer, Connection, Deliveries, Params, SendTimer, Sink};
 use super::stats::{ConnStats, IniStats};
 use super::timers::TimerList;
 use super::wire::{self, DecodeError};
@@ -364,7 +364,7 @@ impl Ini {
     /// simulator, a test); a UDP runtime calls [`Ini::handle_datagram_from`] instead.
     /// `Err` says why it was discarded; it is counted either way.
     pub fn handle_datagram(&mut self, now: Micros, datagram: &[u8]) -> Result<(), Rejected> {
-        self.receive(now, datagram, None)
+        self.receive_copy(now, datagram, None)
     }
 
     /// Processes one datagram read from the network (thesis §3.1 receive path, with
@@ -374,7 +374,8 @@ impl Ini {
     /// decoding or hashing), the wire checks of [`wire::decode`] (malformed, epoch, MAC),
     /// that the destination is this INI, and that the authenticated source INI is the
     /// one registered at that address. `Err` says why it was discarded; each reason is
-    /// counted in [`IniStats`].
+    /// counted in [`IniStats`]. The datagram is copied into a scratch buffer of the INI
+    /// and decrypted there; [`Ini::handle_datagram_in_place`] spares that copy.
     pub fn handle_datagram_from(
         &mut self,
         now: Micros,
@@ -382,43 +383,80 @@ impl Ini {
         from: Option<ConnHandle>,
     ) -> Result<(), Rejected> {
         match from {
-            Some(c) => self.receive(now, datagram, Some(c)),
-            None => {
-                self.advance(now);
-                self.stats.datagrams_received += 1;
-                self.stats.datagram_bytes_received += datagram.len() as u64;
-                self.stats.unknown_source += 1;
-                Err(Rejected::UnknownSource)
-            }
+            Some(c) => self.receive_copy(now, datagram, Some(c)),
+            None => self.unknown_source(now, datagram.len()),
         }
     }
 
-    fn receive(
+    /// As [`Ini::handle_datagram_from`], with the same checks, but decrypting `datagram`
+    /// where it lies ([`wire::decode_in_place`]: its payload bytes become plaintext, or
+    /// unspecified if it is rejected), and handing each message that completes in one
+    /// fragment while no [`Event`] waits to `deliver` — the connection it came on, the
+    /// peer INI and the message bytes, read in place — instead of queueing it as an
+    /// [`Event::Delivered`]. A 4 KiB page in a datagram is then read once after the
+    /// socket, by `deliver`, instead of copied into the scratch buffer and then into the
+    /// event's vector. Messages of several fragments, and any message while events wait
+    /// (so that delivery stays in order per connection), still come as events; `deliver`
+    /// is called before this returns, never later.
+    pub fn handle_datagram_in_place(
+        &mut self,
+        now: Micros,
+        datagram: &mut [u8],
+        from: Option<ConnHandle>,
+        deliver: &mut dyn FnMut(ConnHandle, IniAddr, &[u8]),
+    ) -> Result<(), Rejected> {
+        match from {
+            Some(c) => {
+                let now = self.count_received(now, datagram.len());
+                self.receive_decoded(now, datagram, Some(c), Some(deliver))
+            }
+            None => self.unknown_source(now, datagram.len()),
+        }
+    }
+
+    /// A datagram from an address that is no peer INI's: counted and rejected.
+    fn unknown_source(&mut self, now: Micros, len: usize) -> Result<(), Rejected> {
+        self.count_received(now, len);
+        self.stats.unknown_source += 1;
+        Err(Rejected::UnknownSource)
+    }
+
+    /// Advances the clock to `now` and counts a received datagram of `len` bytes;
+    /// returns the clock.
+    fn count_received(&mut self, now: Micros, len: usize) -> Micros {
+        let now = self.advance(now);
+        self.stats.datagrams_received += 1;
+        self.stats.datagram_bytes_received += len as u64;
+        now
+    }
+
+    /// Receives `datagram` through a copy in the INI's scratch buffer (taken out for the
+    /// call and put back whatever the outcome, so that the frame can borrow it).
+    fn receive_copy(
         &mut self,
         now: Micros,
         datagram: &[u8],
         from: Option<ConnHandle>,
     ) -> Result<(), Rejected> {
-        let now = self.advance(now);
-        self.stats.datagrams_received += 1;
-        self.stats.datagram_bytes_received += datagram.len() as u64;
-        // The decrypted payload lives in the INI's scratch buffer, taken out for the call
-        // (and put back whatever the outcome) so that the frame can borrow it.
+        let now = self.count_received(now, datagram.len());
         let mut scratch = std::mem::take(&mut self.scratch);
-        let result = self.receive_decoded(now, datagram, from, &mut scratch);
+        scratch.clear();
+        scratch.extend_from_slice(datagram);
+        let result = self.receive_decoded(now, &mut scratch, from, None);
         self.scratch = scratch;
         result
     }
 
-    /// [`Ini::receive`] past the statistics, with the scratch buffer for decryption.
+    /// The receive path past the statistics (`now`: the advanced clock): decodes
+    /// `datagram` in place and hands the frame to its connection.
     fn receive_decoded(
         &mut self,
         now: Micros,
-        datagram: &[u8],
+        datagram: &mut [u8],
         from: Option<ConnHandle>,
-        scratch: &mut Vec<u8>,
+        sink: Option<Sink<'_>>,
     ) -> Result<(), Rejected> {
-        let frame = match wire::decode(datagram, &self.params.key, self.params.epoch, scratch) {
+        let frame = match wire::decode_in_place(datagram, &self.params.key, self.params.epoch) {
             Ok(f) => f,
             Err(e) => {
                 match e {
@@ -448,7 +486,10 @@ impl Ini {
             frame.payload,
             &self.params,
             &mut self.ack_timers,
-            &mut self.events,
+            &mut Deliveries {
+                events: &mut self.events,
+                sink,
+            },
         );
         self.schedule(idx);
         result

@@ -576,10 +576,10 @@ fn be64(b: &[u8], at: usize) -> u64 {
     u64::from_be_bytes(v)
 }
 
-/// Parses, authenticates and decrypts one datagram of run `epoch` sealed under `key`.
-/// Never panics; see the module doc for the order of checks. The ciphertext is copied
-/// into `scratch` and decrypted there (`datagram` stays as received): the payload borrows
-/// from `scratch`, which keeps its capacity from call to call.
+/// Parses, authenticates and decrypts one datagram of run `epoch` sealed under `key`,
+/// leaving `datagram` as received: the datagram is copied into `scratch` (which keeps its
+/// capacity from call to call) and decoded there by [`decode_in_place`], whose checks and
+/// errors these are. The payload borrows from `scratch`.
 ///
 /// # Errors
 /// [`DecodeError`] naming the first check that failed.
@@ -588,6 +588,27 @@ pub fn decode<'a>(
     key: &DatagramKey,
     epoch: u64,
     scratch: &'a mut Vec<u8>,
+) -> Result<Frame<'a>, DecodeError> {
+    scratch.clear();
+    scratch.extend_from_slice(datagram);
+    decode_in_place(scratch, key, epoch)
+}
+
+/// Parses, authenticates and decrypts one datagram of run `epoch` sealed under `key`,
+/// decrypting its payload where it lies: the frame's payload borrows from `datagram`,
+/// whose ciphertext becomes plaintext (the header stays as received; after an error the
+/// payload bytes are unspecified). No copy of the datagram is made — a 4 KiB page
+/// arriving through an INI is read out of the socket's buffer once, by its delivery.
+/// Never panics; see the module doc for the order of checks: the magic, version and
+/// epoch before any decryption, so sprayed datagrams and replays of another run cost no
+/// AES.
+///
+/// # Errors
+/// [`DecodeError`] naming the first check that failed.
+pub fn decode_in_place<'a>(
+    datagram: &'a mut [u8],
+    key: &DatagramKey,
+    epoch: u64,
 ) -> Result<Frame<'a>, DecodeError> {
     let total = datagram.len();
     if total < OVERHEAD {
@@ -610,22 +631,21 @@ pub fn decode<'a>(
         });
     }
     let body = total - TRAILER_LEN;
-    let src = IniAddr::new(be16(datagram, 12), datagram[16]);
-    scratch.clear();
-    scratch.extend_from_slice(&datagram[HEADER_LEN..]);
+    let (head, sealed) = datagram.split_at_mut(HEADER_LEN);
+    let head: &'a [u8] = head;
+    let src = IniAddr::new(be16(head, 12), head[16]);
     let plain = match key.aead.open_in_place(
-        nonce(src, be64(datagram, 32)),
-        ring::aead::Aad::from(&datagram[..HEADER_LEN]),
-        &mut scratch[..],
+        nonce(src, be64(head, 32)),
+        ring::aead::Aad::from(head),
+        sealed,
     ) {
         Ok(p) => p.len(),
         Err(ring::error::Unspecified) => return Err(DecodeError::BadMac),
     };
-    let scratch: &'a Vec<u8> = scratch;
-    let Some(kind) = FrameKind::from_u8(datagram[3]) else {
-        return Err(DecodeError::UnknownKind(datagram[3]));
+    let Some(kind) = FrameKind::from_u8(head[3]) else {
+        return Err(DecodeError::UnknownKind(head[3]));
     };
-    let field = be16(datagram, 18);
+    let field = be16(head, 18);
     let actual = body - HEADER_LEN;
     if usize::from(field) != actual {
         return Err(DecodeError::LengthMismatch { field, actual });
@@ -635,18 +655,19 @@ pub fn decode<'a>(
         epoch: found,
         conn: ConnId {
             src,
-            dst: IniAddr::new(be16(datagram, 14), datagram[17]),
+            dst: IniAddr::new(be16(head, 14), head[17]),
         },
-        seq: be32(datagram, 20),
-        ack: be32(datagram, 24),
-        frag_index: be16(datagram, 28),
-        frag_count: be16(datagram, 30),
+        seq: be32(head, 20),
+        ack: be32(head, 24),
+        frag_index: be16(head, 28),
+        frag_count: be16(head, 30),
     };
     debug_assert_eq!(
         plain, actual,
         "AES-GCM's plaintext is its ciphertext's length"
     );
-    let payload = &scratch[..plain];
+    let sealed: &'a [u8] = sealed;
+    let payload = &sealed[..plain];
     if !header_valid(&header, actual) {
         return Err(match kind {
             FrameKind::Data => DecodeError::BadFragment {

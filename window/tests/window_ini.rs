@@ -824,3 +824,176 @@ fn a_batch_is_delivered_frame_by_frame_and_a_lost_one_resent_alone() {
         ]
     );
 }
+
+/// Every event `ini` has: a delivered message's bytes, `None` for a peer declared
+/// unresponsive (the only peer is `B`).
+fn events(ini: &mut Ini) -> Vec<Option<Vec<u8>>> {
+    std::iter::from_fn(|| ini.poll_event())
+        .map(|e| match e {
+            Event::Delivered { msg, .. } => Some(msg),
+            Event::PeerUnresponsive { peer, .. } => {
+                assert_eq!(peer, B);
+                None
+            }
+        })
+        .collect()
+}
+
+/// Feeds `datagram` to `ini` through [`Ini::handle_datagram_in_place`] from the
+/// connection `conn`, on a copy (the call decrypts it in place); returns the result and
+/// the messages handed to the sink, with the connection and peer each came from.
+fn in_place(
+    ini: &mut Ini,
+    now: u64,
+    datagram: &[u8],
+    conn: ConnHandle,
+) -> (Result<(), Rejected>, Vec<Vec<u8>>) {
+    let mut copy = datagram.to_vec();
+    let mut got = Vec::new();
+    let r = ini.handle_datagram_in_place(Micros(now), &mut copy, Some(conn), &mut |c, peer, m| {
+        assert_eq!(
+            (c, peer),
+            (conn, B),
+            "the sink names the message's connection"
+        );
+        got.push(m.to_vec());
+    });
+    (r, got)
+}
+
+/// A message in one fragment goes to the sink, read in place, and not to the events; a
+/// message of several fragments, and any message while an event waits, still comes as
+/// an event, so that a connection's messages keep their order.
+#[test]
+fn in_place_delivery_hands_single_fragments_to_the_sink_in_order() {
+    let (mut a, conn) = ini_a(config());
+    let (r, got) = in_place(&mut a, 0, &data(0, 0, b"m0"), conn);
+    assert_eq!((r, got), (Ok(()), vec![b"m0".to_vec()]));
+    assert!(
+        delivered(&mut a).is_empty(),
+        "no event for what the sink took"
+    );
+    // Two fragments: reassembled, delivered as an event.
+    let frag = |seq: u32, i: u16, bytes: &[u8]| from_b(FrameKind::Data, seq, 0, (i, 2), bytes);
+    assert!(in_place(&mut a, 1, &frag(1, 0, b"ab"), conn).1.is_empty());
+    assert!(in_place(&mut a, 2, &frag(2, 1, b"cd"), conn).1.is_empty());
+    // m3 arrives while the event of "abcd" waits: it queues behind it.
+    let (r, got) = in_place(&mut a, 3, &data(3, 0, b"m3"), conn);
+    assert_eq!((r, got.len()), (Ok(()), 0));
+    assert_eq!(delivered(&mut a), vec![b"abcd".to_vec(), b"m3".to_vec()]);
+    // Out of order: m5 is buffered, m4 completes the gap; both reach the sink in order.
+    assert!(in_place(&mut a, 4, &data(5, 0, b"m5"), conn).1.is_empty());
+    let (r, got) = in_place(&mut a, 5, &data(4, 0, b"m4"), conn);
+    assert_eq!((r, got), (Ok(()), vec![b"m4".to_vec(), b"m5".to_vec()]));
+    let s = a.conn_stats(conn);
+    assert_eq!((s.msgs_delivered, s.bytes_delivered), (5, 12));
+    assert_eq!(a.expected_seq(conn), 6);
+}
+
+/// Decrypting in place checks what the copying path checks: a forged or damaged
+/// datagram, or one of another run, is rejected and counted and nothing reaches the sink.
+#[test]
+fn in_place_delivery_rejects_forged_and_damaged_datagrams() {
+    let (mut a, conn) = ini_a(config());
+    let forged = frame(
+        FrameKind::Data,
+        EPOCH,
+        ConnId { src: B, dst: A },
+        b"x",
+        [2; 32],
+    );
+    let mut corrupt = data(0, 0, b"hello");
+    corrupt[44] ^= 0x01;
+    let earlier_run = frame(
+        FrameKind::Data,
+        EPOCH ^ 1,
+        ConnId { src: B, dst: A },
+        b"x",
+        KEY,
+    );
+    for (d, want) in [
+        (&forged, wire::DecodeError::BadMac),
+        (&corrupt, wire::DecodeError::BadMac),
+        (
+            &earlier_run,
+            wire::DecodeError::WrongEpoch {
+                found: EPOCH ^ 1,
+                expected: EPOCH,
+            },
+        ),
+    ] {
+        let (r, got) = in_place(&mut a, 0, d, conn);
+        assert_eq!(r, Err(Rejected::Decode(want)));
+        assert!(got.is_empty());
+    }
+    // From no peer's address: rejected before any decryption.
+    let mut copy = data(0, 0, b"ok");
+    let before = copy.clone();
+    let r = a.handle_datagram_in_place(Micros(0), &mut copy, None, &mut |_, _, _| {
+        panic!("nothing from an unknown source is delivered")
+    });
+    assert_eq!(r, Err(Rejected::UnknownSource));
+    assert_eq!(
+        copy, before,
+        "an unknown source's datagram is not decrypted"
+    );
+    let s = a.stats();
+    assert_eq!(
+        (
+            s.bad_mac,
+            s.wrong_epoch,
+            s.unknown_source,
+            s.datagrams_received
+        ),
+        (2, 1, 1, 4)
+    );
+    // The genuine datagram still gets through afterwards.
+    assert_eq!(
+        in_place(&mut a, 1, &data(0, 0, b"ok"), conn).1,
+        vec![b"ok".to_vec()]
+    );
+}
+
+proptest! {
+    /// The in-place path delivers exactly what the copying path delivers, in the same
+    /// order, with the same verdicts and statistics, for arbitrary (valid, foreign and
+    /// garbage) datagram sequences: the sink's messages and then the events, after each
+    /// datagram, against the events alone.
+    #[test]
+    fn in_place_delivery_matches_the_copying_path(ops in proptest::collection::vec(arb_op(), 1..120)) {
+        let (mut copying, conn) = ini_a(config());
+        let (mut placing, conn2) = ini_a(config());
+        prop_assert_eq!(conn, conn2);
+        let mut now = 0u64;
+        let mut buf = vec![0; config().mtu];
+        for op in ops {
+            match op {
+                Op::Datagram(d) | Op::Garbage(d) => {
+                    let r1 = copying.handle_datagram_from(Micros(now), &d, Some(conn));
+                    let (r2, got) = in_place(&mut placing, now, &d, conn);
+                    prop_assert_eq!(r1, r2);
+                    let mut got: Vec<_> = got.into_iter().map(Some).collect();
+                    got.extend(events(&mut placing));
+                    prop_assert_eq!(events(&mut copying), got);
+                }
+                Op::Enqueue(len) => {
+                    let r1 = copying.enqueue(conn, vec![7; len]).is_ok();
+                    prop_assert_eq!(r1, placing.enqueue(conn, vec![7; len]).is_ok());
+                }
+                Op::Transmit => {
+                    while let Some(t) = copying.poll_transmit(Micros(now), &mut buf) {
+                        prop_assert_eq!(Some(t.len), placing.poll_transmit(Micros(now), &mut buf).map(|t| t.len));
+                    }
+                    prop_assert!(placing.poll_transmit(Micros(now), &mut buf).is_none());
+                }
+                Op::Advance(dt) => {
+                    now += dt;
+                    copying.handle_timeout(Micros(now));
+                    placing.handle_timeout(Micros(now));
+                    prop_assert_eq!(events(&mut copying), events(&mut placing));
+                }
+            }
+            prop_assert_eq!(copying.stats(), placing.stats());
+        }
+    }
+}

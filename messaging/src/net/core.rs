@@ -482,13 +482,9 @@ impl IniCore {
                 .get(&read.from)
                 .or_else(|| self.port_sources.get(&read.from.port()))
                 .copied();
-            for d in buf[..read.len].chunks(read.stride.max(1)) {
+            for d in buf[..read.len].chunks_mut(read.stride.max(1)) {
                 if self.latency.is_zero() {
-                    if self.trace.is_some() {
-                        self.rx_ns = net.now_ns();
-                    }
-                    let _ = self.ini.handle_datagram_from(now, d, from);
-                    self.events(net);
+                    self.handle_datagram(net, now, d, from);
                 } else {
                     self.delayed
                         .push_back((Instant::now() + self.latency, from, d.to_vec()));
@@ -507,15 +503,31 @@ impl IniCore {
         let mut work = false;
         let t = Instant::now();
         while self.delayed.front().is_some_and(|(due, _, _)| *due <= t) {
-            let (_, from, d) = self.delayed.pop_front().expect("front exists");
-            if self.trace.is_some() {
-                self.rx_ns = net.now_ns();
-            }
-            let _ = self.ini.handle_datagram_from(net.now(), &d, from);
-            self.events(net);
+            let (_, from, mut d) = self.delayed.pop_front().expect("front exists");
+            self.handle_datagram(net, net.now(), &mut d, from);
             work = true;
         }
         work
+    }
+
+    /// Hands one datagram read from `from` to the window, decrypted in place, and
+    /// delivers what it completes: a message in one fragment straight from the datagram
+    /// ([`Ini::handle_datagram_in_place`]), the others from the window's events.
+    fn handle_datagram(&mut self, net: &Net, now: Micros, d: &mut [u8], from: Option<ConnHandle>) {
+        if self.trace.is_some() {
+            self.rx_ns = net.now_ns();
+        }
+        let (trace, c, rx_ns) = (&mut self.trace, &mut self.c, self.rx_ns);
+        let _ = self
+            .ini
+            .handle_datagram_in_place(now, d, from, &mut |_, peer, msg| {
+                let arrival = Arrival {
+                    peer_ini: peer.ini,
+                    arrived_ns: rx_ns,
+                };
+                accept(net, trace, c, arrival, msg);
+            });
+        self.events(net);
     }
 
     fn events(&mut self, net: &Net) -> bool {
@@ -524,27 +536,11 @@ impl IniCore {
             work = true;
             match ev {
                 Event::Delivered { msg, conn } => {
-                    match Frame::decode(&msg, net.own.pool.slot_size()) {
-                        Ok(f) => {
-                            let arrival = Arrival {
-                                peer_ini: self.ini.peer(conn).ini,
-                                arrived_ns: self.rx_ns,
-                            };
-                            let trace = &mut self.trace;
-                            let n = net
-                                .reseq
-                                .accept(&f, arrival, |r| deliver_traced(net, trace, r));
-                            self.c.delivered += n as u64;
-                            net.held.store(net.reseq.held() as u64, Ordering::Relaxed);
-                            if n > 0 {
-                                // A thread of this process waiting on the network may
-                                // have checked its queues before this delivery, and this
-                                // pass may have emptied the socket it sleeps on.
-                                net.notify_local();
-                            }
-                        }
-                        Err(_) => self.c.rejected += 1,
-                    }
+                    let arrival = Arrival {
+                        peer_ini: self.ini.peer(conn).ini,
+                        arrived_ns: self.rx_ns,
+                    };
+                    accept(net, &mut self.trace, &mut self.c, arrival, &msg);
                 }
                 Event::PeerUnresponsive { peer, .. } => {
                     net.fail(
@@ -702,6 +698,34 @@ fn frame(net: &Net, m: &OutMsg) -> Option<Vec<u8>> {
         }
         .encode(),
     )
+}
+
+/// Takes one message the window delivered (`msg`: a frame of module
+/// [`frame`](super::frame)) into this site: restores its sender's order and delivers
+/// what is ready ([`deliver`]); a frame that does not decode is counted as rejected.
+fn accept(
+    net: &Net,
+    trace: &mut Option<Box<IniTracer>>,
+    c: &mut Counters,
+    arrival: Arrival,
+    msg: &[u8],
+) {
+    match Frame::decode(msg, net.own.pool.slot_size()) {
+        Ok(f) => {
+            let n = net
+                .reseq
+                .accept(&f, arrival, |r| deliver_traced(net, trace, r));
+            c.delivered += n as u64;
+            net.held.store(net.reseq.held() as u64, Ordering::Relaxed);
+            if n > 0 {
+                // A thread of this process waiting on the network may have checked its
+                // queues before this delivery, and this pass may have emptied the socket
+                // it sleeps on.
+                net.notify_local();
+            }
+        }
+        Err(_) => c.rejected += 1,
+    }
 }
 
 /// [`deliver`], and the trace record of a delivered message when tracing.
