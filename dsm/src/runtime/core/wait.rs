@@ -58,6 +58,24 @@ impl Core {
                 return Ok(());
             }
             self.note_poll();
+            if kind == WaitKind::Fault {
+                // A fault's page comes from its home, over the network when the home is
+                // another machine: every poll of a fault's wait reads the INIs' sockets,
+                // instead of one in 8 to 32 (paper 000 §3.4's interval, whose shared-
+                // memory polls take tens of ns each, so a reply that had arrived waited
+                // ≈ 1 µs for its read). Measured (fifty-seventh session, Zen 3 VM): the
+                // page's arrival to its read 1.2-2.0 → 0.7-0.8 µs median (a probe build
+                // stamping each step); `bench dsm`'s remote read fault through INIs with
+                // the home polling 0.88 × the time (10 rounds alternating in one
+                // process); EM3D over UDP 0.942 (2×1, 8 pairs), 0.946 (2×2, 6) and 1.014
+                // (4×1, 6), Water 0.945 (4×1 udp) and 0.973 (2×2 udp), 6 pairs each. The
+                // same for every wait cost Water 1.40 × the time on 4×1 udp and 1.075 ×
+                // on 2×2 udp, for barrier waits alone 1.36 × on 4×1 udp: where compute
+                // threads share CPUs, a busy-poll budget counted in polls then spins ten
+                // times longer before the thread yields (a poll that reads a socket
+                // takes ≈ 0.45 µs). No effect on a job without INIs.
+                ep.poll_network_next();
+            }
             if let Some(m) = ep.try_recv() {
                 self.dispatch(ops, ep, m)?;
                 // Requests come in streams (a sweep of faults, a lock's queue): a thread
