@@ -628,6 +628,13 @@ impl Endpoint {
         self.try_recv_now()
     }
 
+    /// Whether this endpoint's site has INIs, so that its receive polls can read the
+    /// network ([`Endpoint::poll_network_next`] has an effect).
+    #[inline]
+    pub fn polls_network(&self) -> bool {
+        self.site.net.get().is_some()
+    }
+
     /// Makes this endpoint's next [`Endpoint::try_recv`] poll the network (on a site with
     /// INIs) whatever the adaptive interval of paper 000 §3.4 says; the interval resumes
     /// after it. For a receive loop that gives its CPU away between polls (a

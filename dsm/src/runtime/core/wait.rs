@@ -9,6 +9,24 @@ use crate::runtime::spin::WaitKind;
 /// even if it has not left its busy polls (see [`Core::wait`]).
 const WATCH_AFTER_MESSAGES: u32 = 64;
 
+/// What one busy poll that reads the INIs' sockets is charged against a wait's budget of
+/// busy polls ([`crate::runtime::spin`], which counts polls of shared memory, ≈ 20 ns
+/// each). On a cluster with INIs every poll of a wait reads the network as well as
+/// its queues — instead of one in 8 to 32 (paper 000 §3.4's interval, which left a reply
+/// that had arrived ≈ 1 µs unread: a probe build stamping each step of a remote fault
+/// through INIs read the page's arrival to its read 1.2–2.0 µs, 0.7–0.8 µs polling at
+/// every poll) — and such a poll takes ≈ 0.45 µs (a `recvmsg`), so it counts as 8: the
+/// busy phase before a waiting thread yields lasts about as long as before. Measured
+/// (fifty-seventh session, Zen 3 VM, alternating runs against polling every poll in
+/// fault waits only, median of per-pair ratios, pairs): Water 512 × 50 over UDP on 4×1
+/// 0.976 (6), 2×2 0.965 (6), 2×1 0.918 (6); EM3D over UDP on 2×1 1.025 (8), 4×1 1.015
+/// (6); `bench dsm`'s rows through INIs, two alternating runs: the remote read fault
+/// 1.71 / 1.69 → 1.60 / 1.63 × its floor, the lock hand-off 2.19 / 2.12 → 2.11 / 2.07 ×
+/// its floor. Every wait polling the network at every poll but charged 1 a poll spun
+/// ten times longer before yielding and cost Water 1.40 × the time on 4×1 udp and 1.075 ×
+/// on 2×2 udp, where compute threads share CPUs. A cluster without INIs polls as before.
+const NETWORK_POLL_WEIGHT: u32 = 8;
+
 /// A yield that returns within this long found no other thread wanting the CPU (≈ 0.3 µs
 /// here; one that ran another thread returns after that thread's turn, tens of µs or
 /// more). See [`Core::wait`]: a thread alone on its CPU busy-polls again after serving a
@@ -47,6 +65,7 @@ impl Core {
         let full = budget.map_or(self.tuning.busy_polls, |b| b.polls());
         let mut busy = full;
         let mut alone = false;
+        let network = ep.polls_network();
         let ended = || {
             if let Some(b) = budget {
                 b.record(start.elapsed(), self.tuning.busy_polls);
@@ -58,22 +77,7 @@ impl Core {
                 return Ok(());
             }
             self.note_poll();
-            if kind == WaitKind::Fault {
-                // A fault's page comes from its home, over the network when the home is
-                // another machine: every poll of a fault's wait reads the INIs' sockets,
-                // instead of one in 8 to 32 (paper 000 §3.4's interval, whose shared-
-                // memory polls take tens of ns each, so a reply that had arrived waited
-                // ≈ 1 µs for its read). Measured (fifty-seventh session, Zen 3 VM): the
-                // page's arrival to its read 1.2-2.0 → 0.7-0.8 µs median (a probe build
-                // stamping each step); `bench dsm`'s remote read fault through INIs with
-                // the home polling 0.88 × the time (10 rounds alternating in one
-                // process); EM3D over UDP 0.942 (2×1, 8 pairs), 0.946 (2×2, 6) and 1.014
-                // (4×1, 6), Water 0.945 (4×1 udp) and 0.973 (2×2 udp), 6 pairs each. The
-                // same for every wait cost Water 1.40 × the time on 4×1 udp and 1.075 ×
-                // on 2×2 udp, for barrier waits alone 1.36 × on 4×1 udp: where compute
-                // threads share CPUs, a busy-poll budget counted in polls then spins ten
-                // times longer before the thread yields (a poll that reads a socket
-                // takes ≈ 0.45 µs). No effect on a job without INIs.
+            if network {
                 ep.poll_network_next();
             }
             if let Some(m) = ep.try_recv() {
@@ -102,7 +106,7 @@ impl Core {
                 // The reply to a request usually comes within microseconds: poll
                 // without giving the CPU away first (a yield to another runnable thread
                 // costs a context switch each way).
-                busy -= 1;
+                busy = busy.saturating_sub(if network { NETWORK_POLL_WEIGHT } else { 1 });
                 std::hint::spin_loop();
                 continue;
             }
