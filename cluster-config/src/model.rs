@@ -464,7 +464,9 @@ pub struct IniConfig {
     /// most once in this many of its receive polls — the rest poll only its
     /// shared-memory queues — when recent network polls found messages; 1 to
     /// [`MAX_POLL_INTERVAL`], at most `poll_interval_max`. Default: 8. Paper 000 §3.4:
-    /// a network poll costs an order of magnitude more than a shared-memory one.
+    /// a network poll costs an order of magnitude more than a shared-memory one. (A DSM
+    /// thread waiting in the runtime reads the network at every busy poll whatever this
+    /// says; see the README.)
     pub poll_interval_min: u32,
     /// `poll_interval_max`: a receiving thread polls the network at least once in this
     /// many of its receive polls, when recent network polls found nothing. The interval moves linearly between the two bounds
