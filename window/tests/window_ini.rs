@@ -320,6 +320,18 @@ fn frame(kind: FrameKind, epoch: u64, conn: ConnId, payload: &[u8], key: [u8; 32
     buf
 }
 
+/// A DATA datagram from `B` to `A` of this run's epoch, sealed under another secret than
+/// the job's (forged without it).
+fn forged_data() -> Vec<u8> {
+    frame(
+        FrameKind::Data,
+        EPOCH,
+        ConnId { src: B, dst: A },
+        b"x",
+        [2; 32],
+    )
+}
+
 #[test]
 fn foreign_and_damaged_datagrams_are_rejected_and_counted() {
     let (mut a, _) = ini_a(config());
@@ -338,14 +350,7 @@ fn foreign_and_damaged_datagrams_are_rejected_and_counted() {
             expected: EPOCH
         }))
     );
-    // This run's epoch, forged without the secret.
-    let forged = frame(
-        FrameKind::Data,
-        EPOCH,
-        ConnId { src: B, dst: A },
-        b"x",
-        [2; 32],
-    );
+    let forged = forged_data();
     assert_eq!(
         a.handle_datagram(Micros(0), &forged),
         Err(Rejected::Decode(wire::DecodeError::BadMac))
@@ -895,13 +900,7 @@ fn in_place_delivery_hands_single_fragments_to_the_sink_in_order() {
 #[test]
 fn in_place_delivery_rejects_forged_and_damaged_datagrams() {
     let (mut a, conn) = ini_a(config());
-    let forged = frame(
-        FrameKind::Data,
-        EPOCH,
-        ConnId { src: B, dst: A },
-        b"x",
-        [2; 32],
-    );
+    let forged = forged_data();
     let mut corrupt = data(0, 0, b"hello");
     corrupt[44] ^= 0x01;
     let earlier_run = frame(
