@@ -253,6 +253,12 @@ impl Bundle {
         Some(&self.buf)
     }
 
+    /// The bundle's body as it stands, the bytes [`Bundle::seal`] returns (empty while
+    /// no part is held; its header is numbered only by the seal).
+    pub(crate) fn body(&self) -> &[u8] {
+        &self.buf
+    }
+
     /// Empties the bundle, keeping its buffers (and its sequence number) for reuse.
     pub(crate) fn clear(&mut self) {
         self.buf.clear();

@@ -76,6 +76,31 @@ fn a_long_hand_off_keeps_carrying_its_diffs() {
     );
 }
 
+/// A barrier arrival carries the interval records its cluster closed since the last
+/// barrier, one per hand-off here: past the message layer's bulk limit (1 MiB for this
+/// job's 1 MiB region; ≈ 75,000 records of one page) the job stops with an error that
+/// names the message and says why it grew, instead of the message layer's sizes alone
+/// (or a hang). The README's *Honest notes* state the limit.
+#[test]
+fn a_phase_longer_than_one_message_holds_fails_naming_the_message() {
+    // Cluster 1 makes every other update, each in an interval of its own: 80,000 records
+    // of 14 bytes, 1.12 MB.
+    let n = 160_000;
+    let mut h = LockHandoff::new(Protocol::Hlrc, base(5), false).expect("job");
+    // `Dsm::run` ends with a barrier.
+    let e = h
+        .handoffs(0, n)
+        .expect_err("the closing barrier's arrival is over the limit")
+        .to_string();
+    for needle in [
+        "BarrierArrive",
+        "limit of 1048576 bytes",
+        "interval records",
+    ] {
+        assert!(e.contains(needle), "{needle:?} not in: {e}");
+    }
+}
+
 #[test]
 fn hand_off_words_differ_per_update_and_word() {
     assert_eq!(handoff_words(0), [0; HANDOFF_WORDS]);

@@ -195,6 +195,13 @@ impl Endpoint {
         }
     }
 
+    /// The largest payload [`Endpoint::send_bulk`] accepts, in bytes (the site's
+    /// `max_bulk`).
+    #[inline]
+    pub fn max_bulk(&self) -> usize {
+        self.site.config.max_bulk
+    }
+
     /// Whether a message to `name` leaves through the network (an INI) rather than
     /// through shared memory or this process's own queues: there each message costs a
     /// datagram, so a sender gains by putting more into one. `false` for a name that is

@@ -104,6 +104,21 @@ impl Core {
         bundle: &mut wire::Bundle,
         pending: &mut Pending,
     ) -> Result<(), DsmError> {
+        let (len, max) = (bundle.body().len(), ep.max_bulk());
+        if len > max {
+            // Only a message over the bundle bound travels alone in one, so this is the
+            // one message: say which, and why it grew (the message layer would only give
+            // the sizes). Not numbered: nothing more goes to `to` after this error.
+            let (h, part) = bundle
+                .parts()
+                .iter()
+                .copied()
+                .max_by_key(|p| p.1)
+                .unwrap_or_default();
+            let reason = too_long(len, max, wire::op_name(h.0), part);
+            bundle.clear();
+            return Err(self.send_error(to, wire::op_name(RuntimeOp::Bundle.handler().0), reason));
+        }
         let Some(data) = bundle.seal() else {
             return Ok(());
         };
@@ -330,4 +345,17 @@ impl<T> From<Result<(), SendError<T>>> for Attempt<T> {
             Err(e) => Attempt::Refused(e.to_string()),
         }
     }
+}
+
+/// Why a bundle of `len` bytes cannot be sent (over the message layer's `max` bytes),
+/// whose largest message is a `kind` of `part` bytes.
+fn too_long(len: usize, max: usize, kind: &str, part: usize) -> String {
+    format!(
+        "a bundle of {len} bytes is over the message layer's limit of {max} bytes: it holds \
+         a {kind} of {part} bytes. Lock and barrier messages carry the interval records \
+         (one per interval a cluster closed, at least 14 bytes each) not yet known to their \
+         receiver, at most those since the last barrier: a job that closes more intervals \
+         between two barriers than one message holds cannot go on (see the README's \
+         *Honest notes*)"
+    )
 }
