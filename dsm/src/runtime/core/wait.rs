@@ -66,6 +66,8 @@ impl Core {
         let mut busy = full;
         let mut alone = false;
         let network = ep.polls_network();
+        // What each busy poll takes from the budget.
+        let weight = if network { NETWORK_POLL_WEIGHT } else { 1 };
         let ended = || {
             if let Some(b) = budget {
                 b.record(start.elapsed(), self.tuning.busy_polls);
@@ -106,7 +108,7 @@ impl Core {
                 // The reply to a request usually comes within microseconds: poll
                 // without giving the CPU away first (a yield to another runnable thread
                 // costs a context switch each way).
-                busy = busy.saturating_sub(if network { NETWORK_POLL_WEIGHT } else { 1 });
+                busy = busy.saturating_sub(weight);
                 std::hint::spin_loop();
                 continue;
             }
