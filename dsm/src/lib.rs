@@ -94,6 +94,7 @@ mod array;
 pub mod bench;
 mod error;
 mod event_profile;
+mod pieces;
 mod runtime;
 mod stats;
 pub mod transport;

@@ -303,6 +303,14 @@ pub struct ClusterStats {
     /// Coherence messages received inside bundles.
     #[serde(default)]
     pub bundled_messages_received: u64,
+    /// Pieces sent of bundles longer than one message-layer bulk message (each piece
+    /// one numbered bundle; the bundle itself counts once in `bundles_sent`).
+    #[serde(default)]
+    pub bundle_pieces_sent: u64,
+    /// Pieces received of bundles sent in pieces (the bundle, once whole, counts once in
+    /// `bundles_received`).
+    #[serde(default)]
+    pub bundle_pieces_received: u64,
     /// The message layer's own counters.
     pub layer: LayerStats,
     /// Messages each compute thread handed to the message layer for the network (its
@@ -390,6 +398,8 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         self.bundled_messages_sent += o.bundled_messages_sent;
         self.bundles_received += o.bundles_received;
         self.bundled_messages_received += o.bundled_messages_received;
+        self.bundle_pieces_sent += o.bundle_pieces_sent;
+        self.bundle_pieces_received += o.bundle_pieces_received;
         self.layer += &o.layer;
         self.messages_sent_by_thread
             .extend_from_slice(&o.messages_sent_by_thread);
@@ -492,6 +502,8 @@ pub(crate) struct Counters {
     pub(crate) bundled_sent: AtomicU64,
     pub(crate) bundles_received: AtomicU64,
     pub(crate) bundled_received: AtomicU64,
+    pub(crate) bundle_pieces_sent: AtomicU64,
+    pub(crate) bundle_pieces_received: AtomicU64,
     /// Slow acquires by lock id (see [`ClusterStats::slow_lock_waits`]): at most one
     /// entry per lock the cluster's threads waited on.
     pub(crate) slow_locks: Mutex<BTreeMap<u32, LockWaits>>,
@@ -532,6 +544,8 @@ impl Default for Counters {
             bundled_sent: AtomicU64::new(0),
             bundles_received: AtomicU64::new(0),
             bundled_received: AtomicU64::new(0),
+            bundle_pieces_sent: AtomicU64::new(0),
+            bundle_pieces_received: AtomicU64::new(0),
             slow_locks: Mutex::new(BTreeMap::new()),
         }
     }
@@ -648,6 +662,8 @@ impl Counters {
             bundled_messages_sent: g(&self.bundled_sent),
             bundles_received: g(&self.bundles_received),
             bundled_messages_received: g(&self.bundled_received),
+            bundle_pieces_sent: g(&self.bundle_pieces_sent),
+            bundle_pieces_received: g(&self.bundle_pieces_received),
             layer,
             messages_sent_by_thread: Vec::new(),
             messages_sent_by_protocol_thread: 0,

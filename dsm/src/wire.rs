@@ -34,7 +34,9 @@
 //! and the receiver handles the parts in order, each as if it had arrived alone from
 //! the bundle's sender. Only bulk coherence opcodes may be parts (no runtime message,
 //! no nested bundle). The sender ([`Bundle`]) stops adding to a bundle at
-//! [`MAX_BUNDLE_BYTES`] (a longer message goes alone, in a bundle of its own).
+//! [`MAX_BUNDLE_BYTES`] (a longer message goes alone, in a bundle of its own). A bundle
+//! longer than the message layer's bulk limit goes in pieces, one number each
+//! ([`crate::pieces`]).
 //!
 //! **Sequence numbers.** A cluster numbers its bundles to each destination 0, 1, 2, …
 //! (wrapping), and the receiver handles them in that order, whichever of its threads
@@ -251,6 +253,21 @@ impl Bundle {
         self.buf[..BUNDLE_HEADER].copy_from_slice(&self.next_seq.to_le_bytes());
         self.next_seq = self.next_seq.wrapping_add(1);
         Some(&self.buf)
+    }
+
+    /// Numbers the bundle held in pieces of at most `max` bytes each (see
+    /// [`crate::pieces`]) and returns their bodies, in the order to send them, one
+    /// sequence number each; empty when the bundle is. The caller sends them all before
+    /// sealing another bundle to the same destination, then [`Bundle::clear`]s it.
+    ///
+    /// # Panics
+    /// If the bundle's parts are longer than [`crate::pieces::MAX_MESSAGE_BYTES`] or
+    /// `max` leaves no room after a piece's headers (the caller checks).
+    pub(crate) fn seal_pieces(&mut self, max: usize) -> Vec<Vec<u8>> {
+        if self.parts.is_empty() {
+            return Vec::new();
+        }
+        crate::pieces::split(&self.buf[BUNDLE_HEADER..], max, &mut self.next_seq)
     }
 
     /// The bundle's body as it stands, the bytes [`Bundle::seal`] returns (empty while
@@ -670,6 +687,47 @@ mod tests {
         b.clear();
         assert!(b.try_push(Handler(LOCK_RELEASE), &d));
         assert_eq!(bundle_seq(b.seal().unwrap()), Some(0));
+    }
+
+    /// A bundle sealed in pieces takes one number per piece, and its pieces put back
+    /// together decode to the messages it holds; the bundle after it takes the next
+    /// number. A piece is never read as a bundle of parts.
+    #[test]
+    fn a_bundle_sealed_in_pieces_numbers_them_and_decodes_whole() {
+        let d = bulk_body(5, &[9; 100]);
+        let mut b = Bundle {
+            next_seq: 7,
+            ..Bundle::default()
+        };
+        for _ in 0..3 {
+            assert!(b.try_push(Handler(LOCK_RELEASE), &d));
+        }
+        let whole = raw(&[(LOCK_RELEASE, &d), (LOCK_RELEASE, &d), (LOCK_RELEASE, &d)]);
+        let pieces = b.seal_pieces(100);
+        assert_eq!(
+            pieces.len(),
+            (whole.len() - BUNDLE_HEADER).div_ceil(100 - 13)
+        );
+        let mut a = crate::pieces::Assembly::default();
+        let mut out = None;
+        for (i, p) in pieces.into_iter().enumerate() {
+            assert_eq!(bundle_seq(&p), Some(7 + i as u32));
+            assert!(
+                decode_bundle(&p).unwrap_err().contains("0x00"),
+                "a piece is no bundle"
+            );
+            out = a.take(p).unwrap();
+        }
+        let out = out.expect("whole after the last piece");
+        assert_eq!(out, whole);
+        assert_eq!(decode_bundle(&out).unwrap().len(), 3);
+        b.clear();
+        assert!(
+            b.seal_pieces(100).is_empty(),
+            "an empty bundle takes no number"
+        );
+        assert!(b.try_push(Handler(LOCK_RELEASE), &d));
+        assert_eq!(bundle_seq(b.seal().unwrap()), Some(11));
     }
 
     fn raw_seq(seq: u32, parts: &[(u8, &[u8])]) -> Vec<u8> {

@@ -664,6 +664,12 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "bulk sent", &|c| c.layer.bulk_sent);
     row(&mut s, "bundles sent", &|c| c.bundles_sent);
     row(&mut s, "messages in bundles", &|c| c.bundled_messages_sent);
+    if stats.total.bundle_pieces_sent > 0 {
+        // Bundles longer than one bulk message (interval records of long phases).
+        row(&mut s, "pieces of long bundles sent", &|c| {
+            c.bundle_pieces_sent
+        });
+    }
     row(&mut s, "payload bytes sent", &|c| c.layer.bytes_sent);
     row(&mut s, "sends to a full queue", &|c| c.layer.queue_full);
     row(&mut s, "empty buffer pool", &|c| c.layer.pool_exhausted);

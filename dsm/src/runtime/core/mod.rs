@@ -68,6 +68,7 @@ use super::twins::Twins;
 use super::watch::Waits;
 use crate::error::DsmError;
 use crate::event_profile::{ActionKind, Profiler};
+use crate::pieces::{self, Assembly};
 use crate::stats::{ClusterStats, Counters, LayerStats, ProtocolStats, bump};
 use crate::transport::{Liveness, PROTOCOL_QUEUE, WAKE_QUEUES, wake_queue};
 use crate::uffd::{
@@ -201,6 +202,9 @@ pub(crate) struct Core {
     pub(crate) lock_cache: LockCache,
     /// Each sender's bundles, handled in the order it numbered them (by sender).
     reseq: Vec<Mutex<Resequencer>>,
+    /// Each sender's bundle sent in pieces, being put back together (by sender; only
+    /// the thread handling that sender's bundles in order touches it, see `reseq`).
+    assembly: Vec<Mutex<Assembly>>,
     liveness: Arc<dyn Liveness>,
     failure: Mutex<Option<Failure>>,
     failed: AtomicBool,
@@ -274,6 +278,7 @@ impl Core {
             sent_by_thread: SentByThread::new(threads[me]),
             lock_cache: LockCache::new(MAX_LOCKS),
             reseq: (0..clusters).map(|_| Mutex::default()).collect(),
+            assembly: (0..clusters).map(|_| Mutex::default()).collect(),
             liveness,
             failure: Mutex::new(None),
             failed: AtomicBool::new(false),

@@ -85,7 +85,8 @@ impl Core {
     /// Handles a received [`RuntimeOp::Bundle`] in its sender's order: if it is the
     /// sender's next one, handles it and then every later one already received (see
     /// [`crate::runtime::reseq`]); otherwise leaves it to the thread that handles its
-    /// predecessor.
+    /// predecessor. A piece of a bundle sent in pieces is kept until the bundle is whole
+    /// (see [`crate::pieces`]).
     fn bundle_message(
         &self,
         ops: &RegionOps,
@@ -108,8 +109,14 @@ impl Core {
             return Ok(());
         };
         loop {
-            // Shared, not copied, by the large updates decoded from it.
-            self.bundle_parts(ops, ep, from, &Arc::new(data), pending)?;
+            if pieces::is_piece(&data) {
+                bump(&self.counters.bundle_pieces_received, 1);
+            }
+            let whole = self.assembly[from].lock().take(data).map_err(malformed)?;
+            if let Some(data) = whole {
+                // Shared, not copied, by the large updates decoded from it.
+                self.bundle_parts(ops, ep, from, &Arc::new(data), pending)?;
+            }
             match self.reseq[from].lock().done() {
                 Some(next) => data = next,
                 None => return Ok(()),

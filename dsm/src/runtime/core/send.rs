@@ -106,34 +106,68 @@ impl Core {
     ) -> Result<(), DsmError> {
         let (len, max) = (bundle.body().len(), ep.max_bulk());
         if len > max {
-            // Only a message over the bundle bound travels alone in one, so this is the
-            // one message: say which, and why it grew (the message layer would only give
-            // the sizes). Not numbered: nothing more goes to `to` after this error.
-            let (h, part) = bundle
-                .parts()
-                .iter()
-                .copied()
-                .max_by_key(|p| p.1)
-                .unwrap_or_default();
-            let reason = too_long(len, max, wire::op_name(h.0), part);
-            bundle.clear();
-            return Err(self.send_error(to, wire::op_name(RuntimeOp::Bundle.handler().0), reason));
+            return self.send_in_pieces(ep, to, bundle, max, pending);
         }
         let Some(data) = bundle.seal() else {
             return Ok(());
         };
         let sent = self
             .post_bulk(ep, to, RuntimeOp::Bundle.handler(), data, pending)
-            .map(|()| {
-                for &(h, len) in bundle.parts() {
-                    bump(&self.counters.sent[usize::from(h.0)], 1);
-                    bump(&self.counters.sent_bytes[usize::from(h.0)], len as u64);
-                }
-                bump(&self.counters.bundles_sent, 1);
-                bump(&self.counters.bundled_sent, bundle.parts().len() as u64);
-            });
+            .map(|()| self.count_bundle_sent(bundle));
         bundle.clear();
         sent
+    }
+
+    /// Sends `bundle`, longer than the message layer's bulk limit `max`, in pieces (see
+    /// [`crate::pieces`]), each the next numbered [`RuntimeOp::Bundle`], and empties it.
+    /// One longer than [`pieces::MAX_MESSAGE_BYTES`] fails with an error that names the
+    /// message it holds and why such a message grows.
+    fn send_in_pieces(
+        &self,
+        ep: &Endpoint,
+        to: usize,
+        bundle: &mut wire::Bundle,
+        max: usize,
+        pending: &mut Pending,
+    ) -> Result<(), DsmError> {
+        let len = bundle.body().len();
+        if len - wire::BUNDLE_HEADER > pieces::MAX_MESSAGE_BYTES {
+            // Only a message over the bundle bound travels alone in one, so this is the
+            // one message: say which, and why it grew. Not numbered: nothing more goes
+            // to `to` after this error.
+            let (h, part) = bundle
+                .parts()
+                .iter()
+                .copied()
+                .max_by_key(|p| p.1)
+                .unwrap_or_default();
+            let reason = too_long(len, wire::op_name(h.0), part);
+            bundle.clear();
+            return Err(self.send_error(to, wire::op_name(RuntimeOp::Bundle.handler().0), reason));
+        }
+        let mut sent = Ok(());
+        for piece in bundle.seal_pieces(max) {
+            sent = self.post_bulk(ep, to, RuntimeOp::Bundle.handler(), &piece, pending);
+            if sent.is_err() {
+                break;
+            }
+            bump(&self.counters.bundle_pieces_sent, 1);
+        }
+        if sent.is_ok() {
+            self.count_bundle_sent(bundle);
+        }
+        bundle.clear();
+        sent
+    }
+
+    /// Counts a bundle sent and the messages in it.
+    fn count_bundle_sent(&self, bundle: &wire::Bundle) {
+        for &(h, len) in bundle.parts() {
+            bump(&self.counters.sent[usize::from(h.0)], 1);
+            bump(&self.counters.sent_bytes[usize::from(h.0)], len as u64);
+        }
+        bump(&self.counters.bundles_sent, 1);
+        bump(&self.counters.bundled_sent, bundle.parts().len() as u64);
     }
 
     fn send_error(&self, to: usize, what: &'static str, reason: String) -> DsmError {
@@ -347,15 +381,16 @@ impl<T> From<Result<(), SendError<T>>> for Attempt<T> {
     }
 }
 
-/// Why a bundle of `len` bytes cannot be sent (over the message layer's `max` bytes),
-/// whose largest message is a `kind` of `part` bytes.
-fn too_long(len: usize, max: usize, kind: &str, part: usize) -> String {
+/// Why a bundle of `len` bytes cannot be sent (over [`pieces::MAX_MESSAGE_BYTES`], the
+/// most the runtime sends in pieces), whose largest message is a `kind` of `part` bytes.
+fn too_long(len: usize, kind: &str, part: usize) -> String {
     format!(
-        "a bundle of {len} bytes is over the message layer's limit of {max} bytes: it holds \
-         a {kind} of {part} bytes. Lock and barrier messages carry the interval records \
-         (one per interval a cluster closed, at least 14 bytes each) not yet known to their \
-         receiver, at most those since the last barrier: a job that closes more intervals \
-         between two barriers than one message holds cannot go on (see the README's \
-         *Honest notes*)"
+        "a bundle of {len} bytes is over the {} bytes the runtime sends in pieces: it \
+         holds a {kind} of {part} bytes. Lock and barrier messages carry the interval \
+         records (one per interval a cluster closed, at least 14 bytes each) not yet known \
+         to their receiver, at most those since the last barrier: a job that closes more \
+         intervals between two barriers than one message holds cannot go on (see the \
+         README's *Honest notes*)",
+        pieces::MAX_MESSAGE_BYTES
     )
 }
