@@ -942,3 +942,57 @@ fn a_present_page_whose_mapping_the_kernel_dropped_is_mapped_again() {
         "{stats:?}"
     );
 }
+
+/// Two clusters pass a lock back and forth far more often than one message's interval
+/// records hold (1 MiB for this job's 1 MiB region), with no barrier between: at the
+/// closing barrier both send the barrier manager (cluster 0) an arrival in pieces at
+/// once, and it puts each sender's back together apart (`dsm/src/pieces.rs`). Cluster
+/// 0, which took no part, then reads the count both made.
+#[test]
+fn two_clusters_send_the_barrier_manager_arrivals_in_pieces_at_once() {
+    // Each of clusters 1 and 2 makes every other increment, each in an interval of its
+    // own, and its arrival carries its own: 90,000 records of 14 bytes, 1.26 MB.
+    let n = 180_000u64;
+    let mut cfg = config(3, 1, Protocol::Hlrc);
+    cfg.dsm.region_size = 1 << 20;
+    let results = on_each(job(40, &cfg), |mut dsm| {
+        let count = dsm.alloc::<u64>(1).unwrap();
+        dsm.run(|w| {
+            let me = w.cluster() as u64;
+            if me == 0 {
+                return;
+            }
+            // Cluster 1 makes the odd increments (from an even count), cluster 2 the
+            // even ones.
+            loop {
+                let g = w.lock(0).unwrap();
+                let c = count.get(0);
+                if c >= n {
+                    break;
+                }
+                if c % 2 == me - 1 {
+                    count.set(0, c + 1);
+                }
+                g.unlock().unwrap();
+            }
+        })
+        .unwrap();
+        let seen = count.get(0);
+        (seen, dsm.finish().unwrap())
+    });
+    for (c, (seen, _)) in results.iter().enumerate() {
+        assert_eq!(*seen, n, "cluster {c} after the barrier");
+    }
+    let total = &results[0].1.total;
+    let pieces: Vec<u64> = results[0]
+        .1
+        .clusters
+        .iter()
+        .map(|s| s.bundle_pieces_sent)
+        .collect();
+    assert!(
+        pieces[1] >= 2 && pieces[2] >= 2,
+        "both arrivals in pieces: {pieces:?}"
+    );
+    assert_eq!(total.bundle_pieces_sent, total.bundle_pieces_received);
+}
