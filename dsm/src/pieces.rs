@@ -42,35 +42,43 @@ pub(crate) const PIECE_HEADER: usize = 1 + 4 + 4;
 /// an error naming the message; the receiver refuses a piece that announces more.
 pub(crate) const MAX_MESSAGE_BYTES: usize = 1 << 30;
 
-/// Cuts `parts` (a bundle's body after its sequence number) into piece bodies of at most
-/// `max` bytes each (`max` > [`BUNDLE_HEADER`] + [`PIECE_HEADER`]), numbered from
-/// `*next_seq` on (which it advances past the last), in the order they must be sent.
+/// Cuts `parts` (a bundle's body after its sequence number) into pieces of at most `max`
+/// bytes each (`max` > [`BUNDLE_HEADER`] + [`PIECE_HEADER`]), numbered from `*next_seq`
+/// on (advanced past each piece built), and hands each piece's body to `send`, in
+/// order, built in one buffer reused for all: a long message is not copied whole
+/// first. Stops at the first error of `send`.
+///
+/// # Errors
+/// The first error `send` returns.
 ///
 /// # Panics
 /// If `parts` is longer than [`MAX_MESSAGE_BYTES`] or `max` leaves no room for bytes
 /// after the headers (the caller checks both).
-pub(crate) fn split(parts: &[u8], max: usize, next_seq: &mut u32) -> Vec<Vec<u8>> {
+pub(crate) fn send_split<E>(
+    parts: &[u8],
+    max: usize,
+    next_seq: &mut u32,
+    mut send: impl FnMut(&[u8]) -> Result<(), E>,
+) -> Result<(), E> {
     assert!(parts.len() <= MAX_MESSAGE_BYTES, "checked by the caller");
     let room = max
         .checked_sub(BUNDLE_HEADER + PIECE_HEADER)
         .filter(|&r| r > 0)
         .expect("a bulk limit longer than a piece's headers");
     let total = parts.len() as u32;
-    parts
-        .chunks(room)
-        .enumerate()
-        .map(|(i, bytes)| {
-            let mut piece = Vec::with_capacity(BUNDLE_HEADER + PIECE_HEADER + bytes.len());
-            piece.extend_from_slice(&next_seq.to_le_bytes());
-            *next_seq = next_seq.wrapping_add(1);
-            piece.push(PIECE);
-            piece.extend_from_slice(&total.to_le_bytes());
-            // `i * room` < `total`, which fits a u32.
-            piece.extend_from_slice(&((i * room) as u32).to_le_bytes());
-            piece.extend_from_slice(bytes);
-            piece
-        })
-        .collect()
+    let mut piece = Vec::with_capacity(max.min(BUNDLE_HEADER + PIECE_HEADER + parts.len()));
+    for (i, bytes) in parts.chunks(room).enumerate() {
+        piece.clear();
+        piece.extend_from_slice(&next_seq.to_le_bytes());
+        *next_seq = next_seq.wrapping_add(1);
+        piece.push(PIECE);
+        piece.extend_from_slice(&total.to_le_bytes());
+        // `i * room` < `total`, which fits a u32.
+        piece.extend_from_slice(&((i * room) as u32).to_le_bytes());
+        piece.extend_from_slice(bytes);
+        send(&piece)?;
+    }
+    Ok(())
 }
 
 /// Whether a received bundle body (sequence number first) is a piece.
@@ -189,7 +197,12 @@ mod tests {
             first in any::<u32>(),
         ) {
             let mut next = first;
-            let pieces = split(&parts, max, &mut next);
+            let mut pieces = Vec::new();
+            send_split(&parts, max, &mut next, |p| {
+                pieces.push(p.to_vec());
+                Ok::<(), ()>(())
+            })
+            .unwrap();
             prop_assert_eq!(next, first.wrapping_add(pieces.len() as u32));
             let mut a = Assembly::default();
             for (i, p) in pieces.into_iter().enumerate() {

@@ -256,18 +256,25 @@ impl Bundle {
     }
 
     /// Numbers the bundle held in pieces of at most `max` bytes each (see
-    /// [`crate::pieces`]) and returns their bodies, in the order to send them, one
-    /// sequence number each; empty when the bundle is. The caller sends them all before
-    /// sealing another bundle to the same destination, then [`Bundle::clear`]s it.
+    /// [`crate::pieces`]) and hands each piece's body to `send`, in the order to send
+    /// them, one sequence number each (nothing when the bundle is empty). The caller
+    /// then [`Bundle::clear`]s it.
+    ///
+    /// # Errors
+    /// The first error `send` returns (the pieces after it are not built).
     ///
     /// # Panics
     /// If the bundle's parts are longer than [`crate::pieces::MAX_MESSAGE_BYTES`] or
     /// `max` leaves no room after a piece's headers (the caller checks).
-    pub(crate) fn seal_pieces(&mut self, max: usize) -> Vec<Vec<u8>> {
+    pub(crate) fn seal_pieces<E>(
+        &mut self,
+        max: usize,
+        send: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
         if self.parts.is_empty() {
-            return Vec::new();
+            return Ok(());
         }
-        crate::pieces::split(&self.buf[BUNDLE_HEADER..], max, &mut self.next_seq)
+        crate::pieces::send_split(&self.buf[BUNDLE_HEADER..], max, &mut self.next_seq, send)
     }
 
     /// The bundle's body as it stands, the bytes [`Bundle::seal`] returns (empty while
@@ -703,7 +710,12 @@ mod tests {
             assert!(b.try_push(Handler(LOCK_RELEASE), &d));
         }
         let whole = raw(&[(LOCK_RELEASE, &d), (LOCK_RELEASE, &d), (LOCK_RELEASE, &d)]);
-        let pieces = b.seal_pieces(100);
+        let mut pieces = Vec::new();
+        b.seal_pieces(100, |p| {
+            pieces.push(p.to_vec());
+            Ok::<(), ()>(())
+        })
+        .unwrap();
         assert_eq!(
             pieces.len(),
             (whole.len() - BUNDLE_HEADER).div_ceil(100 - 13)
@@ -722,10 +734,13 @@ mod tests {
         assert_eq!(out, whole);
         assert_eq!(decode_bundle(&out).unwrap().len(), 3);
         b.clear();
-        assert!(
-            b.seal_pieces(100).is_empty(),
-            "an empty bundle takes no number"
-        );
+        let mut handed = 0;
+        b.seal_pieces(100, |_| {
+            handed += 1;
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(handed, 0, "an empty bundle takes no number");
         assert!(b.try_push(Handler(LOCK_RELEASE), &d));
         assert_eq!(bundle_seq(b.seal().unwrap()), Some(11));
     }

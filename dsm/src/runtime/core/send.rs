@@ -145,14 +145,11 @@ impl Core {
             bundle.clear();
             return Err(self.send_error(to, wire::op_name(RuntimeOp::Bundle.handler().0), reason));
         }
-        let mut sent = Ok(());
-        for piece in bundle.seal_pieces(max) {
-            sent = self.post_bulk(ep, to, RuntimeOp::Bundle.handler(), &piece, pending);
-            if sent.is_err() {
-                break;
-            }
+        let sent = bundle.seal_pieces(max, |piece| {
+            self.post_bulk(ep, to, RuntimeOp::Bundle.handler(), piece, pending)?;
             bump(&self.counters.bundle_pieces_sent, 1);
-        }
+            Ok(())
+        });
         if sent.is_ok() {
             self.count_bundle_sent(bundle);
         }
