@@ -127,4 +127,28 @@ fn bench_dsm_prints_and_writes_every_row_with_its_baseline() {
     );
     assert!(on_backing["ratio"].as_f64().unwrap() > 0.0, "{on_backing}");
     assert!(on_backing["met"].is_null(), "{on_backing}");
+    // Likewise the UDP round trip answered by a page: the polling fault through INIs is
+    // compared with that floor too, without a target, and the floor is that round
+    // trip plus the bare fault, round by round.
+    let page_rtt = row(
+        "Baselines",
+        "the same, answered by 4 KiB (a page fetch's shape)",
+    );
+    let bare = row("Baselines", "bare userfaultfd read fault");
+    let page_floor = row(
+        "Baselines",
+        "= busy UDP round trip with a 4 KiB answer + bare fault",
+    );
+    let median = |r: &serde_json::Value| r["summary"]["median"].as_f64().unwrap();
+    assert!(
+        median(page_floor) > median(page_rtt) && median(page_floor) > median(bare),
+        "{page_floor} against {page_rtt} and {bare}"
+    );
+    let on_page = row("hlrc", "the same, against the floor with a 4 KiB answer");
+    assert!(on_page["ratio"].as_f64().unwrap() > 0.0, "{on_page}");
+    assert!(on_page["met"].is_null(), "{on_page}");
+    assert_eq!(
+        on_page["paired"]["baseline_summary"], page_floor["summary"],
+        "{on_page} / {page_floor}"
+    );
 }

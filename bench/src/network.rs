@@ -79,16 +79,26 @@ fn udp_recv(s: &UdpSocket, buf: &mut [u8], wait: UdpWait, deadline: Instant, wha
     }
 }
 
-/// A raw-UDP ping-pong of `size`-byte datagrams between two threads on loopback,
-/// pinned to different CPUs, each end waiting as `wait` says; after [`WARM_UP`]
-/// untimed round trips, `round(i, t)` is called after timed round trip `i`, started
-/// at `t`.
+/// A raw-UDP ping-pong between two threads on loopback, pinned to different CPUs,
+/// each end waiting as `wait` says: `size`-byte datagrams out, answered by
+/// `reply`-byte ones (the request's bytes, then zeros); after [`WARM_UP`] untimed
+/// round trips, `round(i, t)` is called after timed round trip `i`, started at `t`.
+///
+/// # Panics
+/// If `reply` is over 65,507 bytes (a UDP datagram's largest payload), or a datagram
+/// of another size comes back.
 fn udp_pingpong_with(
     round_trips: u64,
     size: usize,
+    reply: usize,
     wait: UdpWait,
     mut round: impl FnMut(u64, Instant),
 ) {
+    const MAX_DATAGRAM: usize = 65_507;
+    assert!(
+        size <= MAX_DATAGRAM && reply <= MAX_DATAGRAM,
+        "UDP datagrams carry at most {MAX_DATAGRAM} bytes (asked {size} and {reply})"
+    );
     let _pin = pin_to_cpu(0);
     let (a, b) = udp_pair(wait);
     let deadline = Instant::now() + DEADLINE;
@@ -97,7 +107,8 @@ fn udp_pingpong_with(
         let mut buf = vec![0u8; 65_536];
         for _ in 0..WARM_UP + round_trips {
             let n = udp_recv(&b, &mut buf, wait, deadline, "UDP echo");
-            b.send(&buf[..n]).expect("echo send");
+            assert_eq!(n, size, "a request of another size");
+            b.send(&buf[..reply]).expect("echo send");
         }
     });
     let msg = vec![7u8; size];
@@ -106,7 +117,7 @@ fn udp_pingpong_with(
         let t = Instant::now();
         a.send(&msg).expect("send");
         let n = udp_recv(&a, &mut buf, wait, deadline, "UDP ping");
-        assert_eq!(n, size, "echoed datagram of another size");
+        assert_eq!(n, reply, "an answer of another size");
         if let Some(timed) = i.checked_sub(WARM_UP) {
             round(timed, t);
         }
@@ -120,7 +131,7 @@ fn udp_pingpong_with(
 pub fn udp_pingpong(round_trips: u64, size: usize, wait: UdpWait) -> Duration {
     let mut start = None;
     let mut end = None;
-    udp_pingpong_with(round_trips, size, wait, |i, t| {
+    udp_pingpong_with(round_trips, size, size, wait, |i, t| {
         if i == 0 {
             start = Some(t);
         }
@@ -134,8 +145,23 @@ pub fn udp_pingpong(round_trips: u64, size: usize, wait: UdpWait) -> Duration {
 
 /// Baseline: as [`udp_pingpong`], one sample per round trip (ns each).
 pub fn udp_round_trips(round_trips: usize, size: usize, wait: UdpWait) -> Vec<u64> {
+    udp_request_reply_round_trips(round_trips, size, size, wait)
+}
+
+/// Baseline: round trips of a `request`-byte datagram answered by a `reply`-byte one
+/// (a page fetch's shape: a small request, a page back), one sample per round trip
+/// (ns each); otherwise as [`udp_pingpong`].
+///
+/// # Panics
+/// If `request` or `reply` is over 65,507 bytes.
+pub fn udp_request_reply_round_trips(
+    round_trips: usize,
+    request: usize,
+    reply: usize,
+    wait: UdpWait,
+) -> Vec<u64> {
     let mut out = Vec::with_capacity(round_trips);
-    udp_pingpong_with(round_trips as u64, size, wait, |_, t| {
+    udp_pingpong_with(round_trips as u64, request, reply, wait, |_, t| {
         out.push(t.elapsed().as_nanos() as u64);
     });
     out

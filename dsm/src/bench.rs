@@ -6,7 +6,8 @@
 //! [`summarize`] gives the median and spread. The kernels:
 //!
 //! * baselines: [`udp_round_trips`] (two threads, UDP on loopback, 8-byte messages,
-//!   busy-polled or with blocking sockets), [`BareFault`] (a read of a missing page
+//!   busy-polled or with blocking sockets) and [`udp_page_round_trips`] (the same with
+//!   a 4 KiB answer), [`BareFault`] (a read of a missing page
 //!   served in the faulting thread with `UFFDIO_COPY`, no protocol), [`BareWriteFault`]
 //!   (a write to a write-protected page, the protection lifted in the writing thread)
 //!   and [`PageCopy`] (copying a 4 KiB page);
@@ -101,6 +102,17 @@ fn ns(d: Duration) -> u64 {
 /// If the sockets cannot be set up or a datagram is lost (loopback does not lose them).
 pub fn udp_round_trips(n: usize, wait: UdpWait) -> Vec<u64> {
     multigrain_bench::network::udp_round_trips(n, 8, wait)
+}
+
+/// Baseline: as [`udp_round_trips`], but each 8-byte datagram is answered by a
+/// [`PAGE_SIZE`]-byte one, the shape of a remote read fault's messages (a request, a
+/// page back) without any protocol around them: no headers, no sealing, no copy into
+/// a page. The floor of a page fetched over UDP, beside the 8-byte one.
+///
+/// # Panics
+/// As [`udp_round_trips`].
+pub fn udp_page_round_trips(n: usize, wait: UdpWait) -> Vec<u64> {
+    multigrain_bench::network::udp_request_reply_round_trips(n, 8, PAGE_SIZE, wait)
 }
 
 /// Baseline: copying a 4 KiB page, what a page reply costs beyond its messages (into a

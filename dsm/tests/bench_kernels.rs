@@ -2,13 +2,13 @@
 //! do what they say, on tiny counts (no timing is asserted): the lock hand-off passes its
 //! lock and the 64 bytes it protects back and forth under both protocols, over shared
 //! memory and over INIs, checking every value it reads; the copy and UDP baselines
-//! return one sample per operation.
+//! (the page-answered UDP round trip included) return one sample per operation.
 
 use multigrain_bench::network::UdpWait;
 use multigrain_cluster_config::Protocol;
 use multigrain_dsm::bench::{
     HANDOFF_WORDS, LockHandoff, PageCopy, diff_apply, diff_encode, diff_pages, handoff_words,
-    page_copy_warm, udp_round_trips,
+    page_copy_warm, udp_page_round_trips, udp_round_trips,
 };
 
 /// A region address private to one test of this binary.
@@ -125,6 +125,8 @@ fn hand_off_words_differ_per_update_and_word() {
 fn baselines_return_one_sample_per_operation() {
     assert_eq!(udp_round_trips(5, UdpWait::BusyPoll).len(), 5);
     assert_eq!(udp_round_trips(5, UdpWait::Blocking).len(), 5);
+    // Each answer is checked to be a whole page (the kernel panics on another size).
+    assert_eq!(udp_page_round_trips(5, UdpWait::BusyPoll).len(), 5);
     let mut copy = PageCopy::new();
     for _ in 0..3 {
         assert!(copy.copies(PageCopy::PAGES + 3) > 0.0);

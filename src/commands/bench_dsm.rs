@@ -1,10 +1,10 @@
 //! `multigrain bench dsm`: the DSM runtime's fault path and lock hand-off beside their
 //! baselines, sampled in alternation with them in the same run — raw UDP round trips
-//! (busy-polled; blocking as the weak baseline), a bare userfaultfd fault, a 4 KiB copy,
-//! Express round trips over shared memory, a one-way bulk message of a hand-off's size
-//! over shared memory and one-way Express through INIs — plus a barrier of two clusters,
-//! write fault and release cost per page and diff throughput (issues 4 and 10; kernels
-//! in `multigrain_dsm::bench`).
+//! (busy-polled, also answered by a 4 KiB datagram; blocking as the weak baseline), a
+//! bare userfaultfd fault, a 4 KiB copy, Express round trips over shared memory, a
+//! one-way bulk message of a hand-off's size over shared memory and one-way Express
+//! through INIs — plus a barrier of two clusters, write fault and release cost per page
+//! and diff throughput (issues 4 and 10; kernels in `multigrain_dsm::bench`).
 
 use crate::measure::{Summary, Table, Target, interleave_with, sum_series, write_json};
 use anyhow::{Context, Result};
@@ -126,6 +126,9 @@ const _: () = assert!(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum K {
     UdpBusy,
+    /// A busy-polled UDP round trip whose answer is a page (informational floor of the
+    /// fault through INIs).
+    UdpBusyPage,
     UdpBlocking,
     BareFault,
     /// The bare fault as the DSM region installs pages (shared memory, minor faults;
@@ -164,6 +167,7 @@ enum K {
 fn kernel_order() -> Vec<K> {
     let mut order = vec![
         K::UdpBusy,
+        K::UdpBusyPage,
         K::UdpBlocking,
         K::BareFault,
         K::BareFaultShm,
@@ -247,6 +251,7 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
     let order = kernel_order();
     let data = interleave_with(rounds, order.len(), &progress, |k| match order[k] {
         K::UdpBusy => median_us(&kernels::udp_round_trips(b, UdpWait::BusyPoll)),
+        K::UdpBusyPage => median_us(&kernels::udp_page_round_trips(b, UdpWait::BusyPoll)),
         K::UdpBlocking => median_us(&kernels::udp_round_trips(b, UdpWait::Blocking)),
         K::BareFault => median_us(&(0..b).map(|_| bare.fault()).collect::<Vec<_>>()),
         K::BareFaultShm => median_us(&(0..b).map(|_| bare_shm.fault()).collect::<Vec<_>>()),
@@ -333,6 +338,13 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
     .map(col);
     let g = "Baselines (µs per operation; ends of a ping-pong pinned to different CPUs)";
     t.push(g, "UDP round trip, 8 B, busy-polled", "µs", udp_busy);
+    let udp_busy_page = col(K::UdpBusyPage);
+    t.push(
+        g,
+        "  the same, answered by 4 KiB (a page fetch's shape)",
+        "µs",
+        udp_busy_page,
+    );
     t.push(
         g,
         "UDP round trip, 8 B, blocking (weak baseline)",
@@ -373,6 +385,9 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         express_ini,
     );
     let udp_fault = sum_series(&[udp_busy, bare_fault]);
+    // The same floor with the page in the answer (informational: the target stays
+    // against the issue's 8-byte round trip).
+    let udp_page_fault = sum_series(&[udp_busy_page, bare_fault]);
     let weak_udp_fault = sum_series(&[udp_blocking, bare_fault]);
     let shm_floor = sum_series(&[bare_fault, page_copy, express_shm_rtt]);
     // The same floor with the install the DSM's shared-memory regions pay (informational:
@@ -390,6 +405,12 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
         col(K::Apply(HANDOFF_DIFF)),
     ]);
     t.push(g, "= busy UDP round trip + bare fault", "µs", &udp_fault);
+    t.push(
+        g,
+        "= busy UDP round trip with a 4 KiB answer + bare fault",
+        "µs",
+        &udp_page_fault,
+    );
     t.push(
         g,
         "= bare fault + 4 KiB copy + Express round trip",
@@ -487,6 +508,14 @@ pub fn run(opts: Options, json: Option<&std::path::Path>) -> Result<()> {
             remote_net_polling,
             ("busy UDP RTT + fault", &udp_fault),
             Some(Target::at_most(1.5, "≤ 1.5× (busy UDP RTT + fault)")),
+        );
+        t.compare(
+            g,
+            "  the same, against the floor with a 4 KiB answer",
+            "µs",
+            remote_net_polling,
+            ("busy UDP 4K RTT + fault", &udp_page_fault),
+            None,
         );
         t.compare(
             g,
