@@ -228,11 +228,13 @@ enum BenchCommand {
     /// per page and diff throughput, beside baselines measured in the same run.
     ///
     /// Baselines: UDP round trip of 8 bytes busy-polled (and blocking, the weak
-    /// baseline), a bare userfaultfd fault, a 4 KiB copy, an Express round trip over
-    /// shared memory between two processes, a one-way bulk message of 256 bytes (about
-    /// what a hand-off sends) between the same processes, and one-way Express through
-    /// INIs; the shared-memory hand-off is also shown against its data path (that bulk
-    /// message plus a page diff's encoding and application). Targets:
+    /// baseline; and busy-polled with a 4 KiB answer, a page fetch's shape), a bare
+    /// userfaultfd fault, a 4 KiB copy, an Express round trip over shared memory between
+    /// two processes, a one-way bulk message of 256 bytes (about what a hand-off sends)
+    /// between the same processes, and one-way Express through INIs; the shared-memory
+    /// hand-off is also shown against its data path (that bulk message plus a page
+    /// diff's encoding and application), and the polled fault through INIs against the
+    /// round trip with the 4 KiB answer plus the bare fault. Targets:
     /// remote read fault via INIs ≤ 1.5 × (busy UDP round trip + bare fault); over shared
     /// memory ≤ 1.5 × (bare fault + 4 KiB copy + Express round trip); lock hand-off
     /// between two clusters, each holder checking and rewriting the 64 bytes the lock
