@@ -85,8 +85,8 @@ fn udp_recv(s: &UdpSocket, buf: &mut [u8], wait: UdpWait, deadline: Instant, wha
 /// round trips, `round(i, t)` is called after timed round trip `i`, started at `t`.
 ///
 /// # Panics
-/// If `reply` is over 65,507 bytes (a UDP datagram's largest payload), or a datagram
-/// of another size comes back.
+/// If `size` or `reply` is over 65,507 bytes (a UDP datagram's largest payload), or a
+/// datagram of another size arrives at either end.
 fn udp_pingpong_with(
     round_trips: u64,
     size: usize,

@@ -7,10 +7,10 @@
 //!
 //! * baselines: [`udp_round_trips`] (two threads, UDP on loopback, 8-byte messages,
 //!   busy-polled or with blocking sockets) and [`udp_page_round_trips`] (the same with
-//!   a 4 KiB answer), [`BareFault`] (a read of a missing page
-//!   served in the faulting thread with `UFFDIO_COPY`, no protocol), [`BareWriteFault`]
-//!   (a write to a write-protected page, the protection lifted in the writing thread)
-//!   and [`PageCopy`] (copying a 4 KiB page);
+//!   a 4 KiB answer), [`BareFault`] (a read of a missing page served in the faulting
+//!   thread with `UFFDIO_COPY`, no protocol), [`BareWriteFault`] (a write to a
+//!   write-protected page, the protection lifted in the writing thread) and
+//!   [`PageCopy`] (copying a 4 KiB page);
 //! * [`Pair`]: a two-cluster job in this process (shared-memory substrate): local fault
 //!   service, remote read fault, write fault (twin + unprotect), release (barrier) cost
 //!   per page;
