@@ -297,6 +297,11 @@ pub struct ClusterStats {
     /// Coherence messages sent inside bundles.
     #[serde(default)]
     pub bundled_messages_sent: u64,
+    /// Of `bundled_messages_sent`, Express messages (recalls, acknowledgements) that
+    /// followed bulk messages of the same event to the same cluster and went as the
+    /// bundle's last part instead of a message-layer Express message of their own.
+    #[serde(default)]
+    pub express_bundled_sent: u64,
     /// Bundles received.
     #[serde(default)]
     pub bundles_received: u64,
@@ -396,6 +401,7 @@ impl AddAssign<&ClusterStats> for ClusterStats {
         }
         self.bundles_sent += o.bundles_sent;
         self.bundled_messages_sent += o.bundled_messages_sent;
+        self.express_bundled_sent += o.express_bundled_sent;
         self.bundles_received += o.bundles_received;
         self.bundled_messages_received += o.bundled_messages_received;
         self.bundle_pieces_sent += o.bundle_pieces_sent;
@@ -500,6 +506,7 @@ pub(crate) struct Counters {
     pub(crate) received: Box<[AtomicU64; 256]>,
     pub(crate) bundles_sent: AtomicU64,
     pub(crate) bundled_sent: AtomicU64,
+    pub(crate) express_bundled_sent: AtomicU64,
     pub(crate) bundles_received: AtomicU64,
     pub(crate) bundled_received: AtomicU64,
     pub(crate) bundle_pieces_sent: AtomicU64,
@@ -542,6 +549,7 @@ impl Default for Counters {
             received: Box::new([const { AtomicU64::new(0) }; 256]),
             bundles_sent: AtomicU64::new(0),
             bundled_sent: AtomicU64::new(0),
+            express_bundled_sent: AtomicU64::new(0),
             bundles_received: AtomicU64::new(0),
             bundled_received: AtomicU64::new(0),
             bundle_pieces_sent: AtomicU64::new(0),
@@ -660,6 +668,7 @@ impl Counters {
             messages_received: by_kind(&self.received),
             bundles_sent: g(&self.bundles_sent),
             bundled_messages_sent: g(&self.bundled_sent),
+            express_bundled_sent: g(&self.express_bundled_sent),
             bundles_received: g(&self.bundles_received),
             bundled_messages_received: g(&self.bundled_received),
             bundle_pieces_sent: g(&self.bundle_pieces_sent),

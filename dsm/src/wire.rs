@@ -32,8 +32,13 @@
 //! ```
 //!
 //! and the receiver handles the parts in order, each as if it had arrived alone from
-//! the bundle's sender. Only bulk coherence opcodes may be parts (no runtime message,
-//! no nested bundle). The sender ([`Bundle`]) stops adding to a bundle at
+//! the bundle's sender. Parts are bulk coherence messages, and Express coherence
+//! messages that follow bulk ones of the same event to the same cluster (a recall
+//! after a grant, an acknowledgement after a diff): such a part is the 5-byte payload
+//! alone, and the bundle, which would have left right before it, leaves with it as its
+//! last part — one message-layer message (one datagram through INIs) instead of two.
+//! No runtime message, no nested bundle, no unknown opcode, and no body on a part of a
+//! kind that has none. The sender ([`Bundle`]) stops adding to a bundle at
 //! [`MAX_BUNDLE_BYTES`] (a longer message goes alone, in a bundle of its own). A bundle
 //! longer than the message layer's bulk limit goes in pieces, one number each
 //! ([`crate::pieces`]).
@@ -233,6 +238,22 @@ impl Bundle {
         Push::Added
     }
 
+    /// Appends the Express coherence message `handler`, `payload` as a part of its own:
+    /// its 5-byte payload prefix and no body. Only to a bundle that holds parts already
+    /// (an Express message that follows bulk messages of the same event to the same
+    /// cluster, which the bundle then carries with them instead of a message-layer
+    /// message of its own); past [`MAX_BUNDLE_BYTES`] by at most its 10 bytes.
+    pub(crate) fn push_express(&mut self, handler: Handler, payload: u64) {
+        debug_assert!(!self.parts.is_empty(), "an Express part follows bulk parts");
+        self.start();
+        self.buf.push(handler.0);
+        self.buf
+            .extend_from_slice(&(BULK_PAYLOAD_BYTES as u32).to_le_bytes());
+        self.buf
+            .extend_from_slice(&payload.to_le_bytes()[..BULK_PAYLOAD_BYTES]);
+        self.parts.push((handler, BULK_PAYLOAD_BYTES));
+    }
+
     /// Appends a part that [`Bundle::push_message`] handed back, even past
     /// [`MAX_BUNDLE_BYTES`] (call it on an empty bundle: a part over the bound then
     /// travels alone, since the next push finds the bundle full).
@@ -336,9 +357,11 @@ pub(crate) fn bundle_seq(data: &[u8]) -> Option<u32> {
 
 /// Splits a received Bundle body into its messages (after its sequence number, see
 /// [`bundle_seq`]). Rejects, with the reason, a truncated sequence number, an empty
-/// bundle, a truncated header or part, a part shorter than its payload prefix, and a
-/// part whose handler is not a bulk coherence opcode (a runtime message, a nested
-/// bundle, an Express or Tag-On opcode, an unknown one).
+/// bundle, a truncated header or part, a part shorter than its payload prefix, a part
+/// whose handler is not a coherence opcode (a runtime message, a nested bundle, an
+/// unknown one), and a part of a coherence kind without a bulk body (Express, Tag-On)
+/// that holds more than its payload. Whether such a message may travel without its
+/// Tag-On buffer is checked when it is decoded (a page reply may not).
 pub(crate) fn decode_bundle(data: &[u8]) -> Result<Vec<BundlePart<'_>>, String> {
     let Some((_, data)) = data.split_first_chunk::<BUNDLE_HEADER>() else {
         return Err(format!(
@@ -369,12 +392,18 @@ pub(crate) fn decode_bundle(data: &[u8]) -> Result<Vec<BundlePart<'_>>, String> 
                 "part {i}: runtime message {name} (0x{h:02x}) inside a bundle"
             ));
         }
-        if !Message::opcode_has_bulk_body(h) {
+        let bulk = Message::opcode_has_bulk_body(h);
+        if !bulk && name == "unknown" {
             return Err(format!(
-                "part {i}: handler 0x{h:02x} ({name}) is not a bulk coherence message"
+                "part {i}: handler 0x{h:02x} is not a coherence message"
             ));
         }
         let len = u32::from_le_bytes([l0, l1, l2, l3]);
+        if !bulk && len as usize != BULK_PAYLOAD_BYTES {
+            return Err(format!(
+                "part {i}: {name} (0x{h:02x}) is not a bulk coherence message, so its part is its {BULK_PAYLOAD_BYTES}-byte payload alone, not {len} bytes"
+            ));
+        }
         let Some((part, tail)) = usize::try_from(len)
             .ok()
             .and_then(|n| tail.split_at_checked(n))
@@ -799,18 +828,18 @@ mod tests {
             &raw(&[(DIFF, &[1, 2, 3, 4])]),
             "shorter than the 5-byte payload",
         );
-        // not a bulk coherence opcode
+        // an Express coherence opcode with a body, an unknown opcode
         rejected(
-            &raw(&[(0x33, &ok)]),
-            "0x33 (LockRecall) is not a bulk coherence",
+            &raw(&[(LOCK_RELEASE, &ok), (0x33, &ok)]),
+            "part 1: LockRecall (0x33) is not a bulk coherence message, so its part is its 5-byte payload alone, not 7 bytes",
         );
         rejected(
             &raw(&[(0x11, &ok)]),
-            "0x11 (PageData) is not a bulk coherence",
+            "PageData (0x11) is not a bulk coherence message",
         );
         rejected(
-            &raw(&[(0x77, &ok)]),
-            "0x77 (unknown) is not a bulk coherence",
+            &raw(&[(0x77, &bulk_body(0, b""))]),
+            "part 0: handler 0x77 is not a coherence message",
         );
         // nested bundle, runtime messages
         let inner = raw(&[(LOCK_RELEASE, &ok), (LOCK_GRANT, &ok)])[BUNDLE_HEADER..].to_vec();
@@ -823,16 +852,102 @@ mod tests {
         rejected(&raw(&[(0xF0, &ok)]), "runtime message Noop (0xf0) inside");
     }
 
+    /// A part is a bulk coherence message, or a coherence message of another kind as
+    /// its payload alone (an Express message carried by the bundle); never a runtime
+    /// message or an unknown opcode.
     #[test]
-    fn only_bulk_coherence_opcodes_may_be_parts() {
-        let ok = bulk_body(0, b"");
+    fn parts_are_coherence_messages_and_only_bulk_ones_have_a_body() {
+        let bare = bulk_body(0, b"");
+        let with_body = bulk_body(0, b"x");
         for h in 0..=u8::MAX {
-            let accepted = decode_bundle(&raw(&[(h, &ok)])).is_ok();
-            assert_eq!(accepted, Message::opcode_has_bulk_body(h), "0x{h:02x}");
-            if accepted {
-                assert_ne!(op_name(h), "unknown");
-            }
+            let coherence =
+                op_name(h) != "unknown" && RuntimeOp::from_handler(Handler(h)).is_none();
+            let bulk = Message::opcode_has_bulk_body(h);
+            assert!(!bulk || coherence, "0x{h:02x}");
+            assert_eq!(
+                decode_bundle(&raw(&[(h, &bare)])).is_ok(),
+                coherence,
+                "0x{h:02x}"
+            );
+            assert_eq!(
+                decode_bundle(&raw(&[(h, &with_body)])).is_ok(),
+                bulk,
+                "0x{h:02x}"
+            );
         }
+    }
+
+    /// A page reply has no bulk body, so a bundle may hold it as a bare part, but it
+    /// travels with its page as a Tag-On buffer: decoded from a part it lacks that
+    /// buffer, and the runtime's check of the attachment rejects it (as it rejects a
+    /// Tag-On message without its buffer).
+    #[test]
+    fn a_page_reply_without_its_page_fails_the_attachment_check() {
+        let data = Message::PageData {
+            page: PageId::new(77).unwrap(),
+            writable: false,
+            zero: false,
+        };
+        let Some(Outgoing::Page { handler, tag, .. }) = outgoing(&data) else {
+            panic!("a page reply with contents is Tag-On");
+        };
+        let body = raw(&[
+            (LOCK_RELEASE, &bulk_body(1, b"ok")),
+            (handler.0, &bulk_body(tag, b"")),
+        ]);
+        let parts = decode_bundle(&body).unwrap();
+        let msg = Message::from_parts(parts[1].handler.0, parts[1].payload, None).unwrap();
+        assert_eq!(msg, data);
+        assert!(
+            check_attachment(&msg, None)
+                .unwrap_err()
+                .contains("no buffer attached")
+        );
+        // Its zero-page form is Express and may ride in a bundle.
+        let zero = Message::PageData {
+            page: PageId::new(77).unwrap(),
+            writable: false,
+            zero: true,
+        };
+        let Some(Outgoing::Express { handler, payload }) = outgoing(&zero) else {
+            panic!("a zero-page notice is Express");
+        };
+        let msg = Message::from_parts(handler.0, payload, None).unwrap();
+        assert_eq!(check_attachment(&msg, None), Ok(()));
+    }
+
+    /// An Express message pushed after a bulk one travels as the bundle's last part,
+    /// its payload alone, and decodes to the same message.
+    #[test]
+    fn an_express_message_rides_in_the_bundle_it_follows() {
+        let grant = grant_with_full_tenure();
+        let recall = Message::LockRecall {
+            lock: LockId::new((1 << 20) - 1).unwrap(),
+            tenure: (1 << 20) - 1,
+        };
+        let Some(Outgoing::Express { handler, payload }) = outgoing(&recall) else {
+            panic!("LockRecall is Express");
+        };
+        let mut b = Bundle::default();
+        assert!(matches!(b.push_message(&grant), Push::Added));
+        b.push_express(handler, payload);
+        assert_eq!(
+            b.parts().iter().map(|p| p.0).collect::<Vec<_>>(),
+            [Handler(LOCK_GRANT), handler]
+        );
+        let body = b.seal().unwrap().to_vec();
+        let parts = decode_bundle(&body).unwrap();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(
+            Message::from_parts(parts[0].handler.0, parts[0].payload, Some(parts[0].body)).unwrap(),
+            grant
+        );
+        assert_eq!((parts[1].handler, parts[1].payload), (handler, payload));
+        assert!(parts[1].body.is_empty());
+        assert_eq!(
+            Message::from_parts(parts[1].handler.0, parts[1].payload, None).unwrap(),
+            recall
+        );
     }
 
     proptest::proptest! {

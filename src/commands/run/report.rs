@@ -664,6 +664,9 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
     row(&mut s, "bulk sent", &|c| c.layer.bulk_sent);
     row(&mut s, "bundles sent", &|c| c.bundles_sent);
     row(&mut s, "messages in bundles", &|c| c.bundled_messages_sent);
+    row(&mut s, "  Express ones, after bulk ones", &|c| {
+        c.express_bundled_sent
+    });
     if stats.total.bundle_pieces_sent > 0 {
         // Bundles longer than one bulk message (interval records of long phases).
         row(&mut s, "pieces of long bundles sent", &|c| {

@@ -152,12 +152,19 @@ impl Core {
             bump(&self.counters.received[usize::from(p.handler.0)], 1);
             // Where the part's body lies in the bundle (a subslice of it).
             let start = p.body.as_ptr() as usize - data.as_ptr() as usize;
-            let msg = Message::from_shared_parts(
-                p.handler.0,
-                p.payload,
-                data,
-                start..start + p.body.len(),
-            )
+            let msg = if Message::opcode_has_bulk_body(p.handler.0) {
+                Message::from_shared_parts(
+                    p.handler.0,
+                    p.payload,
+                    data,
+                    start..start + p.body.len(),
+                )
+            } else {
+                // An Express message carried by the bundle (`decode_bundle` checked
+                // that the part is its payload alone); one that would need a Tag-On
+                // buffer fails `message_event`'s check below.
+                Message::from_parts(p.handler.0, p.payload, None)
+            }
             .map_err(|e| DsmError::malformed(self.me, from, e))?;
             self.message_event(from, msg, None)
         });

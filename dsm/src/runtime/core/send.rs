@@ -32,8 +32,16 @@ impl Core {
         }
         match wire::outgoing(msg) {
             Some(Outgoing::Express { handler, payload }) => {
-                self.send_held(ep, to, outbox, pending)?;
-                self.send_express(ep, to, handler, payload, pending)
+                if bundle.parts().is_empty() {
+                    return self.send_express(ep, to, handler, payload, pending);
+                }
+                // It follows bulk messages to the same cluster: they leave now, as they
+                // would before an Express message of its own, with it as their last
+                // part — one message-layer message (a datagram through INIs) instead
+                // of two, and the Express message arrives with them, not after.
+                bundle.push_express(handler, payload);
+                bump(&self.counters.express_bundled_sent, 1);
+                self.send_bundle(ep, to, bundle, pending)
             }
             Some(Outgoing::Page { handler, tag, page }) => {
                 self.send_held(ep, to, outbox, pending)?;
