@@ -169,7 +169,10 @@ impl Core {
     fn count_bundle_sent(&self, bundle: &wire::Bundle) {
         for &(h, len) in bundle.parts() {
             bump(&self.counters.sent[usize::from(h.0)], 1);
-            bump(&self.counters.sent_bytes[usize::from(h.0)], len as u64);
+            // Bulk bodies only: an Express part (its payload) has none.
+            if Message::opcode_has_bulk_body(h.0) {
+                bump(&self.counters.sent_bytes[usize::from(h.0)], len as u64);
+            }
         }
         bump(&self.counters.bundles_sent, 1);
         bump(&self.counters.bundled_sent, bundle.parts().len() as u64);
