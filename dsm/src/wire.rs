@@ -98,9 +98,16 @@ impl RuntimeOp {
     }
 }
 
-/// A short name for a handler, for statistics ("GetPage", "Diff", ...).
+/// A short name for a handler, for statistics ("GetPage", "Diff", ...; "unknown" for a
+/// handler neither the coherence protocol nor the runtime defines).
 pub fn op_name(handler: u8) -> &'static str {
-    match handler {
+    known_op_name(handler).unwrap_or("unknown")
+}
+
+/// The name of a handler the coherence protocol or the runtime defines; `None` for any
+/// other.
+pub(crate) fn known_op_name(handler: u8) -> Option<&'static str> {
+    Some(match handler {
         0x01 => "HomeQuery",
         0x02 => "HomeIs",
         0x10 => "GetPage",
@@ -126,8 +133,8 @@ pub fn op_name(handler: u8) -> &'static str {
         0xF2 => "Abort",
         0xF3 => "Stats",
         0xF4 => "Bundle",
-        _ => "unknown",
-    }
+        _ => return None,
+    })
 }
 
 /// A bulk body: the payload's low 5 bytes, then `body`.
@@ -393,7 +400,7 @@ pub(crate) fn decode_bundle(data: &[u8]) -> Result<Vec<BundlePart<'_>>, String> 
             ));
         }
         let bulk = Message::opcode_has_bulk_body(h);
-        if !bulk && name == "unknown" {
+        if !bulk && known_op_name(h).is_none() {
             return Err(format!(
                 "part {i}: handler 0x{h:02x} is not a coherence message"
             ));
@@ -559,7 +566,7 @@ mod tests {
             RuntimeOp::Bundle,
         ] {
             assert_eq!(RuntimeOp::from_handler(op.handler()), Some(op));
-            assert_ne!(op_name(op as u8), "unknown");
+            assert!(known_op_name(op as u8).is_some());
             assert!(Message::from_parts(op as u8, 0, None).is_err());
         }
         assert_eq!(op_name(0xF4), "Bundle");
@@ -861,7 +868,7 @@ mod tests {
         let with_body = bulk_body(0, b"x");
         for h in 0..=u8::MAX {
             let coherence =
-                op_name(h) != "unknown" && RuntimeOp::from_handler(Handler(h)).is_none();
+                known_op_name(h).is_some() && RuntimeOp::from_handler(Handler(h)).is_none();
             let bulk = Message::opcode_has_bulk_body(h);
             assert!(!bulk || coherence, "0x{h:02x}");
             assert_eq!(

@@ -483,18 +483,10 @@ fn diffs_to_one_home_travel_in_bundles() {
     // One message-layer bulk message per bundle and per message sent alone; Express
     // messages may ride in the bundle before them.
     assert!(total.express_bundled_sent <= total.bundled_messages_sent);
-    let bulk_kinds: u64 = [
-        "Diff",
-        "Update",
-        "GetPage",
-        "LockAcquire",
-        "LockGrant",
-        "LockRelease",
-    ]
-    .iter()
-    .chain(&["BarrierArrive", "BarrierDepart", "Stats", "Abort"])
-    .filter_map(|k| total.messages_sent.get(*k))
-    .sum();
+    let bulk_kinds: u64 = BULK_KINDS
+        .iter()
+        .filter_map(|k| total.messages_sent.get(*k))
+        .sum();
     assert_eq!(
         total.layer.bulk_sent,
         bulk_kinds - (total.bundled_messages_sent - total.express_bundled_sent)
