@@ -433,8 +433,8 @@ pub struct IniConfig {
     pub coalesce: bool,
     /// `offload`: UDP segmentation and receive offload (Linux GSO and GRO). The
     /// datagrams an INI's sliding window releases together for one peer leave in one
-    /// `sendmsg` that the kernel (or the NIC) cuts into datagrams, and one `recvmsg`
-    /// takes the datagrams of one peer that the receiving kernel coalesced; on the wire
+    /// `sendmsg` that the kernel (or the NIC) cuts into datagrams, and one read takes
+    /// the datagrams of one peer that the receiving kernel coalesced; on the wire
     /// every datagram stays a datagram with its own header and MAC. Most of a small
     /// datagram's cost is per system call: at the default 1,472-byte MTU a page's
     /// three datagrams cost about one send and one read. Not applied under an emulated

@@ -452,6 +452,18 @@ pub const fn datagram_len(payload_len: usize) -> usize {
     OVERHEAD + payload_len
 }
 
+/// The length in bytes that the datagram starting at `bytes` states for itself (its
+/// payload length field plus [`OVERHEAD`]), unauthenticated: `None` if `bytes` ends
+/// before the field. [`decode`] rejects a datagram whose stated length is not its own;
+/// the INIs' receive offload reads it to cut apart a run of datagrams that the kernel
+/// coalesced into one read, each of which then passes [`decode`] on its own.
+pub fn stated_len(bytes: &[u8]) -> Option<usize> {
+    let field = bytes.get(18..20)?;
+    Some(datagram_len(usize::from(u16::from_be_bytes([
+        field[0], field[1],
+    ]))))
+}
+
 fn header_valid(h: &Header, payload_len: usize) -> bool {
     match h.kind {
         FrameKind::Data => h.frag_count >= 1 && h.frag_index < h.frag_count,
@@ -750,6 +762,12 @@ mod tests {
             0, 2, 0, 5, // fragment index, count
         ];
         assert_eq!(&buf[..32], &expect);
+        assert_eq!(
+            stated_len(&buf[..n]),
+            Some(n),
+            "the length it states is its own"
+        );
+        assert_eq!(stated_len(&buf[..19]), None, "no length field");
         // The sender's counter, then the next datagram's is one more.
         let counter = be64(&buf, 32);
         let mut next = [0u8; 64];

@@ -48,8 +48,9 @@ pub(crate) enum SocketRead {
     /// Until a read completes a message for this site, or the socket is empty: a
     /// thread that polls the network in a busy wait for a message (`Net::poll`). It
     /// stops there and looks in its queues instead of paying the one more read that
-    /// finds the socket empty — a `recvmsg` of ≈ 0.4 µs on this VM, on the path of
-    /// every reply (`bench net`'s Express ping-pong: read → delivered 0.22 µs,
+    /// finds the socket empty — a system call of ≈ 0.3 µs on this VM (a `recvmsg` of
+    /// ≈ 0.4 µs until the sixty-fourth session), on the path of every reply (`bench
+    /// net`'s Express ping-pong, fifty-seventh session: read → delivered 0.22 µs,
     /// delivered → that empty read's end 0.42 µs, the pass's rest 0.05 µs). Datagrams
     /// left behind are read by the next poll or wake the INI thread's `epoll_wait`
     /// (level-triggered), which drains them.

@@ -15,7 +15,8 @@ const WATCH_AFTER_MESSAGES: u32 = 64;
 /// its queues — instead of one in 8 to 32 (paper 000 §3.4's interval, which left a reply
 /// that had arrived ≈ 1 µs unread: a probe build stamping each step of a remote fault
 /// through INIs read the page's arrival to its read 1.2–2.0 µs, 0.7–0.8 µs polling at
-/// every poll) — and such a poll takes ≈ 0.45 µs (a `recvmsg`), so it counts as 8: the
+/// every poll) — and such a poll took ≈ 0.45 µs (a `recvmsg`; a `recvfrom` of ≈ 0.3 µs
+/// since the sixty-fourth session), so it counts as 8: the
 /// busy phase before a waiting thread yields lasts about as long as before. Measured
 /// (fifty-seventh session, Zen 3 VM, alternating runs against polling every poll in
 /// fault waits only, median of per-pair ratios, pairs): Water 512 × 50 over UDP on 4×1
