@@ -458,10 +458,8 @@ pub const fn datagram_len(payload_len: usize) -> usize {
 /// the INIs' receive offload reads it to cut apart a run of datagrams that the kernel
 /// coalesced into one read, each of which then passes [`decode`] on its own.
 pub fn stated_len(bytes: &[u8]) -> Option<usize> {
-    let field = bytes.get(18..20)?;
-    Some(datagram_len(usize::from(u16::from_be_bytes([
-        field[0], field[1],
-    ]))))
+    bytes.get(..20)?;
+    Some(datagram_len(usize::from(be16(bytes, 18))))
 }
 
 fn header_valid(h: &Header, payload_len: usize) -> bool {
