@@ -50,7 +50,9 @@ impl SendPort {
     /// peers refuse at start ("registered for two peer INIs"; 157 of 3,000 such binds
     /// here got a port taken before, against none this way). Bound without it, the port
     /// is one no socket holds; every later bind to port 0 by an INI also goes without it,
-    /// so none can land on this port.
+    /// so none can land on this port. (Another program of the same user binding port 0
+    /// with `SO_REUSEPORT` on still could: nothing is sent to a send port, and what that
+    /// program sent from it would fail the peers' authentication.)
     ///
     /// # Errors
     /// The socket, `SO_REUSEPORT` or bind error.
