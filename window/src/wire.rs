@@ -105,6 +105,9 @@ pub const TAG_LEN: usize = 16;
 pub const TRAILER_LEN: usize = TAG_LEN;
 /// Per-datagram overhead in bytes: header plus trailer.
 pub const OVERHEAD: usize = HEADER_LEN + TRAILER_LEN;
+/// Offset in bytes of the header's payload length field (2 bytes, big-endian; the
+/// layout table above), which [`stated_len`] reads before authentication.
+pub const PAYLOAD_LEN_AT: usize = 18;
 /// Bytes before each frame's data inside a BATCH datagram: fragment index, fragment
 /// count and data length, 2 bytes each (see the module doc).
 pub const BATCH_ENTRY_HEADER: usize = 6;
@@ -458,8 +461,8 @@ pub const fn datagram_len(payload_len: usize) -> usize {
 /// the INIs' receive offload reads it to cut apart a run of datagrams that the kernel
 /// coalesced into one read, each of which then passes [`decode`] on its own.
 pub fn stated_len(bytes: &[u8]) -> Option<usize> {
-    bytes.get(..20)?;
-    Some(datagram_len(usize::from(be16(bytes, 18))))
+    bytes.get(..PAYLOAD_LEN_AT + 2)?;
+    Some(datagram_len(usize::from(be16(bytes, PAYLOAD_LEN_AT))))
 }
 
 fn header_valid(h: &Header, payload_len: usize) -> bool {
@@ -552,7 +555,7 @@ pub(crate) fn seal(header: &Header, len: usize, key: &DatagramKey, buf: &mut [u8
     h[14..16].copy_from_slice(&header.conn.dst.site.to_be_bytes());
     h[16] = header.conn.src.ini;
     h[17] = header.conn.dst.ini;
-    h[18..20].copy_from_slice(&(len as u16).to_be_bytes());
+    h[PAYLOAD_LEN_AT..PAYLOAD_LEN_AT + 2].copy_from_slice(&(len as u16).to_be_bytes());
     h[20..24].copy_from_slice(&header.seq.to_be_bytes());
     h[24..28].copy_from_slice(&header.ack.to_be_bytes());
     h[28..30].copy_from_slice(&header.frag_index.to_be_bytes());
@@ -655,7 +658,7 @@ pub fn decode_in_place<'a>(
     let Some(kind) = FrameKind::from_u8(head[3]) else {
         return Err(DecodeError::UnknownKind(head[3]));
     };
-    let field = be16(head, 18);
+    let field = be16(head, PAYLOAD_LEN_AT);
     let actual = body - HEADER_LEN;
     if usize::from(field) != actual {
         return Err(DecodeError::LengthMismatch { field, actual });
