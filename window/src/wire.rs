@@ -768,7 +768,11 @@ mod tests {
             Some(n),
             "the length it states is its own"
         );
-        assert_eq!(stated_len(&buf[..19]), None, "no length field");
+        assert_eq!(
+            stated_len(&buf[..PAYLOAD_LEN_AT + 1]),
+            None,
+            "no length field"
+        );
         // The sender's counter, then the next datagram's is one more.
         let counter = be64(&buf, 32);
         let mut next = [0u8; 64];

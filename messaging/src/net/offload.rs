@@ -313,7 +313,7 @@ mod tests {
         let mut tiny = run.clone();
         tiny[LEN..LEN + 2].copy_from_slice(&0u16.to_be_bytes());
         assert_eq!(gro_stride(&tiny), run.len());
-        for short in [&run[..0], &run[..19], &run[..20]] {
+        for short in [&run[..0], &run[..LEN + 1], &run[..LEN + 2]] {
             assert_eq!(gro_stride(short), short.len());
         }
     }
