@@ -45,6 +45,7 @@ fn bench_apps_prints_and_writes_every_configuration_and_ratio() {
             "EM3D good layout, read variant, 100 nodes per thread, 2 iterations",
             "configuration",
             "speedup vs sequential",
+            "adding forces under locks, s",
             "--sequential (2 partitions)",
             "--threads 2",
             "DSM 2×1 shm",
@@ -90,6 +91,13 @@ fn bench_apps_prints_and_writes_every_configuration_and_ratio() {
             assert_eq!(c["time"]["samples"], 1);
             let command = c["command_s"][0].as_f64().unwrap();
             assert!(command > run, "the whole command contains the run: {c}");
+            // Water's time under the molecule locks, inside its run; none for EM3D.
+            if p["problem"]["app"] == "water" {
+                let locked = c["locked_s"][0].as_f64().unwrap();
+                assert!(locked > 0.0 && locked < run, "{c}");
+            } else {
+                assert!(c.get("locked_s").is_none(), "{c}");
+            }
         }
         let ratios = p["ratios"].as_array().expect("ratios");
         // Water's (2) on run times and on whole commands; EM3D's (4) shm.

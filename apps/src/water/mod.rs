@@ -212,12 +212,40 @@ pub struct PhaseTimes {
     pub predic_intraf_s: f64,
     /// INTERF (pair forces, adding them under locks, scaling), s.
     pub interf_s: f64,
+    /// Of `interf_s`: the pair forces, computed into the thread's private array, s.
+    #[serde(default)]
+    pub interf_pairs_s: f64,
+    /// Of `interf_s`: adding the private forces into the shared ones, one molecule at a
+    /// time under its `MolLock` (and the virial under `InterfVir`), s. On a DSM this is
+    /// where a lock moving between clusters costs: 512 molecules, 512 acquires a step.
+    #[serde(default)]
+    pub interf_locked_s: f64,
+    /// Of `interf_s`: waiting at `InterfBar` for the other threads, then scaling the
+    /// thread's own molecules' forces, s (the sequential run has no barrier: scaling).
+    #[serde(default)]
+    pub interf_barrier_s: f64,
     /// CORREC + BNDRY + KINETI, s.
     pub correc_kineti_s: f64,
     /// POTENG on print steps, s.
     pub poteng_s: f64,
     /// The whole time-step loop, s.
     pub steps_s: f64,
+}
+
+/// The three parts of one INTERF call on one thread, s (see [`PhaseTimes`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct InterfTimes {
+    pairs_s: f64,
+    locked_s: f64,
+    barrier_s: f64,
+}
+
+impl PhaseTimes {
+    fn add_interf(&mut self, split: InterfTimes) {
+        self.interf_pairs_s += split.pairs_s;
+        self.interf_locked_s += split.locked_s;
+        self.interf_barrier_s += split.barrier_s;
+    }
 }
 
 /// Result of a Water run.
@@ -340,15 +368,22 @@ pub fn run_sequential_with(
     let mut pforces = vec![0.0; nmol * PF_WORDS];
     times.init_s = secs(t);
 
-    let interf = |dest: usize, pforces: &mut [f64]| -> f64 {
+    let interf = |dest: usize, pforces: &mut [f64]| -> (f64, InterfTimes) {
+        let mut split = InterfTimes::default();
+        let t = Instant::now();
         let lvir = kernels::interf_pairs(&var, &c, all.clone(), pforces);
+        split.pairs_s = secs(t);
+        let t = Instant::now();
         for r in kernels::touched_molecules(&all, nmol) {
             for mol in r {
                 kernels::add_private_forces(&var, dest, mol, pforces);
             }
         }
+        split.locked_s = secs(t);
+        let t = Instant::now();
         kernels::scale_forces(&var, &c, dest, all.clone());
-        lvir
+        split.barrier_s = secs(t);
+        (lvir, split)
     };
 
     // Estimate the starting accelerations from F/m.
@@ -370,8 +405,10 @@ pub fn run_sequential_with(
         times.predic_intraf_s += secs(t);
 
         let t = Instant::now();
-        vir += interf(FORCES, &mut pforces);
+        let (lvir, split) = interf(FORCES, &mut pforces);
+        vir += lvir;
         times.interf_s += secs(t);
+        times.add_interf(split);
 
         let t = Instant::now();
         kernels::correc(&var, &c, all.clone());
@@ -519,8 +556,19 @@ impl<A: F64Words + Sync> Shared<'_, A> {
 
     /// SPLASH's INTERF on one thread: private pair forces, virial under the InterfVir
     /// lock, forces added per molecule under MolLock, barrier, then scaling own molecules.
-    fn interf<T: Team>(&self, team: &T, dest: usize, mols: &Range<usize>, pforces: &mut [f64]) {
+    /// Returns the time of its three parts on this thread.
+    fn interf<T: Team>(
+        &self,
+        team: &T,
+        dest: usize,
+        mols: &Range<usize>,
+        pforces: &mut [f64],
+    ) -> InterfTimes {
+        let mut split = InterfTimes::default();
+        let t = Instant::now();
         let lvir = kernels::interf_pairs(self.var, self.c, mols.clone(), pforces);
+        split.pairs_s = secs(t);
+        let t = Instant::now();
         self.locked_add(team, self.locks.interf_vir, GL_VIR, lvir);
         for r in kernels::touched_molecules(mols, self.c.nmol) {
             for mol in r {
@@ -528,8 +576,12 @@ impl<A: F64Words + Sync> Shared<'_, A> {
                 kernels::add_private_forces(self.var, dest, mol, pforces);
             }
         }
+        split.locked_s = secs(t);
+        let t = Instant::now();
         team.barrier(); // InterfBar: all forces are in.
         kernels::scale_forces(self.var, self.c, dest, mols.clone());
+        split.barrier_s = secs(t);
+        split
     }
 
     fn mdmain<T: Team>(&self, team: &T) -> (Vec<StepEnergies>, PhaseTimes) {
@@ -590,8 +642,9 @@ impl<A: F64Words + Sync> Shared<'_, A> {
             times.predic_intraf_s += secs(t);
 
             let t = Instant::now();
-            self.interf(team, FORCES, &mols, &mut pforces);
+            let split = self.interf(team, FORCES, &mols, &mut pforces);
             times.interf_s += secs(t);
+            times.add_interf(split);
 
             let t = Instant::now();
             kernels::correc(var, c, mols.clone());

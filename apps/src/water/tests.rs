@@ -365,3 +365,30 @@ fn a_late_starting_thread_is_not_timed() {
         t.init_s
     );
 }
+
+/// INTERF's three parts (pair forces, adding under the molecule locks, InterfBar and
+/// scaling) are each timed, inside INTERF's own time and never counted twice, in the
+/// sequential and the parallel run; reports written before they existed still read.
+#[test]
+fn interf_is_split_into_its_three_parts() {
+    let params = splash_params(64, 3);
+    let seq = run_sequential(&params).unwrap();
+    let par = run_parallel(&mut ThreadsRuntime::new(2).unwrap(), &params).unwrap();
+    for (name, t) in [("sequential", &seq.times), ("2 threads", &par.times)] {
+        let parts = [t.interf_pairs_s, t.interf_locked_s, t.interf_barrier_s];
+        assert!(
+            parts.iter().all(|&p| p > 0.0),
+            "{name}: a part of INTERF was not timed: {t:?}"
+        );
+        assert!(
+            parts.iter().sum::<f64>() <= t.interf_s,
+            "{name}: INTERF's parts add up to more than INTERF: {t:?}"
+        );
+    }
+    let old: PhaseTimes = serde_json::from_str(
+        r#"{"init_s":0.1,"initial_forces_s":0.2,"predic_intraf_s":0.3,"interf_s":0.4,
+            "correc_kineti_s":0.5,"poteng_s":0.6,"steps_s":1.8}"#,
+    )
+    .unwrap();
+    assert_eq!((old.interf_s, old.interf_locked_s), (0.4, 0.0));
+}

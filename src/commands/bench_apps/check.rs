@@ -17,6 +17,9 @@ pub(super) struct RunOk {
     /// The whole `multigrain run` command, from its start to its exit, as `time` would
     /// show it: process start-up, the clusters' joining and leaving included.
     pub(super) command_s: f64,
+    /// Water: INTERF's adding of the private forces under the molecule locks on thread 0,
+    /// s ([`water::PhaseTimes::interf_locked_s`]); `None` for EM3D.
+    pub(super) locked_s: Option<f64>,
     pub(super) answer: Answer,
 }
 

@@ -169,14 +169,18 @@ fn run_once(
     let started = Instant::now();
     let report = run_report(exe, dir, &args, timeout)?;
     let command_s = started.elapsed().as_secs_f64();
-    let answer = match report.outcome {
-        Outcome::Water { result, .. } => Answer::Water(result.energies),
-        Outcome::Em3d { result, .. } => Answer::Em3d(result.checksum),
+    let (answer, locked_s) = match report.outcome {
+        Outcome::Water { result, .. } => (
+            Answer::Water(result.energies),
+            Some(result.times.interf_locked_s),
+        ),
+        Outcome::Em3d { result, .. } => (Answer::Em3d(result.checksum), None),
         Outcome::Conformance { .. } => return Err("not an application run".to_owned()),
     };
     Ok(RunOk {
         run_s: report.run_s,
         command_s,
+        locked_s,
         answer,
     })
 }

@@ -19,6 +19,14 @@ pub struct ConfigReport {
     pub command_s: Vec<Option<f64>>,
     /// The successful runs' whole commands, s.
     pub command: Option<Summary>,
+    /// Water: each round's time adding the private forces under the molecule locks in
+    /// INTERF, on thread 0, s ([`water::PhaseTimes::interf_locked_s`]: where a lock
+    /// moving between clusters costs); empty for EM3D.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub locked_s: Vec<Option<f64>>,
+    /// The successful runs' `locked_s`, s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locked: Option<Summary>,
     /// Per round, the reference's time over this one's (rounds where both succeeded).
     pub speedup: Option<Summary>,
     /// The correctness verdict.
@@ -143,6 +151,14 @@ pub(super) fn problem_report(problem: &Problem, records: &[Record]) -> ProblemRe
                 .collect()
         };
         let (run_s, command_s) = (times(Measure::Run), times(Measure::Command));
+        let locked_s: Vec<Option<f64>> = if matches!(problem, Problem::Water { .. }) {
+            rec.runs
+                .iter()
+                .map(|r| r.as_ref().ok().and_then(|r| r.locked_s))
+                .collect()
+        } else {
+            Vec::new()
+        };
         configurations.push(ConfigReport {
             setup: rec.setup,
             label: rec.setup.label(),
@@ -150,6 +166,8 @@ pub(super) fn problem_report(problem: &Problem, records: &[Record]) -> ProblemRe
             run_s,
             command: summary_of(&command_s),
             command_s,
+            locked: summary_of(&locked_s),
+            locked_s,
             speedup: summary_of(&per_round(reference, rec, Measure::Run)),
             check,
         });
@@ -232,11 +250,13 @@ pub fn render(report: &AppsReport) -> String {
     }
     for p in &report.problems {
         let _ = writeln!(out, "\n{}", p.title);
-        let rows: Vec<[String; 5]> = p
+        // Water's column of the MolLock loop: where a lock moving between clusters costs.
+        let locks = matches!(p.problem, Problem::Water { .. });
+        let rows: Vec<Vec<String>> = p
             .configurations
             .iter()
             .map(|c| {
-                [
+                let mut row = vec![
                     c.label.clone(),
                     spread(c.time.as_ref(), secs),
                     if c.check == Check::Reference {
@@ -244,37 +264,43 @@ pub fn render(report: &AppsReport) -> String {
                     } else {
                         spread(c.speedup.as_ref(), ratio)
                     },
-                    spread(c.command.as_ref(), secs),
-                    c.check.text(),
-                ]
+                ];
+                if locks {
+                    row.push(spread(c.locked.as_ref(), secs));
+                }
+                row.extend([spread(c.command.as_ref(), secs), c.check.text()]);
+                row
             })
             .collect();
-        let head = [
-            "configuration",
-            "run time, s",
-            "speedup vs sequential",
-            "whole command, s",
-            "result",
-        ];
-        let w = |k: usize| {
-            rows.iter()
-                .map(|r| r[k].chars().count())
-                .chain([head[k].chars().count()])
-                .max()
-                .unwrap_or(0)
+        let mut head = vec!["configuration", "run time, s", "speedup vs sequential"];
+        if locks {
+            head.push("adding forces under locks, s");
+        }
+        head.extend(["whole command, s", "result"]);
+        let widths: Vec<usize> = (0..head.len())
+            .map(|k| {
+                rows.iter()
+                    .map(|r| r[k].chars().count())
+                    .chain([head[k].chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |cells: &[&str]| {
+            let mut l = String::from(" ");
+            for (k, c) in cells.iter().enumerate() {
+                if k + 1 == cells.len() {
+                    let _ = write!(l, " {c}");
+                } else {
+                    let _ = write!(l, " {c:<w$} ", w = widths[k]);
+                }
+            }
+            l
         };
-        let (w0, w1, w2, w3) = (w(0), w(1), w(2), w(3));
-        let _ = writeln!(
-            out,
-            "  {:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {}",
-            head[0], head[1], head[2], head[3], head[4]
-        );
+        let _ = writeln!(out, "{}", line(&head));
         for r in &rows {
-            let _ = writeln!(
-                out,
-                "  {:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {}",
-                r[0], r[1], r[2], r[3], r[4]
-            );
+            let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+            let _ = writeln!(out, "{}", line(&cells));
         }
         if !p.ratios.is_empty() {
             let lines: Vec<[String; 3]> = p

@@ -278,6 +278,7 @@ fn ok(run_s: f64, answer: &Answer) -> Result<RunOk, String> {
     Ok(RunOk {
         run_s,
         command_s: run_s + 0.1,
+        locked_s: matches!(answer, Answer::Water(_)).then_some(run_s / 4.0),
         answer: answer.clone(),
     })
 }
@@ -384,6 +385,9 @@ fn results_are_checked_and_ratios_taken_per_round() {
     }
     assert_eq!(c[2].command_s, vec![Some(1.1), Some(4.1)]);
     assert_eq!(c[3].command_s, vec![Some(3.1), None]);
+    // Water's time under the molecule locks, per round, a failed round left out.
+    assert_eq!(c[3].locked_s, vec![Some(0.75), None]);
+    assert_eq!(c[2].locked.unwrap().median, 0.625);
 
     let report = AppsReport {
         command: "multigrain bench apps",
@@ -412,6 +416,7 @@ fn results_are_checked_and_ratios_taken_per_round() {
         "(B): the DSM row above it, run in the same round with --set dsm.prefetch=0 as well",
         "DSM 2×1 shm (B)",
         "time of DSM 2×1 shm (B) / time of DSM 2×1 shm  0.50 (0.50–0.50)",
+        "adding forces under locks, s",
     ] {
         assert!(text.contains(needle), "no {needle:?} in\n{text}");
     }
@@ -419,6 +424,7 @@ fn results_are_checked_and_ratios_taken_per_round() {
     let shm_json = &json["problems"][0]["configurations"][2];
     assert_eq!(shm_json["setup"]["topology"], "2x1-shm");
     assert_eq!(shm_json["check"]["status"], "agrees");
+    assert_eq!(shm_json["locked_s"][1], 1.0);
     assert_eq!(json["problems"][0]["ratios"][0]["id"], "(2)");
     assert_eq!(json["plan"]["sets"][0], "dsm.release_batch=64");
     assert_eq!(

@@ -224,7 +224,7 @@ pub fn render(r: &Report) -> String {
             let t = &result.times;
             let _ = writeln!(
                 s,
-                "\nrun time {:.3} s (initial state {:.3} s, initial forces {:.3} s, {} time steps {:.3} s: predic+intraf {:.3}, interf {:.3}, correc+kineti {:.3}, poteng {:.3})",
+                "\nrun time {:.3} s (initial state {:.3} s, initial forces {:.3} s, {} time steps {:.3} s: predic+intraf {:.3}, interf {:.3}, correc+kineti {:.3}, poteng {:.3})\n  interf on thread 0: pair forces {:.3} s, adding them under the molecule locks {:.3} s, InterfBar and scaling {:.3} s",
                 r.run_s,
                 t.init_s,
                 t.initial_forces_s,
@@ -233,7 +233,10 @@ pub fn render(r: &Report) -> String {
                 t.predic_intraf_s,
                 t.interf_s,
                 t.correc_kineti_s,
-                t.poteng_s
+                t.poteng_s,
+                t.interf_pairs_s,
+                t.interf_locked_s,
+                t.interf_barrier_s
             );
         }
         Outcome::Em3d { params: p, result } => {
