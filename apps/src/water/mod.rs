@@ -217,7 +217,8 @@ pub struct PhaseTimes {
     pub interf_pairs_s: f64,
     /// Of `interf_s`: adding the private forces into the shared ones, one molecule at a
     /// time under its `MolLock` (and the virial under `InterfVir`), s. On a DSM this is
-    /// where a lock moving between clusters costs: 512 molecules, 512 acquires a step.
+    /// where a lock moving between clusters costs: one acquire a step for each molecule
+    /// the thread touched (all of them with two threads, 3 in 4 with four).
     #[serde(default)]
     pub interf_locked_s: f64,
     /// Of `interf_s`: waiting at `InterfBar` for the other threads, then scaling the
