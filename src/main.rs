@@ -8,6 +8,7 @@ mod logging;
 mod measure;
 mod progress;
 mod synthetic;
+mod text_table;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};

@@ -2,6 +2,7 @@
 //! their verdicts, as a table or JSON.
 
 use super::*;
+use crate::text_table::aligned;
 
 /// One configuration in the report.
 #[derive(Clone, Debug, Serialize)]
@@ -277,31 +278,7 @@ pub fn render(report: &AppsReport) -> String {
             head.push("adding forces under locks, s");
         }
         head.extend(["whole command, s", "result"]);
-        let widths: Vec<usize> = (0..head.len())
-            .map(|k| {
-                rows.iter()
-                    .map(|r| r[k].chars().count())
-                    .chain([head[k].chars().count()])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        let line = |cells: &[&str]| {
-            let mut l = String::from(" ");
-            for (k, c) in cells.iter().enumerate() {
-                if k + 1 == cells.len() {
-                    let _ = write!(l, " {c}");
-                } else {
-                    let _ = write!(l, " {c:<w$} ", w = widths[k]);
-                }
-            }
-            l
-        };
-        let _ = writeln!(out, "{}", line(&head));
-        for r in &rows {
-            let cells: Vec<&str> = r.iter().map(String::as_str).collect();
-            let _ = writeln!(out, "{}", line(&cells));
-        }
+        out.push_str(&aligned(&head, &rows, 2));
         if !p.ratios.is_empty() {
             let lines: Vec<[String; 3]> = p
                 .ratios
@@ -320,38 +297,16 @@ pub fn render(report: &AppsReport) -> String {
                 })
                 .collect();
             let head = ["issue-10 ratio (per round)", "median (min–max)", "target"];
-            let w = |k: usize| {
-                lines
-                    .iter()
-                    .map(|r| r[k].chars().count())
-                    .chain([head[k].chars().count()])
-                    .max()
-                    .unwrap_or(0)
-            };
-            let (w0, w1) = (w(0), w(1));
-            let _ = writeln!(out, "  {:<w0$}  {:<w1$}  {}", head[0], head[1], head[2]);
-            for l in &lines {
-                let _ = writeln!(out, "  {:<w0$}  {:<w1$}  {}", l[0], l[1], l[2]);
-            }
+            out.push_str(&aligned(&head, &lines, 2));
         }
         if !p.comparisons.is_empty() {
-            let head = "--compare (per round)";
-            let w0 = p
+            let rows: Vec<[String; 2]> = p
                 .comparisons
                 .iter()
-                .map(|c| c.name.chars().count())
-                .chain([head.chars().count()])
-                .max()
-                .unwrap_or(0);
-            let _ = writeln!(out, "  {head:<w0$}  median (min–max)");
-            for c in &p.comparisons {
-                let _ = writeln!(
-                    out,
-                    "  {:<w0$}  {}",
-                    c.name,
-                    spread(c.summary.as_ref(), ratio)
-                );
-            }
+                .map(|c| [c.name.clone(), spread(c.summary.as_ref(), ratio)])
+                .collect();
+            let head = ["--compare (per round)", "median (min–max)"];
+            out.push_str(&aligned(&head, &rows, 2));
         }
     }
     if report.failed > 0 {

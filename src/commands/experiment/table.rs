@@ -2,6 +2,7 @@
 //! rounds), printed as aligned text and written as CSV and JSON.
 
 use crate::measure::{Summary, num, secs};
+use crate::text_table::aligned;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::fmt::Write as _;
@@ -191,28 +192,8 @@ impl Table {
                     .collect()
             })
             .collect();
-        let width = |k: usize| {
-            cells
-                .iter()
-                .map(|r| r[k].chars().count())
-                .chain([self.columns[k].head.chars().count()])
-                .max()
-                .unwrap_or(0)
-        };
-        let widths: Vec<usize> = (0..self.columns.len()).map(width).collect();
-        let line = |out: &mut String, items: &mut dyn Iterator<Item = &str>| {
-            let mut l = String::from(" ");
-            for (s, w) in items.zip(&widths) {
-                let pad = w.saturating_sub(s.chars().count());
-                let _ = write!(l, " {s}{}", " ".repeat(pad));
-            }
-            let _ = writeln!(out, "{}", l.trim_end());
-        };
-        let mut out = format!("{}\n", self.title);
-        line(&mut out, &mut self.columns.iter().map(|c| c.head));
-        for r in &cells {
-            line(&mut out, &mut r.iter().map(String::as_str));
-        }
+        let head: Vec<&str> = self.columns.iter().map(|c| c.head).collect();
+        let mut out = format!("{}\n{}", self.title, aligned(&head, &cells, 1));
         for n in &self.notes {
             let _ = writeln!(out, "  {n}");
         }
