@@ -74,6 +74,7 @@ pub mod message;
 mod page_table;
 pub mod readahead;
 pub mod sc;
+mod small_map;
 mod stats;
 pub mod sync;
 pub mod write_ahead;

@@ -177,6 +177,7 @@ use crate::ids::{ClusterId, LockId, PageId};
 use crate::interval::{GapError, IntervalDiff, IntervalLog, IntervalRecord, VectorTime};
 use crate::lock_table::LockTable;
 use crate::message::Message;
+use crate::small_map::SmallMap;
 
 /// Why a manager rejected a message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -287,16 +288,16 @@ struct LockState {
     /// The holders of the last two finished tenures, most recent first.
     recent: [Option<ClusterId>; 2],
     /// The last tenure granted to each cluster.
-    granted: BTreeMap<ClusterId, u32>,
+    granted: SmallMap<ClusterId, u32>,
     /// For each cluster, the other cluster that took the lock after its last tenure
     /// (the prediction a push follows unless a confirmed turn says otherwise); `None`
     /// once a push on it was wrong, until the next observation.
-    next_of: BTreeMap<ClusterId, Option<ClusterId>>,
+    next_of: SmallMap<ClusterId, Option<ClusterId>>,
     /// For each pair of consecutive holders (the older one, `None` before the lock's
     /// first tenure, and the newer one), the cluster that took the lock after them
     /// last time, which may be the newer one again, and whether it did so the time
     /// before too (a confirmed turn, which a push follows).
-    turns: BTreeMap<(Option<ClusterId>, ClusterId), (ClusterId, bool)>,
+    turns: SmallMap<(Option<ClusterId>, ClusterId), (ClusterId, bool)>,
 }
 
 impl LockState {
