@@ -13,9 +13,10 @@
 //! ordered map's was; equality and hashing see only the locks present (the model
 //! checker compares and hashes machine states).
 //!
-//! Memory: a cluster's lock state is 200 bytes, a manager's 160, so a chunk is 13 or
-//! 10 KiB, and a table naming every one of the 2^20 locks ≈ 200 MiB — what an ordered
-//! map holding them all took too. Locks are created by local use and by messages of the
+//! Memory: a cluster's lock state is 200 bytes, a manager's 200 too (152 until its
+//! per-cluster maps moved inside it, [`crate::small_map`]), so a chunk is 13 KiB, and a
+//! table naming every one of the 2^20 locks ≈ 200 MiB — what an ordered map holding them
+//! all took too. Locks are created by local use and by messages of the
 //! job's other clusters, each checked first (a recall only from the lock's manager, a
 //! request only for a lock managed here; between machines every datagram is
 //! authenticated, so only from members of the job): a misbehaving member reaches that

@@ -20,6 +20,10 @@
 //!
 //! Iteration, equality and hashing see the entries in increasing key order, as the
 //! ordered map's did (the model checker compares and hashes machine states).
+//!
+//! Cost: a manager's lock state grew from 152 to 200 bytes (the three maps' inline
+//! entries against three map headers); a lock that more than four clusters take keeps its
+//! entries on the heap, as before.
 
 use std::fmt;
 
