@@ -251,8 +251,9 @@ pub fn render(report: &AppsReport) -> String {
     }
     for p in &report.problems {
         let _ = writeln!(out, "\n{}", p.title);
-        // Water's column of the MolLock loop: where a lock moving between clusters costs.
-        let locks = matches!(p.problem, Problem::Water { .. });
+        // Water's column of the MolLock loop (where a lock moving between clusters
+        // costs): shown where `problem_report` kept the times, which it does for Water.
+        let locks = p.configurations.iter().any(|c| !c.locked_s.is_empty());
         let rows: Vec<Vec<String>> = p
             .configurations
             .iter()
