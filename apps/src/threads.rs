@@ -143,8 +143,8 @@ struct Abandoned;
 
 /// Barrier that releases (and fails) every waiter once some thread has panicked.
 ///
-/// A waiter yields its CPU for up to the DSM runtime's default `wait_spin`
-/// ([`multigrain_dsm::DsmOptions`], 1 ms), watching the generation, before it sleeps on
+/// A waiter yields its CPU for up to the DSM runtime's default `dsm.wait_spin_us`
+/// ([`multigrain_dsm::DsmOptions::DEFAULT_WAIT_SPIN`], 1 ms), watching the generation, before it sleeps on
 /// the condition variable — as the DSM runtime's cluster-local barrier does
 /// (`dsm/src/runtime/sync.rs`), so `--threads N` and the DSM wait alike — unless the team
 /// has more threads than the CPUs this process may use, where it sleeps at once (yielding threads would take the CPUs of the
@@ -173,7 +173,7 @@ impl PoisonBarrier {
     fn new(parties: usize) -> Self {
         let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
         let spin = if parties <= cpus {
-            multigrain_dsm::DsmOptions::default().wait_spin
+            multigrain_dsm::DsmOptions::DEFAULT_WAIT_SPIN
         } else {
             Duration::ZERO
         };

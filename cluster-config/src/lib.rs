@@ -64,6 +64,7 @@
 //! | `dsm.release_batch` | 16 | 1 ..= 1024 contended or pushed locks given back together after one flush (1: each at its release) |
 //! | `dsm.protocol_priority` | `"auto"` | `auto`, `realtime`, `normal` |
 //! | `dsm.event_profile` | `false` | `true`, `false`: time the runtime's handling of each event and action; the run report shows the table (≈ 10 ns per clock read) |
+//! | `dsm.wait_spin_us` | 1000 | 0 ..= 1000000 µs a waiting compute thread polls (yielding) before it sleeps; 0: sleep after the first busy polls |
 //! | `dsm.thread_policy` | `"batch"` | `batch`, `normal`: the compute and INI threads' scheduling policy (`SCHED_BATCH`: their wake-ups do not preempt) |
 //! | `emulation.send_overhead_us`, `recv_overhead_us`, `latency_us` | 0 | finite, ≥ 0 µs (*o_s*, *o_r*, *L*; see [`EmulationConfig`]) |
 //! | `emulation.gap_us` | 0 | finite, ≥ 0 µs (*g*); 0 when two clusters are linked over shared memory |
@@ -109,13 +110,14 @@ pub use launcher::{
 };
 pub use model::{
     BarrierUpdates, ClusterSpec, CpuBind, DEFAULT_IDLE_FLUSHES, DEFAULT_JOB_KEY, DEFAULT_PREFETCH,
-    DEFAULT_PROGRESS_TIMEOUT_MS, DEFAULT_RELEASE_BATCH, DEFAULT_WRITE_AHEAD, DsmConfig,
-    EmulationConfig, EmulationLinkError, FaultConfig, HomePolicy, IniConfig, IniPolicy, JobConfig,
-    JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS, MAX_IDLE_FLUSHES,
+    DEFAULT_PROGRESS_TIMEOUT_MS, DEFAULT_RELEASE_BATCH, DEFAULT_WAIT_SPIN_US, DEFAULT_WRITE_AHEAD,
+    DsmConfig, EmulationConfig, EmulationLinkError, FaultConfig, HomePolicy, IniConfig, IniPolicy,
+    JobConfig, JobSettings, LOCAL_HOST, LaunchConfig, Link, MAX_CLUSTERS, MAX_IDLE_FLUSHES,
     MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_REGION_SIZE,
-    MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS, MAX_WINDOW, MAX_WRITE_AHEAD,
-    MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol, ProtocolPriority, Substrate,
-    ThreadPolicy, USER_SPACE_END, host_addresses, is_loopback, same_host,
+    MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_TRACE_RECORDS, MAX_WAIT_SPIN_US, MAX_WINDOW,
+    MAX_WRITE_AHEAD, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, ParseChoiceError, Protocol,
+    ProtocolPriority, Substrate, ThreadPolicy, USER_SPACE_END, host_addresses, is_loopback,
+    same_host,
 };
 pub use overrides::{BadOverride, Override};
 pub use size::{ParseSizeError, format_bytes, parse_byte_size};

@@ -592,7 +592,23 @@ pub struct DsmConfig {
     /// sends, diffs applied), and the run report shows the table. Two clock reads per
     /// event and per action (≈ 10 ns each), so it is off by default. Default: `false`.
     pub event_profile: bool,
+    /// `wait_spin_us`: how long a compute thread that waits — for a page, a lock or a
+    /// barrier — polls the protocol queue, yielding its CPU between polls, before it
+    /// sleeps until a message wakes it, in µs. A wake-up costs more than a whole
+    /// exchange over shared memory, so the default polls for [`DEFAULT_WAIT_SPIN_US`]
+    /// (1 ms); where compute threads share their cores with other jobs, a shorter spin
+    /// gives the CPU back sooner, and on dedicated cores a longer one spares more
+    /// wake-ups. Not applied while more threads of a cluster wait than its process has
+    /// CPUs: they sleep at once. `0` sleeps after the busy polls of the first
+    /// microseconds. See `multigrain_dsm::DsmOptions::wait_spin`.
+    pub wait_spin_us: u64,
 }
+
+/// Default of `dsm.wait_spin_us`: 1 ms (how it was chosen: `multigrain_dsm::DsmOptions`).
+pub const DEFAULT_WAIT_SPIN_US: u64 = 1_000;
+
+/// Largest `dsm.wait_spin_us`: one second.
+pub const MAX_WAIT_SPIN_US: u64 = 1_000_000;
 
 /// Default of `dsm.prefetch`: 7 pages after the faulting one, 8 per miss (as
 /// ArgoDSM).
@@ -637,6 +653,7 @@ impl Default for DsmConfig {
             protocol_priority: ProtocolPriority::Auto,
             thread_policy: ThreadPolicy::Batch,
             event_profile: false,
+            wait_spin_us: DEFAULT_WAIT_SPIN_US,
         }
     }
 }

@@ -99,6 +99,7 @@ pub(crate) struct RawDsm {
     pub protocol_priority: Field<ProtocolPriority>,
     pub thread_policy: Field<ThreadPolicy>,
     pub event_profile: Field<bool>,
+    pub wait_spin_us: Field<Int>,
 }
 
 /// `[emulation]`

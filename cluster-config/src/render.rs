@@ -330,7 +330,7 @@ impl JobConfig {
         let _ = writeln!(
             out,
             "\n[dsm]\nprotocol = \"{}\"\nhome = \"{}\"\nregion_base = {:#x}\nregion_size = {}\n\
-             page_size = {}\nprefetch = {}\nwrite_ahead = {}\nidle_flushes = {}\nrelease_batch = {}\nbarrier_updates = \"{}\"\nflush_ahead = {}\npopulate = {}\nprotocol_priority = \"{}\"\nthread_policy = \"{}\"\nevent_profile = {}",
+             page_size = {}\nprefetch = {}\nwrite_ahead = {}\nidle_flushes = {}\nrelease_batch = {}\nbarrier_updates = \"{}\"\nflush_ahead = {}\npopulate = {}\nprotocol_priority = \"{}\"\nthread_policy = \"{}\"\nevent_profile = {}\nwait_spin_us = {}",
             dsm.protocol,
             dsm.home,
             dsm.region_base,
@@ -345,7 +345,8 @@ impl JobConfig {
             dsm.populate,
             dsm.protocol_priority,
             dsm.thread_policy,
-            dsm.event_profile
+            dsm.event_profile,
+            dsm.wait_spin_us
         );
         let e = &self.emulation;
         let _ = writeln!(

@@ -10,8 +10,9 @@ use crate::error::{ConfigError, Source};
 use crate::model::{
     ClusterSpec, DsmConfig, EmulationConfig, FaultConfig, IniConfig, JobConfig, JobSettings,
     LaunchConfig, MAX_CLUSTERS, MAX_IDLE_FLUSHES, MAX_INIS_PER_CLUSTER, MAX_MTU, MAX_PREFETCH,
-    MAX_REGION_SIZE, MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_WINDOW, MAX_WRITE_AHEAD,
-    MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, Substrate, USER_SPACE_END, local_clusters, same_host,
+    MAX_REGION_SIZE, MAX_RELEASE_BATCH, MAX_THREADS_PER_CLUSTER, MAX_WAIT_SPIN_US, MAX_WINDOW,
+    MAX_WRITE_AHEAD, MIN_MTU, MIN_REGION_BASE, PAGE_SIZE, Substrate, USER_SPACE_END,
+    local_clusters, same_host,
 };
 use crate::raw::{
     Field, Int, Number, RawCluster, RawDsm, RawEmulation, RawFaults, RawFile, RawIni, RawJob,
@@ -670,6 +671,16 @@ impl Resolver<'_, '_> {
                 .event_profile
                 .as_ref()
                 .map_or(d.event_profile, |b| *b.get_ref()),
+            wait_spin_us: self
+                .int(
+                    &raw.wait_spin_us,
+                    "dsm.wait_spin_us",
+                    d.wait_spin_us,
+                    Bounds::between(0, MAX_WAIT_SPIN_US.into()).because(
+                        " µs a waiting thread polls before it sleeps (0 sleeps at once)",
+                    ),
+                )?
+                .value,
         })
     }
 

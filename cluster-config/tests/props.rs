@@ -5,7 +5,8 @@ use multigrain_cluster_config::{
     BarrierUpdates, ClusterSpec, CpuBind, DsmConfig, EMBEDDED_DEFAULT_TOML, EmulationConfig,
     FaultConfig, HomePolicy, IniConfig, IniPolicy, JobConfig, JobSettings, LaunchConfig,
     MAX_IDLE_FLUSHES, MAX_POLL_INTERVAL, MAX_PREFETCH, MAX_RELEASE_BATCH, MAX_TRACE_RECORDS,
-    MAX_WRITE_AHEAD, PAGE_SIZE, Protocol, ProtocolPriority, Substrate, ThreadPolicy,
+    MAX_WAIT_SPIN_US, MAX_WRITE_AHEAD, PAGE_SIZE, Protocol, ProtocolPriority, Substrate,
+    ThreadPolicy,
 };
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -118,6 +119,7 @@ prop_compose! {
                 protocol_priority,
                 thread_policy: ThreadPolicy::ALL[(seed >> 46) as usize % ThreadPolicy::ALL.len()],
                 event_profile: (seed >> 48) % 2 == 0,
+                wait_spin_us: (seed >> 8) % (MAX_WAIT_SPIN_US + 1),
             },
             emulation: EmulationConfig {
                 send_overhead_us: emu[0],

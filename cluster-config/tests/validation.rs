@@ -69,7 +69,8 @@ fn unknown_keys_are_rejected_with_the_allowed_keys() {
         err(&with_local("[dsm]\nregion = 5")),
         "jobs/t.toml:2:1: dsm.region: unknown key; allowed here: protocol, home, region_base, \
          region_size, page_size, prefetch, write_ahead, idle_flushes, release_batch, \
-         barrier_updates, flush_ahead, populate, protocol_priority, thread_policy, event_profile"
+         barrier_updates, flush_ahead, populate, protocol_priority, thread_policy, event_profile, \
+         wait_spin_us"
     );
     assert_eq!(
         err(&with_local("emulation = { latency = 1 }")),
@@ -442,6 +443,26 @@ fn keywords_of_dsm() {
     assert_eq!(
         err(&with_local("[dsm]\nthread_policy = \"fifo\"")),
         "jobs/t.toml:2:17: dsm.thread_policy = \"fifo\": must be one of: batch, normal"
+    );
+}
+
+#[test]
+fn wait_spin_is_at_most_a_second() {
+    assert_eq!(
+        err(&with_local("[dsm]\nwait_spin_us = 1000001")),
+        "jobs/t.toml:2:16: dsm.wait_spin_us = 1000001: must be between 0 and 1000000 µs a \
+         waiting thread polls before it sleeps (0 sleeps at once)"
+    );
+    assert!(err(&with_local("[dsm]\nwait_spin_us = -5")).contains("dsm.wait_spin_us = -5"));
+    assert!(err(&with_local("[dsm]\nwait_spin_us = '1ms'")).contains("dsm.wait_spin_us"));
+    let cfg = JobConfig::from_str_named(&with_local("[dsm]\nwait_spin_us = 0"), "t.toml").unwrap();
+    assert_eq!(cfg.dsm.wait_spin_us, 0);
+    assert_eq!(
+        JobConfig::from_str_named(&with_local(""), "t.toml")
+            .unwrap()
+            .dsm
+            .wait_spin_us,
+        multigrain_cluster_config::DEFAULT_WAIT_SPIN_US
     );
 }
 

@@ -382,7 +382,7 @@ impl Pair {
         // order, which write-ahead would open ahead of the writes).
         cfg.dsm.write_ahead = 0;
         cfg.ini.mtu = 8972;
-        let (mut a, mut b, inis) = join_two(&cfg, base, network, Self::WAIT_SPIN)?;
+        let (mut a, mut b, inis) = join_two(&cfg, base, network, Some(Self::WAIT_SPIN))?;
         let words = Self::REGION / 8;
         let a_words = a.alloc::<u64>(words)?;
         let b_words = b.alloc::<u64>(words)?;
@@ -671,12 +671,12 @@ const TURN_TIMEOUT: Duration = Duration::from_secs(60);
 /// process, one thread each, their regions at `base` and `base + 2^32`: with
 /// `network`, through one INI each over UDP on loopback (returned, to be dropped after
 /// the clusters), else through shared memory; their threads poll for `wait_spin` while
-/// they wait ([`DsmOptions::wait_spin`]).
+/// they wait ([`DsmOptions::wait_spin`]; `None`: the configuration's `dsm.wait_spin_us`).
 fn join_two(
     cfg: &JobConfig,
     base: usize,
     network: bool,
-    wait_spin: Duration,
+    wait_spin: Option<Duration>,
 ) -> Result<(Dsm, Dsm, Vec<multigrain_messaging::net::IniGroup>), DsmError> {
     let config_error = |cluster: usize, reason: String| DsmError::Config { cluster, reason };
     let (ts, inis) = if network {
@@ -762,7 +762,7 @@ impl LockHandoff {
         cfg.dsm.protocol = protocol;
         cfg.dsm.region_size = 1 << 20;
         cfg.ini.mtu = 8972;
-        let (mut a, mut b, inis) = join_two(&cfg, base, network, DsmOptions::default().wait_spin)?;
+        let (mut a, mut b, inis) = join_two(&cfg, base, network, None)?;
         let words = [
             a.alloc::<u64>(HANDOFF_WORDS)?,
             b.alloc::<u64>(HANDOFF_WORDS)?,
@@ -888,7 +888,7 @@ impl BarrierPair {
         cfg.dsm.protocol = protocol;
         cfg.dsm.region_size = 1 << 20;
         cfg.ini.mtu = 8972;
-        let (a, b, inis) = join_two(&cfg, base, network, DsmOptions::default().wait_spin)?;
+        let (a, b, inis) = join_two(&cfg, base, network, None)?;
         Ok(BarrierPair {
             a: Some(a),
             b: Some(b),

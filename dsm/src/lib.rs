@@ -41,7 +41,7 @@
 //! and barrier managers) while no other thread polls.
 //!
 //! **Waits.** A waiting thread (page, lock, barrier) polls the protocol queue, yielding
-//! the CPU between polls, for [`DsmOptions::wait_spin`] (1 ms), then sleeps in the message
+//! the CPU between polls, for `dsm.wait_spin_us` (1 ms; [`DsmOptions::wait_spin`]), then sleeps in the message
 //! layer's blocking receive (on the sockets with INIs, else on the doorbell) in slices of
 //! 2 ms. A thread that completes another thread's wait while that one sleeps sends a
 //! no-op to the sleeper's own wake-up queue ([`WAKE_QUEUES`]). At most one waiting

@@ -176,6 +176,43 @@ fn a_lock_held_elsewhere_is_reported_among_the_slow_lock_waits() {
     );
 }
 
+/// `dsm.wait_spin_us` decides whether a thread waiting at a barrier sleeps: cluster 1's
+/// thread waits 50 ms for cluster 0's; with no spin it goes to sleep (the report counts
+/// it), with a 1 s spin it polls the whole 50 ms and never sleeps.
+#[test]
+fn wait_spin_decides_whether_a_waiting_thread_sleeps() {
+    let sleeps = |slot: usize, spin_us: u64| {
+        let mut cfg = config(2, 1, Protocol::Hlrc);
+        cfg.dsm.wait_spin_us = spin_us;
+        let results = on_each(job(slot, &cfg), |dsm| {
+            dsm.run(|w| {
+                if w.cluster() == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                w.barrier().unwrap();
+            })
+            .unwrap();
+            dsm.finish().unwrap()
+        });
+        let waiting = &results[0].clusters[1];
+        assert!(
+            waiting.time.barrier_ns >= 30_000_000,
+            "cluster 1 waited for cluster 0's 50 ms at the barrier: {:?}",
+            waiting.time
+        );
+        waiting.time.sleeps
+    };
+    assert!(
+        sleeps(41, 0) >= 1,
+        "with dsm.wait_spin_us = 0 the waiting thread sleeps"
+    );
+    assert_eq!(
+        sleeps(42, 1_000_000),
+        0,
+        "with dsm.wait_spin_us = 1 s the waiting thread polls through the 50 ms"
+    );
+}
+
 #[test]
 fn counter_under_a_lock_hlrc() {
     counter(0, Protocol::Hlrc);

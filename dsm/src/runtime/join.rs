@@ -144,10 +144,13 @@ impl Dsm {
                 })?;
         map_destinations(&table, me, clusters).map_err(config_err)?;
         let peer_timeout = cfg.job.peer_timeout();
+        let wait_spin = options
+            .wait_spin
+            .unwrap_or(Duration::from_micros(cfg.dsm.wait_spin_us));
         let tuning = Tuning {
             busy_polls: BUSY_POLLS,
             handover: HANDOVER,
-            spin: options.wait_spin,
+            spin: wait_spin,
             slice: Duration::from_millis(2),
             liveness_period: (peer_timeout / 8)
                 .clamp(Duration::from_millis(1), Duration::from_millis(20)),
@@ -191,6 +194,7 @@ impl Dsm {
                 running: AtomicBool::new(false),
                 threads,
                 options,
+                wait_spin,
                 peer_timeout,
                 thread_policy: cfg.dsm.thread_policy,
                 populate: cfg.dsm.populate,

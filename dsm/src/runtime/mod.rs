@@ -92,7 +92,7 @@ pub use multigrain_coherence::sync::MAX_LOCAL_HANDOFFS;
 /// blocking receive, on the INI sockets or the doorbell), 4.6 / 4.9 s after 50 µs of
 /// polling, 3.8 / 4.3 s after 200 µs and 3.8 / 3.7 s after 1 ms; 3 ms was within the
 /// noise of 1 ms. A wake-up costs more than a whole exchange here, so polling stays.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DsmOptions {
     /// Map this cluster's region at this address instead of `dsm.region_base`. Only for
     /// running several clusters of one job in one process (benchmarks, tests): array
@@ -101,9 +101,11 @@ pub struct DsmOptions {
     pub region_base: Option<usize>,
     /// How long a thread waiting for a page, a lock or a barrier polls the protocol
     /// queue (yielding between polls) before it sleeps in the message layer's blocking
-    /// receive. Default 1 ms. Not applied while more threads of the cluster wait than
-    /// the process has CPUs: they sleep at once.
-    pub wait_spin: Duration,
+    /// receive. `None` (the default): the job configuration's `dsm.wait_spin_us`, 1 ms
+    /// unless set ([`multigrain_cluster_config::DEFAULT_WAIT_SPIN_US`]). Not applied
+    /// while more threads of the cluster wait than the process has CPUs: they sleep at
+    /// once.
+    pub wait_spin: Option<Duration>,
     /// How long the protocol thread polls after a message before it sleeps. `None`
     /// (the default): 1 ms where this cluster reaches another one through INIs over
     /// UDP — the protocol thread is then also the network's receiver, and a datagram
@@ -116,14 +118,11 @@ pub struct DsmOptions {
     pub server_spin: Option<Duration>,
 }
 
-impl Default for DsmOptions {
-    fn default() -> Self {
-        DsmOptions {
-            region_base: None,
-            wait_spin: Duration::from_millis(1),
-            server_spin: None,
-        }
-    }
+impl DsmOptions {
+    /// The job configuration's default `dsm.wait_spin_us` (1 ms), as a `Duration`: how
+    /// long a waiting thread polls before it sleeps, unless the job sets it.
+    pub const DEFAULT_WAIT_SPIN: Duration =
+        Duration::from_micros(multigrain_cluster_config::DEFAULT_WAIT_SPIN_US);
 }
 
 /// One cluster's DSM runtime: the region (mapped at the same address in every cluster
@@ -185,6 +184,9 @@ struct Inner {
     running: AtomicBool,
     threads: Vec<usize>,
     options: DsmOptions,
+    /// How long a waiting thread polls before it sleeps: [`DsmOptions::wait_spin`], or
+    /// else `dsm.wait_spin_us`.
+    wait_spin: Duration,
     peer_timeout: Duration,
     /// The compute threads' scheduling policy (`dsm.thread_policy`).
     thread_policy: multigrain_cluster_config::ThreadPolicy,

@@ -139,7 +139,7 @@ impl<'a> Worker<'a> {
         let t0 = FastInstant::now();
         let r = self
             .barrier
-            .wait(&self.inner.core, self.inner.options.wait_spin, || {
+            .wait(&self.inner.core, self.inner.wait_spin, || {
                 self.inner.global_barrier()
             });
         bump(
