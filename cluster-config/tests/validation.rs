@@ -455,13 +455,12 @@ fn wait_spin_is_at_most_a_second() {
     );
     assert!(err(&with_local("[dsm]\nwait_spin_us = -5")).contains("dsm.wait_spin_us = -5"));
     assert!(err(&with_local("[dsm]\nwait_spin_us = '1ms'")).contains("dsm.wait_spin_us"));
-    let cfg = JobConfig::from_str_named(&with_local("[dsm]\nwait_spin_us = 0"), "t.toml").unwrap();
-    assert_eq!(cfg.dsm.wait_spin_us, 0);
     assert_eq!(
-        JobConfig::from_str_named(&with_local(""), "t.toml")
-            .unwrap()
-            .dsm
-            .wait_spin_us,
+        ok(&with_local("[dsm]\nwait_spin_us = 0")).dsm.wait_spin_us,
+        0
+    );
+    assert_eq!(
+        ok(&with_local("")).dsm.wait_spin_us,
         multigrain_cluster_config::DEFAULT_WAIT_SPIN_US
     );
 }
@@ -474,13 +473,12 @@ fn idle_flushes_is_a_small_flush_count() {
          before an open page closes (0 closes it at every flush)"
     );
     assert!(err(&with_local("[dsm]\nidle_flushes = -1")).contains("dsm.idle_flushes = -1"));
-    let cfg = JobConfig::from_str_named(&with_local("[dsm]\nidle_flushes = 0"), "t.toml").unwrap();
-    assert_eq!(cfg.dsm.idle_flushes, 0);
     assert_eq!(
-        JobConfig::from_str_named(&with_local(""), "t.toml")
-            .unwrap()
-            .dsm
-            .idle_flushes,
+        ok(&with_local("[dsm]\nidle_flushes = 0")).dsm.idle_flushes,
+        0
+    );
+    assert_eq!(
+        ok(&with_local("")).dsm.idle_flushes,
         multigrain_cluster_config::DEFAULT_IDLE_FLUSHES
     );
 }
@@ -492,13 +490,9 @@ fn write_ahead_is_a_small_page_count() {
         "jobs/t.toml:2:15: dsm.write_ahead = 65: must be between 0 and 64 read-only pages \
          opened after a written one (0 turns write-ahead off)"
     );
-    let cfg = JobConfig::from_str_named(&with_local("[dsm]\nwrite_ahead = 0"), "t.toml").unwrap();
-    assert_eq!(cfg.dsm.write_ahead, 0);
+    assert_eq!(ok(&with_local("[dsm]\nwrite_ahead = 0")).dsm.write_ahead, 0);
     assert_eq!(
-        JobConfig::from_str_named(&with_local(""), "t.toml")
-            .unwrap()
-            .dsm
-            .write_ahead,
+        ok(&with_local("")).dsm.write_ahead,
         multigrain_cluster_config::DEFAULT_WRITE_AHEAD
     );
 }
@@ -515,13 +509,9 @@ fn prefetch_is_a_small_page_count() {
         "jobs/t.toml:2:12: dsm.prefetch = -1: must be between 0 and 64 pages after the faulting \
          one (0 turns prefetching off)"
     );
-    let cfg = JobConfig::from_str_named(&with_local("[dsm]\nprefetch = 0"), "t.toml").unwrap();
-    assert_eq!(cfg.dsm.prefetch, 0);
+    assert_eq!(ok(&with_local("[dsm]\nprefetch = 0")).dsm.prefetch, 0);
     assert_eq!(
-        JobConfig::from_str_named(&with_local(""), "t.toml")
-            .unwrap()
-            .dsm
-            .prefetch,
+        ok(&with_local("")).dsm.prefetch,
         multigrain_cluster_config::DEFAULT_PREFETCH
     );
 }
