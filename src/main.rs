@@ -130,13 +130,15 @@ struct SelftestArgs {
 /// as `SSH HOST 'cd CWD && exec env VAR=... COMMAND'`. Their output lines are prefixed with
 /// `[cN] `.
 ///
-/// Two or more clusters started here whose compute threads outnumber the CPUs launch may use
-/// (its own mask, so `taskset -c 0-7 multigrain launch …` confines them all), with inline INIs
-/// (`ini.inline`, the default), are each bound
-/// to their own share of those CPUs, in proportion to their threads, as `mpirun --bind-to
-/// core` places ranks; each cluster's launch line names its CPUs. `launch.cpu_bind =
-/// "split"` in the config (or `--set launch.cpu_bind=split` with `run`) always splits,
-/// `"none"` leaves placement to the kernel. Clusters started over ssh on a host that two or
+/// Two or more clusters started here with inline INIs (`ini.inline`, the default) are each
+/// bound to their own share of the CPUs launch may use (its own mask, so `taskset -c 0-7
+/// multigrain launch …` confines them all), in proportion to their threads, as `mpirun
+/// --bind-to core` places ranks; while every compute thread has a CPU, each cluster's
+/// protocol thread is bound to the other clusters' shares (apart), where the threads that
+/// wait for its answers run. Each cluster's launch line names its CPUs. `launch.cpu_bind =
+/// "split"` in the config (or `--set launch.cpu_bind=split` with `run`) always splits with
+/// the protocol threads at home, `"apart"` always places them apart, `"none"` leaves
+/// placement to the kernel. Clusters started over ssh on a host that two or
 /// more clusters name follow the same rule there: each binds itself to its share of that
 /// host's CPUs (launch tells it its place in MULTIGRAIN_CPU_SHARE).
 ///

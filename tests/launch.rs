@@ -302,17 +302,28 @@ fn clusters_started_together_split_the_launchers_cpus() {
     // auto: split once the clusters' threads outnumber the CPUs …
     let (bound, err) = cluster_cpus("auto", mine.len().min(1024));
     assert_split(&bound, &err, &mine);
-    // … unbound while every thread can have a CPU, and never with none.
-    for (bind, threads) in [("auto", mine.len() / 2), ("none", mine.len())] {
-        if threads == 0 {
-            continue;
+    assert!(!err.contains("its protocol thread"), "{err}");
+    // … apart while every thread can have a CPU: the same shares, and each cluster's
+    // protocol thread on the other's (the launch line says which) …
+    if mine.len() >= 2 {
+        let (bound, err) = cluster_cpus("auto", mine.len() / 2);
+        assert_split(&bound, &err, &mine);
+        for (c, other) in [(0, &bound[1]), (1, &bound[0])] {
+            let line = err
+                .lines()
+                .find(|l| l.contains(&format!("cluster {c}: pid ")))
+                .unwrap();
+            let protocol = line
+                .split_once(", its protocol thread on CPUs ")
+                .unwrap_or_else(|| panic!("{line}"))
+                .1;
+            assert_eq!(&cpu_list(protocol), other, "{line}");
         }
-        let (unbound, err) = cluster_cpus(bind, threads);
-        assert_eq!(
-            unbound,
-            vec![mine.clone(), mine.clone()],
-            "{bind}, {threads}"
-        );
-        assert!(!err.contains(", CPUs "), "{err}");
+    } else {
+        eprintln!("one CPU here: no other cluster's CPU for a protocol thread");
     }
+    // … and never bound with none.
+    let (unbound, err) = cluster_cpus("none", mine.len());
+    assert_eq!(unbound, vec![mine.clone(), mine.clone()]);
+    assert!(!err.contains(", CPUs "), "{err}");
 }

@@ -72,7 +72,7 @@
 //! | `faults.drop`, `duplicate`, `reorder`, `corrupt` | 0 | 0 ..= 1 |
 //! | `faults.seed` | 1 | 0 ..= 2^64−1 |
 //! | `launch.ssh` | `["ssh", "-o", "BatchMode=yes"]` | non-empty list of strings |
-//! | `launch.cpu_bind` | `"auto"` | `auto` (= `split` when the clusters started together on the launcher's host have more compute threads than it has CPUs and `ini.inline` is true, else `none`), `split` (each of them gets its own share of those CPUs), `none`; clusters started over ssh on a host that two or more of them name apply the same rule to that host's CPUs themselves |
+//! | `launch.cpu_bind` | `"auto"` | `auto` (with `ini.inline` true: `split` when the clusters started together on the launcher's host have more compute threads than it has CPUs, else `apart`; `none` with dedicated INI threads), `split` (each of them gets its own share of those CPUs), `apart` (the same shares, each cluster's protocol thread on the other clusters' shares), `none`; clusters started over ssh on a host that two or more of them name apply the same rule to that host's CPUs themselves |
 //!
 //! The cluster list is either `[local]` (N clusters on 127.0.0.1, port 0)
 //! or one `[[cluster]]` table per cluster, not both, with at least one

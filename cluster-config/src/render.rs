@@ -223,7 +223,8 @@ impl JobConfig {
             CpuBind::Auto if shared_host && ini.inline => lines.push((
                 "cpus",
                 "clusters started together on one host each bound to their own share of its \
-                 CPUs when their compute threads outnumber them (cpu_bind = auto)"
+                 CPUs, with their protocol threads on the others' shares while every compute \
+                 thread has a CPU (cpu_bind = auto)"
                     .to_owned(),
             )),
             CpuBind::Split if shared_host => lines.push((
@@ -232,7 +233,13 @@ impl JobConfig {
                  CPUs (cpu_bind = split)"
                     .to_owned(),
             )),
-            CpuBind::Auto | CpuBind::Split => {}
+            CpuBind::Apart if shared_host => lines.push((
+                "cpus",
+                "clusters started together on one host each bound to their own share of its \
+                 CPUs, their protocol threads to the others' shares (cpu_bind = apart)"
+                    .to_owned(),
+            )),
+            CpuBind::Auto | CpuBind::Split | CpuBind::Apart => {}
             CpuBind::None => {
                 lines.push(("cpus", "no CPU binding (cpu_bind = none)".to_owned()));
             }

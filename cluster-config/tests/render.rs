@@ -20,7 +20,7 @@ total   2 clusters, 4 compute threads, 2 INIs
 dsm     protocol hlrc, home policy round-robin
 region  1 GiB at 0x500000000000..0x500040000000 (262144 pages of 4096 bytes)
 ini     window 32 frames, SEND timeout 2000 µs, ACK timeout 200 µs, MTU 8972 bytes, queue 4096 messages, network polled 1 in 8–32 polls (adaptive)
-cpus    clusters started together on one host each bound to their own share of its CPUs when their compute threads outnumber them (cpu_bind = auto)
+cpus    clusters started together on one host each bound to their own share of its CPUs, with their protocol threads on the others' shares while every compute thread has a CPU (cpu_bind = auto)
 "
     );
 }
@@ -69,6 +69,11 @@ fn explicit_hosts_ports_and_optional_lines() {
     assert!(
         split.contains("their own share of its CPUs (cpu_bind = split)\n"),
         "{split}"
+    );
+    let apart = parse("[local]\nclusters = 2\n[launch]\ncpu_bind = 'apart'\n").render_table();
+    assert!(
+        apart.contains("their protocol threads to the others' shares (cpu_bind = apart)\n"),
+        "{apart}"
     );
     // Dedicated INI threads: auto does not bind.
     let dedicated = parse("[local]\nclusters = 2\n[ini]\ninline = false\n").render_table();

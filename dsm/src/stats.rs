@@ -161,7 +161,16 @@ fn boot_id() -> String {
 /// The CPUs this process may run on, as the kernel lists them (`Cpus_allowed_list` of
 /// `/proc/self/status`, e.g. `0-3,8`); empty if it cannot be read.
 pub(crate) fn allowed_cpu_list() -> String {
-    std::fs::read_to_string("/proc/self/status")
+    cpu_list_of("/proc/self/status")
+}
+
+/// The calling thread's `Cpus_allowed_list` (as [`allowed_cpu_list`], for one thread).
+pub(crate) fn thread_cpu_list() -> String {
+    cpu_list_of("/proc/thread-self/status")
+}
+
+fn cpu_list_of(status: &str) -> String {
+    std::fs::read_to_string(status)
         .ok()
         .and_then(|s| {
             s.lines()
@@ -184,6 +193,12 @@ pub struct ClusterStats {
     /// kernel does not say (absent from the JSON then).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cpus: String,
+    /// The CPUs this cluster's protocol thread may run on, in the same format, where it
+    /// was bound apart from the process (`launch.cpu_bind` = `apart`, or `auto` with a
+    /// CPU per compute thread: the other clusters' shares). Empty otherwise, and in a
+    /// job total (absent from the JSON then).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub protocol_cpus: String,
     /// The machine this cluster ran on, as the kernel's boot id
     /// (`/proc/sys/kernel/random/boot_id`): clusters with the same one shared that
     /// machine's CPUs (network namespaces and containers on one kernel included).
@@ -619,6 +634,7 @@ impl Counters {
         ClusterStats {
             cluster: Some(cluster),
             cpus: allowed_cpu_list(),
+            protocol_cpus: String::new(),
             machine: boot_id(),
             read_faults: g(&self.read_faults),
             write_faults: g(&self.write_faults),

@@ -213,6 +213,71 @@ fn wait_spin_decides_whether_a_waiting_thread_sleeps() {
     );
 }
 
+/// `DsmOptions::protocol_cpus` binds each cluster's protocol thread to the CPUs given
+/// (the report names them), and a CPU the kernel cannot name leaves it on the process's
+/// CPUs without failing the job.
+#[test]
+fn the_protocol_thread_runs_on_the_cpus_it_is_given() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list in /proc/self/status")
+        .trim();
+    // The last CPU this process may use: "0-3,8" ends with 8, "0-3" with 3.
+    let last: usize = list.rsplit([',', '-']).next().unwrap().parse().unwrap();
+    let run = |slot: usize, cpus: Option<Vec<usize>>| {
+        let cfg = config(2, 1, Protocol::Hlrc);
+        let transports = local_transports(&cfg).unwrap();
+        let dsms: Vec<Dsm> = std::thread::scope(|s| {
+            let hs: Vec<_> = transports
+                .into_iter()
+                .enumerate()
+                .map(|(c, t)| {
+                    let (cfg, cpus) = (&cfg, cpus.clone());
+                    s.spawn(move || {
+                        let opts = DsmOptions {
+                            region_base: Some(base(slot, c)),
+                            protocol_cpus: cpus,
+                            ..DsmOptions::default()
+                        };
+                        Dsm::join_with(t, cfg, opts).unwrap()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let results = on_each(dsms, |mut dsm| {
+            let a = dsm.alloc::<u64>(1).unwrap();
+            dsm.run(|w| {
+                if w.cluster() == 1 {
+                    a.set(0, 7);
+                }
+                w.barrier().unwrap();
+                assert_eq!(a.get(0), 7);
+            })
+            .unwrap();
+            dsm.finish().unwrap()
+        });
+        results[0]
+            .clusters
+            .iter()
+            .map(|c| c.protocol_cpus.clone())
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(
+        run(43, Some(vec![last])),
+        vec![last.to_string(), last.to_string()],
+        "each protocol thread bound to CPU {last}, the last of {list}"
+    );
+    assert_eq!(run(44, None), vec![String::new(), String::new()]);
+    assert_eq!(
+        run(45, Some(vec![1 << 20])),
+        vec![String::new(), String::new()],
+        "a CPU the kernel cannot name: the thread stays on the process's CPUs"
+    );
+}
+
 #[test]
 fn counter_under_a_lock_hlrc() {
     counter(0, Protocol::Hlrc);

@@ -6,35 +6,46 @@
 //! respected): each gets a share in proportion to its compute threads, at least one
 //! CPU, made of whole cores of one socket where the counts allow ([`by_core`]), and
 //! shares overlap only when there are more clusters than CPUs. This
-//! is how `mpirun --bind-to core` and `srun --cpu-bind` place ranks. `auto` splits only
-//! when the clusters here have more compute threads than there are CPUs and their INIs
-//! are inline (`ini.inline`, the default). Measured on 2 vCPUs (README, *CPU binding*):
-//! oversubscribed, unbound clusters lose time slices to each other while the other waits
-//! for an answer — the default job (2 clusters × 2 threads over UDP) ran Water 512 × 50
-//! in 1.26 s split against 1.64 s unbound (median of 4 interleaved rounds); with a CPU
-//! per compute thread (2 × 1), splitting took the protocol threads' idle CPU away: Water
-//! 4096 × 3 over shared memory 8 % slower; with dedicated INI threads (`ini.inline =
-//! false`) splitting 2 × 2 made Water 1.5 × slower, each INI thread waiting behind its
-//! cluster's compute threads for every datagram.
+//! is how `mpirun --bind-to core` and `srun --cpu-bind` place ranks. Apart, the shares
+//! are the same, and each cluster's protocol thread is bound to the other clusters'
+//! shares ([`Placement::binding`]). `auto` splits when the clusters here have more
+//! compute threads than there are CPUs, places them apart when they do not, and leaves
+//! them unbound when their INIs are dedicated threads (`ini.inline = false`). Measured on
+//! 2 vCPUs (README, *CPU binding*): oversubscribed, unbound clusters lose time slices to
+//! each other while the other waits for an answer — the default job (2 clusters × 2
+//! threads over UDP) ran Water 512 × 50 in 1.26 s split against 1.64 s unbound (median of
+//! 4 interleaved rounds); with a CPU per compute thread (2 × 1), splitting confined each
+//! real-time protocol thread with its own busy compute thread (Water 4096 × 3 over shared
+//! memory 8 % slower than unbound), where apart it answers on the CPU of the other
+//! cluster's thread, which waits for that answer; with dedicated INI threads splitting
+//! 2 × 2 made Water 1.5 × slower, each INI thread waiting behind its cluster's compute
+//! threads for every datagram.
 //!
 //! A single cluster here is not bound. Clusters started over ssh that share a host bind
 //! themselves to their share of it by the same rule ([`super::self_bind`]).
 
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
 
 use multigrain_cluster_config::{ClusterSpec, CpuBind};
 use nix::sched::CpuSet;
 use nix::unistd::Pid;
 
-/// The CPUs each cluster of `clusters` that starts on this host (`here[c.id]`) is bound
-/// to, by cluster id (`None`: not bound), for `bind` and the launcher's allowed CPUs
-/// `allowed` (ascending): [`shares`] of `allowed` in [`by_core`] order by `core_of`
-/// (each share listed ascending; the launcher passes [`sysfs_core`]) for `split`, and
-/// for `auto` when the
-/// local clusters' compute threads outnumber `allowed` and the INIs are not
-/// `dedicated_inis` (`ini.inline = false`: an INI thread then needs a CPU for every
-/// datagram, and confined with its cluster's busy compute threads it waits for a time
-/// slice).
+/// Where one cluster started on this host runs: the CPUs of the process (its compute
+/// threads, and every thread it starts) and, placed apart, those of its protocol thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Binding {
+    /// The process's CPUs, ascending.
+    pub(crate) cpus: Vec<usize>,
+    /// Its protocol thread's CPUs, ascending (the other clusters' shares); `None`: the
+    /// process's.
+    pub(crate) protocol: Option<Vec<usize>>,
+}
+
+/// How each cluster of `clusters` that starts on this host (`here[c.id]`) is bound, by
+/// cluster id (`None`: not bound), for `bind` and the launcher's allowed CPUs `allowed`
+/// (ascending): the [`Placement`] of [`place_host`] for the local clusters, in cluster
+/// order (`core_of` gives each CPU's core; the launcher passes [`sysfs_core`]).
 pub(crate) fn plan(
     bind: CpuBind,
     clusters: &[ClusterSpec],
@@ -42,45 +53,84 @@ pub(crate) fn plan(
     allowed: &[usize],
     dedicated_inis: bool,
     core_of: impl Fn(usize) -> Option<(u32, u32)>,
-) -> Vec<Option<Vec<usize>>> {
+) -> Vec<Option<Binding>> {
     let mut out = vec![None; clusters.len()];
     let local: Vec<&ClusterSpec> = clusters.iter().filter(|c| here[c.id]).collect();
     let threads: Vec<usize> = local.iter().map(|c| c.threads.max(1)).collect();
-    if let Some(split) = split_host(bind, &threads, allowed, dedicated_inis, core_of) {
-        for (c, share) in local.iter().zip(split) {
-            out[c.id] = Some(share);
+    if let Some(p) = place_host(bind, &threads, allowed, dedicated_inis, core_of) {
+        for (i, c) in local.iter().enumerate() {
+            out[c.id] = Some(p.binding(i));
         }
     }
     out
 }
 
-/// The shares of one host's CPUs `allowed` (ascending) for the clusters started
-/// together on it, whose compute threads are `threads` (in cluster order), each share
-/// ascending — or `None` when they stay unbound: `bind` is `none`, or `auto` and their
-/// threads do not outnumber the CPUs or the INIs are `dedicated_inis`, or fewer than two
+/// The clusters started together on one host, placed on its CPUs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Placement {
+    /// Each cluster's share of the CPUs, in cluster order, each ascending.
+    pub(crate) shares: Vec<Vec<usize>>,
+    /// Whether each cluster's protocol thread runs on the other clusters' shares
+    /// (`apart`) rather than on its own.
+    pub(crate) apart: bool,
+}
+
+impl Placement {
+    /// The binding of the `i`th cluster: its share, and `apart` the CPUs of the other
+    /// shares outside its own for its protocol thread (its own share when there are
+    /// none: more clusters than CPUs).
+    pub(crate) fn binding(&self, i: usize) -> Binding {
+        let own = &self.shares[i];
+        let protocol = self.apart.then(|| {
+            let others: BTreeSet<usize> = self
+                .shares
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .flat_map(|(_, s)| s.iter().copied())
+                .filter(|c| !own.contains(c))
+                .collect();
+            others.into_iter().collect::<Vec<usize>>()
+        });
+        Binding {
+            cpus: own.clone(),
+            protocol: protocol.filter(|p| !p.is_empty()),
+        }
+    }
+}
+
+/// The placement of the clusters started together on one host with the CPUs `allowed`
+/// (ascending), whose compute threads are `threads` (in cluster order): [`shares`] of
+/// `allowed` in [`by_core`] order by `core_of`, for `split` and `apart`; for `auto`,
+/// `split` when their threads outnumber the CPUs and `apart` when they do not, or
+/// unbound when the INIs are `dedicated_inis` (`ini.inline = false`: an INI thread then
+/// needs a CPU for every datagram, and confined with its cluster's busy compute threads
+/// it waits for a time slice). `None` (unbound) also for `none`, fewer than two
 /// clusters, or no CPU. The rule of [`plan`], for the launcher's host and, in a cluster
 /// started over ssh, for its own ([`super::self_bind`]).
-pub(crate) fn split_host(
+pub(crate) fn place_host(
     bind: CpuBind,
     threads: &[usize],
     allowed: &[usize],
     dedicated_inis: bool,
     core_of: impl Fn(usize) -> Option<(u32, u32)>,
-) -> Option<Vec<Vec<usize>>> {
-    let split = match bind {
-        CpuBind::Split => true,
-        CpuBind::Auto => !dedicated_inis && threads.iter().sum::<usize>() > allowed.len(),
-        CpuBind::None => false,
+) -> Option<Placement> {
+    let apart = match bind {
+        CpuBind::Split => false,
+        CpuBind::Apart => true,
+        CpuBind::Auto if dedicated_inis => return None,
+        CpuBind::Auto => threads.iter().sum::<usize>() <= allowed.len(),
+        CpuBind::None => return None,
     };
-    if !split || threads.len() < 2 || allowed.is_empty() {
+    if threads.len() < 2 || allowed.is_empty() {
         return None;
     }
     let ordered = by_core(allowed, core_of);
-    let mut split = shares(&ordered, threads);
-    for share in &mut split {
+    let mut shares = shares(&ordered, threads);
+    for share in &mut shares {
         share.sort_unstable();
     }
-    Some(split)
+    Some(Placement { shares, apart })
 }
 
 /// `cpus` ordered so that a contiguous run of them is whole cores, grouped by socket:
@@ -136,6 +186,42 @@ pub(crate) fn shares(allowed: &[usize], threads: &[usize]) -> Vec<Vec<usize>> {
             }
         })
         .collect()
+}
+
+/// The variable that tells a cluster process the CPUs of its protocol thread, in the
+/// kernel's list format (`1`, `8-15`; what [`describe`] writes): set by `multigrain
+/// launch` for the clusters it places apart on its own host ([`Binding::protocol`]).
+/// A cluster started over ssh that places itself apart ([`super::self_bind`]) notes its
+/// own ([`note_protocol_cpus`]). Read by [`protocol_cpus`].
+pub const ENV_PROTOCOL_CPUS: &str = "MULTIGRAIN_PROTOCOL_CPUS";
+
+/// The protocol thread's CPUs that this process's self-binding chose.
+static SELF_PROTOCOL_CPUS: OnceLock<Vec<usize>> = OnceLock::new();
+
+/// Notes the CPUs that [`super::self_bind`] chose for this process's protocol thread.
+pub(crate) fn note_protocol_cpus(cpus: Vec<usize>) {
+    let _ = SELF_PROTOCOL_CPUS.set(cpus);
+}
+
+/// The CPUs this cluster process's protocol thread is to run on (ascending): those its
+/// self-binding chose, else [`ENV_PROTOCOL_CPUS`]; `None` when neither says (it runs
+/// where the process does).
+///
+/// # Errors
+/// The variable's value, when it is not a CPU list (the protocol thread then runs where
+/// the process does; the caller warns).
+pub(crate) fn protocol_cpus() -> Result<Option<Vec<usize>>, String> {
+    if let Some(cpus) = SELF_PROTOCOL_CPUS.get() {
+        return Ok(Some(cpus.clone()));
+    }
+    match std::env::var(ENV_PROTOCOL_CPUS) {
+        Err(_) => Ok(None),
+        Ok(v) => parse(&v)
+            .map(|s| Some(s.into_iter().collect()))
+            .ok_or_else(|| {
+                format!("{ENV_PROTOCOL_CPUS}={v:?} is not a CPU list such as 1 or 8-15,32")
+            }),
+    }
 }
 
 /// The CPUs this process may run on, ascending.
@@ -265,10 +351,14 @@ mod tests {
     fn only_clusters_started_together_here_are_bound() {
         let clusters = [spec(0, 2), spec(1, 2), spec(2, 4)];
         let cpus = [0, 1, 2, 3];
-        // `plan` for these clusters, those of `here` local, on the first `n` CPUs, whose
-        // places are unknown (numeric order, whatever this machine's topology).
+        // The process CPUs of `plan` for these clusters, those of `here` local, on the
+        // first `n` CPUs, whose places are unknown (numeric order, whatever this
+        // machine's topology).
         let p = |bind, here: [bool; 3], n: usize, dedicated_inis| {
             plan(bind, &clusters, &here, &cpus[..n], dedicated_inis, |_| None)
+                .into_iter()
+                .map(|b| b.map(|b| b.cpus))
+                .collect::<Vec<_>>()
         };
         let (all, two_here, one_here) = ([true; 3], [true, true, false], [false, true, false]);
         // 8 compute threads on 4 CPUs: auto splits.
@@ -279,12 +369,13 @@ mod tests {
             );
         }
         // Cluster 2 starts over ssh: the two local ones (4 threads) split this host's
-        // CPUs if told to; auto leaves them a CPU per thread, unbound.
-        assert_eq!(
-            p(CpuBind::Split, two_here, 4, false),
-            vec![Some(vec![0, 1]), Some(vec![2, 3]), None]
-        );
-        assert_eq!(p(CpuBind::Auto, two_here, 4, false), vec![None, None, None]);
+        // CPUs if told to, and auto, with a CPU per thread, places them apart.
+        for bind in [CpuBind::Split, CpuBind::Auto, CpuBind::Apart] {
+            assert_eq!(
+                p(bind, two_here, 4, false),
+                vec![Some(vec![0, 1]), Some(vec![2, 3]), None]
+            );
+        }
         // On 3 CPUs those 4 threads outnumber them: auto splits.
         assert_eq!(
             p(CpuBind::Auto, two_here, 3, false),
@@ -301,6 +392,56 @@ mod tests {
         assert_eq!(
             p(CpuBind::Split, all, 4, true),
             vec![Some(vec![0]), Some(vec![1]), Some(vec![2, 3])]
+        );
+    }
+
+    #[test]
+    fn apart_each_protocol_thread_runs_on_the_other_clusters_cpus() {
+        let protocol = |bind, threads: &[usize], allowed: &[usize]| {
+            place_host(bind, threads, allowed, false, |_| None).map(|p| {
+                (0..threads.len())
+                    .map(|i| p.binding(i).protocol)
+                    .collect::<Vec<_>>()
+            })
+        };
+        // 2 × 1 on 2 CPUs (auto: a CPU per thread): each cluster's protocol thread on the
+        // other's CPU.
+        assert_eq!(
+            protocol(CpuBind::Auto, &[1, 1], &[0, 1]),
+            Some(vec![Some(vec![1]), Some(vec![0])])
+        );
+        // Three clusters on 6 CPUs: the two other shares.
+        assert_eq!(
+            protocol(CpuBind::Apart, &[1, 1, 1], &[0, 1, 2, 3, 4, 5]),
+            Some(vec![
+                Some(vec![2, 3, 4, 5]),
+                Some(vec![0, 1, 4, 5]),
+                Some(vec![0, 1, 2, 3])
+            ])
+        );
+        // More clusters than CPUs: the CPUs outside its own share; on one CPU there are
+        // none, and the protocol thread stays with its cluster.
+        assert_eq!(
+            protocol(CpuBind::Apart, &[1, 1, 1, 1], &[0, 1]),
+            Some(vec![
+                Some(vec![1]),
+                Some(vec![1]),
+                Some(vec![0]),
+                Some(vec![0])
+            ])
+        );
+        assert_eq!(
+            protocol(CpuBind::Apart, &[1, 1], &[5]),
+            Some(vec![None, None])
+        );
+        // Split, and auto when oversubscribed (2 × 2 on 2 CPUs), keep it with its cluster.
+        assert_eq!(
+            protocol(CpuBind::Split, &[1, 1], &[0, 1]),
+            Some(vec![None, None])
+        );
+        assert_eq!(
+            protocol(CpuBind::Auto, &[2, 2], &[0, 1]),
+            Some(vec![None, None])
         );
     }
 

@@ -310,8 +310,12 @@ pub fn run(opts: Options) -> Result<()> {
                 env.push(("RUST_LOG".to_owned(), f.to_owned()));
             }
             if here[c.id] {
+                if let Some(protocol) = binding[c.id].as_ref().and_then(|b| b.protocol.as_ref()) {
+                    env.push((cpus::ENV_PROTOCOL_CPUS.to_owned(), cpus::describe(protocol)));
+                }
                 let mut plan = Plan::local(c.id, &c.host, &opts.command, env);
-                plan.cpus = binding[c.id].clone();
+                plan.cpus = binding[c.id].as_ref().map(|b| b.cpus.clone());
+                plan.protocol_cpus = binding[c.id].as_ref().and_then(|b| b.protocol.clone());
                 plan
             } else {
                 if let Some(share) = &remote_shares[c.id] {
@@ -352,7 +356,14 @@ pub fn run(opts: Options) -> Result<()> {
         let how = if plan.remote { "ssh to" } else { "on" };
         if !crate::progress::quiet() {
             let cpus = match (&plan.cpus, &remote_shares[plan.cluster]) {
-                (Some(c), _) => format!(", CPUs {}", cpus::describe(c)),
+                (Some(c), _) => match &plan.protocol_cpus {
+                    Some(p) => format!(
+                        ", CPUs {}, its protocol thread on CPUs {}",
+                        cpus::describe(c),
+                        cpus::describe(p)
+                    ),
+                    None => format!(", CPUs {}", cpus::describe(c)),
+                },
                 (None, Some(share)) => format!(
                     ", binds itself to its share of that host's CPUs with the other \
                      clusters there (launch.cpu_bind = {})",

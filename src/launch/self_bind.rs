@@ -7,8 +7,9 @@
 //! position among those clusters and their compute threads. First thing in `main`,
 //! before the process has any other thread, [`bind_self`] reads it and binds the process
 //! to its share of the CPUs it may use there, by the rule and in the shares the launcher
-//! uses on its own host ([`super::cpus::split_host`]); every thread started later
-//! inherits the mask, and the run report's CPU column shows it. Two host names are one
+//! uses on its own host ([`super::cpus::place_host`]); every thread started later
+//! inherits the mask (placed apart, the protocol thread takes the other clusters' CPUs
+//! when it starts: [`super::cpus::protocol_cpus`]), and the run report's CPU column shows it. Two host names are one
 //! host when [`same_host`] says so (loopback names, case, a trailing dot) or when they
 //! resolve to a common address ([`same_machine`]: `node1` and its address are one host).
 
@@ -22,7 +23,7 @@ use nix::unistd::Pid;
 use super::cpus;
 
 /// The variable that tells a cluster started over ssh its share of a shared host:
-/// `RULE:POSITION:THREADS` — `auto` or `split`, its position among the job's clusters
+/// `RULE:POSITION:THREADS` — `auto`, `split` or `apart`, its position among the job's clusters
 /// started on that host (0-based, in cluster order), and their compute threads, comma
 /// separated (e.g. `auto:1:2,2`). Set by `multigrain launch`; read by [`bind_self`].
 pub const ENV_CPU_SHARE: &str = "MULTIGRAIN_CPU_SHARE";
@@ -30,7 +31,7 @@ pub const ENV_CPU_SHARE: &str = "MULTIGRAIN_CPU_SHARE";
 /// A cluster's place among the clusters of its job started over ssh on one host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Share {
-    /// `auto` or `split` (never `none`: such clusters get no share).
+    /// `auto`, `split` or `apart` (never `none`: such clusters get no share).
     pub(crate) bind: CpuBind,
     /// Its position among them, in cluster order.
     pub(crate) position: usize,
@@ -55,8 +56,8 @@ impl Share {
             return Err("not RULE:POSITION:THREADS".into());
         };
         let bind = match bind.parse::<CpuBind>() {
-            Ok(b @ (CpuBind::Auto | CpuBind::Split)) => b,
-            _ => return Err(format!("rule {bind:?} is not auto or split")),
+            Ok(b @ (CpuBind::Auto | CpuBind::Split | CpuBind::Apart)) => b,
+            _ => return Err(format!("rule {bind:?} is not auto, split or apart")),
         };
         let threads = threads
             .split(',')
@@ -148,10 +149,10 @@ pub(crate) fn same_machine() -> impl Fn(&str, &str) -> bool {
 /// What [`bind_self`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SelfBinding {
-    /// Bound to these CPUs (ascending), by this rule.
-    Bound(Vec<usize>, CpuBind),
-    /// Left unbound: `auto`, and the clusters on this host have no more compute threads
-    /// than it has CPUs (their count).
+    /// Bound to these CPUs (ascending), by this rule; placed apart, its protocol thread
+    /// to those of the other clusters on this host (ascending).
+    Bound(Vec<usize>, CpuBind, Option<Vec<usize>>),
+    /// Left unbound: the process may use no CPU it could name (their count, 0).
     Unbound(usize),
     /// Not bound, because of this (a bad [`ENV_CPU_SHARE`], or the kernel refused).
     Failed(String),
@@ -174,7 +175,7 @@ fn bind_to(share: &Share) -> SelfBinding {
         Ok(a) => a,
         Err(e) => return SelfBinding::Failed(format!("cannot read this process's CPUs: {e}")),
     };
-    let Some(split) = cpus::split_host(
+    let Some(placement) = cpus::place_host(
         share.bind,
         &share.threads,
         &allowed,
@@ -183,10 +184,18 @@ fn bind_to(share: &Share) -> SelfBinding {
     ) else {
         return SelfBinding::Unbound(allowed.len());
     };
-    let mine = split[share.position].clone();
+    let cpus::Binding {
+        cpus: mine,
+        protocol,
+    } = placement.binding(share.position);
     match cpus::cpu_set(&mine).and_then(|set| nix::sched::sched_setaffinity(Pid::from_raw(0), &set))
     {
-        Ok(()) => SelfBinding::Bound(mine, share.bind),
+        Ok(()) => {
+            if let Some(p) = &protocol {
+                cpus::note_protocol_cpus(p.clone());
+            }
+            SelfBinding::Bound(mine, share.bind, protocol)
+        }
         Err(e) => SelfBinding::Failed(format!(
             "cannot bind to CPUs {}: {e}",
             cpus::describe(&mine)
@@ -198,14 +207,17 @@ fn bind_to(share: &Share) -> SelfBinding {
 /// failure as a warning (the cluster runs unbound).
 pub fn log_outcome(outcome: Option<&SelfBinding>) {
     match outcome {
-        Some(SelfBinding::Bound(cpus, bind)) => tracing::info!(
-            "bound to CPUs {}: this cluster's share of the CPUs of a host shared with \
+        Some(SelfBinding::Bound(cpus, bind, protocol)) => tracing::info!(
+            "bound to CPUs {}{}: this cluster's share of the CPUs of a host shared with \
              other clusters started over ssh (launch.cpu_bind = {bind})",
-            cpus::describe(cpus)
+            cpus::describe(cpus),
+            protocol.as_ref().map_or(String::new(), |p| format!(
+                ", its protocol thread to CPUs {} (theirs)",
+                cpus::describe(p)
+            ))
         ),
-        Some(SelfBinding::Unbound(n)) => tracing::debug!(
-            "not bound: the clusters started over ssh on this host have no more compute \
-             threads than its {n} CPUs (launch.cpu_bind = auto)"
+        Some(SelfBinding::Unbound(n)) => tracing::warn!(
+            "not bound to a share of this host's CPUs: this process may use {n} of them"
         ),
         Some(SelfBinding::Failed(why)) => {
             tracing::warn!("cannot bind this cluster to its share of the host's CPUs: {why}")
@@ -246,9 +258,13 @@ mod tests {
             Share::parse("split:0:1,1,1").map(|s| (s.bind, s.position, s.threads)),
             Ok((CpuBind::Split, 0, vec![1, 1, 1]))
         );
+        assert_eq!(
+            Share::parse("apart:1:1,1").map(|s| s.bind),
+            Ok(CpuBind::Apart)
+        );
         for (bad, says) in [
             ("auto:1", "not RULE:POSITION:THREADS"),
-            ("none:0:1,1", "rule \"none\" is not auto or split"),
+            ("none:0:1,1", "rule \"none\" is not auto, split or apart"),
             ("fast:0:1,1", "rule \"fast\""),
             ("auto:2:1,1", "position \"2\" is not one of 0..2"),
             ("auto:-1:1,1", "position \"-1\""),
@@ -345,15 +361,27 @@ mod tests {
     fn a_share_binds_by_the_launchers_rule() {
         // What the launcher's host rule gives these CPUs is what a cluster takes.
         let cpus = [0, 1, 2, 3];
-        let split = cpus::split_host(CpuBind::Auto, &[2, 4], &cpus, false, |_| None);
-        assert_eq!(split, Some(vec![vec![0], vec![1, 2, 3]]));
+        let place = |bind, threads: &[usize]| {
+            cpus::place_host(bind, threads, &cpus, false, |_| None)
+                .map(|p| (0..threads.len()).map(|i| p.binding(i)).collect::<Vec<_>>())
+        };
+        let b = |cpus: Vec<usize>, protocol: Option<Vec<usize>>| cpus::Binding { cpus, protocol };
+        // 6 threads on 4 CPUs: auto splits, each protocol thread with its cluster.
         assert_eq!(
-            cpus::split_host(CpuBind::Auto, &[2, 2], &cpus, false, |_| None),
-            None
+            place(CpuBind::Auto, &[2, 4]),
+            Some(vec![b(vec![0], None), b(vec![1, 2, 3], None)])
+        );
+        // 4 threads on 4 CPUs: auto places them apart.
+        assert_eq!(
+            place(CpuBind::Auto, &[2, 2]),
+            Some(vec![
+                b(vec![0, 1], Some(vec![2, 3])),
+                b(vec![2, 3], Some(vec![0, 1]))
+            ])
         );
         assert_eq!(
-            cpus::split_host(CpuBind::Split, &[1, 1], &cpus, false, |_| None),
-            Some(vec![vec![0, 1], vec![2, 3]])
+            place(CpuBind::Split, &[1, 1]),
+            Some(vec![b(vec![0, 1], None), b(vec![2, 3], None)])
         );
     }
 }

@@ -187,6 +187,7 @@ impl Dsm {
             cluster: me,
             source,
         })?;
+        let (server_spin, protocol_cpus) = (options.server_spin, options.protocol_cpus.clone());
         let mut dsm = Dsm {
             inner: Arc::new(Inner {
                 core,
@@ -209,7 +210,7 @@ impl Dsm {
         let core = Arc::clone(&dsm.inner.core);
         let region = Arc::clone(&dsm.inner.region);
         let over_udp = (0..clusters).any(|c| cfg.link_between(me, c) == Link::Udp);
-        let spin = options.server_spin.unwrap_or(if over_udp {
+        let spin = server_spin.unwrap_or(if over_udp {
             Duration::from_millis(1)
         } else {
             Duration::ZERO
@@ -224,6 +225,11 @@ impl Dsm {
             std::thread::Builder::new()
                 .name(format!("dsm-protocol-{me}"))
                 .spawn(move || {
+                    if let Some(cpus) = &protocol_cpus
+                        && bind_protocol_thread(me, cpus)
+                    {
+                        let _ = core.protocol_cpus.set(crate::stats::thread_cpu_list());
+                    }
                     let realtime = match priority {
                         ProtocolPriority::Normal => Ok(false),
                         ProtocolPriority::Auto | ProtocolPriority::Realtime => {
@@ -336,5 +342,31 @@ impl Inner {
                 }
             }
         })
+    }
+}
+
+/// Binds the calling thread (the protocol thread of cluster `me`) to `cpus`
+/// ([`DsmOptions::protocol_cpus`]); a binding the kernel refuses (a CPU it cannot name
+/// or this process may not use) is logged, and the thread keeps the process's CPUs.
+/// Returns whether it is bound.
+fn bind_protocol_thread(me: usize, cpus: &[usize]) -> bool {
+    let mut set = nix::sched::CpuSet::new();
+    let bound = cpus
+        .iter()
+        .try_for_each(|&c| set.set(c))
+        // Pid 0: the calling thread.
+        .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set));
+    match bound {
+        Ok(()) => {
+            tracing::debug!("cluster {me}: the protocol thread runs on CPUs {cpus:?}");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(
+                "cluster {me}: cannot bind the protocol thread to CPUs {cpus:?} ({e}); it \
+                 runs on the process's CPUs"
+            );
+            false
+        }
     }
 }

@@ -92,7 +92,7 @@ pub use multigrain_coherence::sync::MAX_LOCAL_HANDOFFS;
 /// blocking receive, on the INI sockets or the doorbell), 4.6 / 4.9 s after 50 µs of
 /// polling, 3.8 / 4.3 s after 200 µs and 3.8 / 3.7 s after 1 ms; 3 ms was within the
 /// noise of 1 ms. A wake-up costs more than a whole exchange here, so polling stays.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DsmOptions {
     /// Map this cluster's region at this address instead of `dsm.region_base`. Only for
     /// running several clusters of one job in one process (benchmarks, tests): array
@@ -116,6 +116,15 @@ pub struct DsmOptions {
     /// protocol thread takes CPU from the compute threads); over UDP 1.55 s with 1 ms
     /// and 2.62 s with zero, and 4096 × 3 3.1 s against 5.8 s.
     pub server_spin: Option<Duration>,
+    /// The CPUs the protocol thread binds itself to when it starts (CPU numbers, as
+    /// `sched_setaffinity` names them). `None` (the default): it runs where the process
+    /// runs. `multigrain launch` places each cluster's protocol thread on the other
+    /// clusters' CPUs when it binds clusters that share a host apart
+    /// (`launch.cpu_bind = "apart"`, and `auto` with a CPU per compute thread): it then
+    /// answers them on the CPUs of the threads that wait for the answers, not on those
+    /// of its own computing threads. A binding the kernel refuses is logged and the
+    /// thread runs where the process runs.
+    pub protocol_cpus: Option<Vec<usize>>,
 }
 
 impl DsmOptions {

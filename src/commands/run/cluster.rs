@@ -11,7 +11,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use multigrain_apps::dsm_backend::DsmRuntime;
 use multigrain_apps::progress::Progress;
 use multigrain_cluster_config::JobConfig;
-use multigrain_dsm::{Dsm, DsmError, JobStats, Liveness, StallProbe, Transport, site_config};
+use multigrain_dsm::{
+    Dsm, DsmError, DsmOptions, JobStats, Liveness, StallProbe, Transport, site_config,
+};
 use multigrain_messaging::control::{
     Control, ControlError, EXIT_PEER_FAILED, Identity, Stall as ControlStall,
 };
@@ -162,7 +164,17 @@ fn on_dsm(
             seen,
         }),
     };
-    let dsm = Dsm::join(transport, cfg).context("starting the DSM")?;
+    // Placed apart from the clusters sharing this host (`launch.cpu_bind`), the protocol
+    // thread runs on their CPUs.
+    let protocol_cpus = crate::launch::cpus::protocol_cpus().unwrap_or_else(|why| {
+        tracing::warn!("{why}; the protocol thread runs on this process's CPUs");
+        None
+    });
+    let options = DsmOptions {
+        protocol_cpus,
+        ..DsmOptions::default()
+    };
+    let dsm = Dsm::join_with(transport, cfg, options).context("starting the DSM")?;
     let _watchdog = Watchdog::start(job.control(), dsm.stall_probe());
     let mut rt = DsmRuntime::new(dsm)?;
     let outcome = app.run_on(&mut rt, sink)?;

@@ -489,6 +489,18 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
         }
         s.push('\n');
     }
+    if cols.iter().any(|c| !c.protocol_cpus.is_empty()) {
+        // Placed apart (launch.cpu_bind): the protocol thread on the other clusters' CPUs.
+        let _ = write!(
+            s,
+            "  {:<LABEL_WIDTH_ROW$}{:>12}",
+            "  its protocol thread", ""
+        );
+        for c in cols {
+            let _ = write!(s, "{:>12}", c.protocol_cpus);
+        }
+        s.push('\n');
+    }
     row(&mut s, "read faults", &|c| c.read_faults);
     row(&mut s, "write faults", &|c| c.write_faults);
     row(&mut s, "faults waiting on a cluster", &|c| c.remote_faults);

@@ -226,6 +226,9 @@ pub(crate) struct Core {
     pub(crate) polled: CachePadded<AtomicBool>,
     /// Whether the protocol thread runs at real-time priority (see `multigrain_messaging::sched`).
     pub(crate) realtime: AtomicBool,
+    /// The protocol thread's CPUs where it was bound apart from the process
+    /// ([`crate::DsmOptions::protocol_cpus`]), as the kernel lists them; empty otherwise.
+    pub(crate) protocol_cpus: std::sync::OnceLock<String>,
     /// What this cluster's threads wait for (the progress watchdog's evidence).
     pub(crate) waits: Waits,
     /// Threads in [`Core::wait`] now.
@@ -291,6 +294,7 @@ impl Core {
             barrier_arrival_sent: std::sync::atomic::AtomicU64::new(0),
             polled: CachePadded::new(AtomicBool::new(false)),
             realtime: AtomicBool::new(false),
+            protocol_cpus: std::sync::OnceLock::new(),
             waits: Waits::new(),
             waiting: CachePadded::new(AtomicUsize::new(0)),
             doorbell_sleepers: CachePadded::new(AtomicUsize::new(0)),
@@ -493,6 +497,7 @@ impl Core {
         };
         let mut s = ClusterStats {
             realtime_protocol_threads: u64::from(self.realtime.load(Ordering::Relaxed)),
+            protocol_cpus: self.protocol_cpus.get().cloned().unwrap_or_default(),
             event_profile,
             ..self.counters.snapshot(self.me, protocol, layer)
         };
