@@ -477,30 +477,21 @@ pub fn render_stats(stats: &JobStats, inis: &[IniEntry]) -> String {
         s.push('\n');
     };
     header(&mut s, "DSM statistics");
-    if cols.iter().any(|c| !c.cpus.is_empty()) {
-        // Each cluster's CPU mask (its share where launch.cpu_bind split the host).
-        let _ = write!(
-            s,
-            "  {:<LABEL_WIDTH_ROW$}{:>12}",
-            "CPUs (launch.cpu_bind)", ""
-        );
+    // A row of CPU lists, one a cluster (none for the total), where any cluster has one.
+    let cpu_row = |s: &mut String, name: &str, f: &dyn Fn(&ClusterStats) -> &str| {
+        if cols.iter().all(|c| f(c).is_empty()) {
+            return;
+        }
+        let _ = write!(s, "  {name:<LABEL_WIDTH_ROW$}{:>12}", "");
         for c in cols {
-            let _ = write!(s, "{:>12}", c.cpus);
+            let _ = write!(s, "{:>12}", f(c));
         }
         s.push('\n');
-    }
-    if cols.iter().any(|c| !c.protocol_cpus.is_empty()) {
-        // Placed apart (launch.cpu_bind): the protocol thread on the other clusters' CPUs.
-        let _ = write!(
-            s,
-            "  {:<LABEL_WIDTH_ROW$}{:>12}",
-            "  its protocol thread", ""
-        );
-        for c in cols {
-            let _ = write!(s, "{:>12}", c.protocol_cpus);
-        }
-        s.push('\n');
-    }
+    };
+    // Each cluster's CPU mask (its share where launch.cpu_bind split the host) and,
+    // placed apart, its protocol thread's (the other clusters' shares).
+    cpu_row(&mut s, "CPUs (launch.cpu_bind)", &|c| &c.cpus);
+    cpu_row(&mut s, "  its protocol thread", &|c| &c.protocol_cpus);
     row(&mut s, "read faults", &|c| c.read_faults);
     row(&mut s, "write faults", &|c| c.write_faults);
     row(&mut s, "faults waiting on a cluster", &|c| c.remote_faults);
