@@ -218,14 +218,7 @@ fn wait_spin_decides_whether_a_waiting_thread_sleeps() {
 /// CPUs without failing the job.
 #[test]
 fn the_protocol_thread_runs_on_the_cpus_it_is_given() {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let list = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .expect("Cpus_allowed_list in /proc/self/status")
-        .trim();
-    // The last CPU this process may use: "0-3,8" ends with 8, "0-3" with 3.
-    let last: usize = list.rsplit([',', '-']).next().unwrap().parse().unwrap();
+    // Each cluster's (process CPUs, protocol thread CPUs), as the statistics list them.
     let run = |slot: usize, cpus: Option<Vec<usize>>| {
         let cfg = config(2, 1, Protocol::Hlrc);
         let transports = local_transports(&cfg).unwrap();
@@ -262,17 +255,30 @@ fn the_protocol_thread_runs_on_the_cpus_it_is_given() {
         results[0]
             .clusters
             .iter()
-            .map(|c| c.protocol_cpus.clone())
-            .collect::<Vec<String>>()
+            .map(|c| (c.cpus.clone(), c.protocol_cpus.clone()))
+            .collect::<Vec<(String, String)>>()
     };
+    let unbound = run(44, None);
     assert_eq!(
-        run(43, Some(vec![last])),
+        unbound.iter().map(|c| c.1.as_str()).collect::<Vec<_>>(),
+        vec!["", ""]
+    );
+    // The last CPU this process may use: "0-3,8" ends with 8, "0-3" with 3.
+    let list = unbound[0].0.clone();
+    let last: usize = list.rsplit([',', '-']).next().unwrap().parse().unwrap();
+    assert_eq!(
+        run(43, Some(vec![last]))
+            .into_iter()
+            .map(|c| c.1)
+            .collect::<Vec<_>>(),
         vec![last.to_string(), last.to_string()],
         "each protocol thread bound to CPU {last}, the last of {list}"
     );
-    assert_eq!(run(44, None), vec![String::new(), String::new()]);
     assert_eq!(
-        run(45, Some(vec![1 << 20])),
+        run(45, Some(vec![1 << 20]))
+            .into_iter()
+            .map(|c| c.1)
+            .collect::<Vec<_>>(),
         vec![String::new(), String::new()],
         "a CPU the kernel cannot name: the thread stays on the process's CPUs"
     );

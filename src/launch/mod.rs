@@ -315,7 +315,6 @@ pub fn run(opts: Options) -> Result<()> {
                 }
                 let mut plan = Plan::local(c.id, &c.host, &opts.command, env);
                 plan.cpus = binding[c.id].as_ref().map(|b| b.cpus.clone());
-                plan.protocol_cpus = binding[c.id].as_ref().and_then(|b| b.protocol.clone());
                 plan
             } else {
                 if let Some(share) = &remote_shares[c.id] {
@@ -356,7 +355,10 @@ pub fn run(opts: Options) -> Result<()> {
         let how = if plan.remote { "ssh to" } else { "on" };
         if !crate::progress::quiet() {
             let cpus = match (&plan.cpus, &remote_shares[plan.cluster]) {
-                (Some(c), _) => match &plan.protocol_cpus {
+                (Some(c), _) => match binding[plan.cluster]
+                    .as_ref()
+                    .and_then(|b| b.protocol.as_ref())
+                {
                     Some(p) => format!(
                         ", CPUs {}, its protocol thread on CPUs {}",
                         cpus::describe(c),

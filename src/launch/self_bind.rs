@@ -9,8 +9,8 @@
 //! to its share of the CPUs it may use there, by the rule and in the shares the launcher
 //! uses on its own host ([`super::cpus::place_host`]); every thread started later
 //! inherits the mask (placed apart, the protocol thread takes the other clusters' CPUs
-//! when it starts: [`super::cpus::protocol_cpus`]), and the run report's CPU column shows it. Two host names are one
-//! host when [`same_host`] says so (loopback names, case, a trailing dot) or when they
+//! when it starts: [`super::cpus::protocol_cpus`]), and the run report's CPU column
+//! shows it. Two host names are one host when [`same_host`] says so (loopback names, case, a trailing dot) or when they
 //! resolve to a common address ([`same_machine`]: `node1` and its address are one host).
 
 use std::cell::RefCell;
@@ -23,9 +23,9 @@ use nix::unistd::Pid;
 use super::cpus;
 
 /// The variable that tells a cluster started over ssh its share of a shared host:
-/// `RULE:POSITION:THREADS` — `auto`, `split` or `apart`, its position among the job's clusters
-/// started on that host (0-based, in cluster order), and their compute threads, comma
-/// separated (e.g. `auto:1:2,2`). Set by `multigrain launch`; read by [`bind_self`].
+/// `RULE:POSITION:THREADS` — `auto`, `split` or `apart`, its position among the job's
+/// clusters started on that host (0-based, in cluster order), and their compute threads,
+/// comma separated (e.g. `auto:1:2,2`). Set by `multigrain launch`; read by [`bind_self`].
 pub const ENV_CPU_SHARE: &str = "MULTIGRAIN_CPU_SHARE";
 
 /// A cluster's place among the clusters of its job started over ssh on one host.

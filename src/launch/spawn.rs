@@ -26,9 +26,6 @@ pub struct Plan {
     pub notices: bool,
     /// The CPUs it is bound to (`launch.cpu_bind`; local plans only), `None`: unbound.
     pub cpus: Option<Vec<usize>>,
-    /// The CPUs of its protocol thread, placed apart (`launch.cpu_bind`; local plans
-    /// only; told to the process by its environment, not set here), `None`: its own.
-    pub protocol_cpus: Option<Vec<usize>>,
 }
 
 /// Set for a cluster process whose stdin is the launcher's notice channel (every
@@ -150,7 +147,6 @@ impl Plan {
             env,
             notices,
             cpus: None,
-            protocol_cpus: None,
         }
     }
 
@@ -192,7 +188,6 @@ impl Plan {
             env: Vec::new(),
             notices: true,
             cpus: None,
-            protocol_cpus: None,
         }
     }
 
