@@ -415,12 +415,50 @@ pub fn write_json(path: &std::path::Path, value: &impl Serialize) -> Result<()> 
             .and_then(|()| out.flush())
             .context("--json -: writing to stdout");
     }
-    std::fs::write(path, text).with_context(|| format!("--json: writing {}", path.display()))
+    // Written whole to a file of this process's own beside it, then renamed over the
+    // path: processes writing one path at once (every cluster of a job given the same
+    // file) leave one complete file, never an interleaving of theirs, and an interrupted
+    // write leaves the old file.
+    let name = path
+        .file_name()
+        .map_or_else(Default::default, |n| n.to_string_lossy());
+    let tmp = path.with_file_name(format!(
+        ".{name}.{}.{:?}.tmp",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
+        .with_context(|| format!("--json: writing {}", path.display()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writers_of_one_json_file_at_once_leave_one_complete_file() {
+        let dir = std::env::temp_dir().join(format!("mg-write-json-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("stats.json");
+        for _ in 0..200 {
+            std::thread::scope(|s| {
+                for n in [1usize, 4000] {
+                    let path = &path;
+                    s.spawn(move || write_json(path, &vec![n; n]).unwrap());
+                }
+            });
+            let text = std::fs::read_to_string(&path).unwrap();
+            let v: Vec<usize> = serde_json::from_str(&text).expect("one writer's whole file");
+            assert!(v == vec![1] || v == vec![4000; 4000], "{} values", v.len());
+        }
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file left behind");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn median_and_quartiles() {
